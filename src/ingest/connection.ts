@@ -1,0 +1,143 @@
+import type { Logger } from 'pino';
+import type { RawData, WebSocket } from 'ws';
+import { decode, encode } from '../protocol/codec.js';
+import { CloseCode, parseHookMessage, ProtocolError, sidecarFrame, type Hello, type SidecarMessage } from '../protocol/messages.js';
+import type { Ingest } from './ingest.js';
+
+const MAX_REASON_BYTES = 123;
+
+function closeReason(text: string): string {
+  const bytes = Buffer.from(text);
+  return bytes.length <= MAX_REASON_BYTES ? text : bytes.subarray(0, MAX_REASON_BYTES - 3).toString() + '...';
+}
+
+function toBuffer(data: RawData): Buffer {
+  if (Buffer.isBuffer(data)) return data;
+  if (Array.isArray(data)) return Buffer.concat(data);
+  return Buffer.from(data);
+}
+
+/** One hook's websocket: hello first, then steps / env / end, each validated before use. */
+export class HookConnection {
+  private hello: Hello | null = null;
+  private closed = false;
+  private log: Logger;
+
+  constructor(
+    private readonly socket: WebSocket,
+    private readonly ingest: Ingest,
+    log: Logger,
+    remote: string,
+  ) {
+    this.log = log.child({ remote });
+    ingest.stats.connections += 1;
+    ingest.stats.connectionsTotal += 1;
+    socket.on('message', (data, isBinary) => this.onMessage(data, isBinary));
+    socket.on('close', () => this.onClose());
+    socket.on('error', (error) => this.onSocketError(error));
+  }
+
+  /** ws reports frames it refused itself (oversized, malformed framing) here, and closes the socket. */
+  private onSocketError(error: Error & { code?: string }): void {
+    const code = error.code === 'WS_ERR_UNSUPPORTED_MESSAGE_LENGTH' ? CloseCode.tooBig : 1002;
+    this.ingest.rejected(code);
+    this.log.warn({ code, reason: error.message }, 'ingest frame refused; closing connection');
+    this.onClose();
+  }
+
+  private onMessage(data: RawData, isBinary: boolean): void {
+    if (this.closed) return;
+    this.ingest.stats.frames += 1;
+    try {
+      if (!isBinary) throw new ProtocolError(CloseCode.unsupportedData, 'frame: text frames are not accepted, send msgpack in binary frames');
+      let value: unknown;
+      try {
+        value = decode(toBuffer(data));
+      } catch (error) {
+        throw new ProtocolError(CloseCode.invalidPayload, `frame: not valid msgpack (${(error as Error).message})`);
+      }
+      this.handle(parseHookMessage(value));
+    } catch (error) {
+      if (error instanceof ProtocolError) this.refuse(error);
+      else this.fail(error as Error);
+    }
+  }
+
+  private handle(message: ReturnType<typeof parseHookMessage>): void {
+    if (message.type === 'hello') {
+      this.onHello(message);
+      return;
+    }
+    const hello = this.hello;
+    if (!hello) throw new ProtocolError(CloseCode.policyViolation, `${message.type}: sent before hello`);
+    switch (message.type) {
+      case 'steps':
+        this.ingest.steps(hello.session, message).then(
+          (ack) => this.send({ type: 'ack', ack }),
+          (error: Error) => this.fail(error),
+        );
+        break;
+      case 'env':
+        this.ingest.env(hello.session, message.env).catch((error: Error) => this.fail(error));
+        break;
+      case 'end':
+        this.ingest.end(hello.session, message.reason).then(
+          (ack) => this.send({ type: 'ack', ack, end: true }),
+          (error: Error) => this.fail(error),
+        );
+        this.log.info({ job: hello.job, rank: hello.rank, reason: message.reason }, 'rank ended');
+        break;
+      case 'counters':
+        break;
+    }
+  }
+
+  private onHello(hello: Hello): void {
+    if (this.hello && (this.hello.session !== hello.session || this.hello.job !== hello.job || this.hello.rank !== hello.rank)) {
+      throw new ProtocolError(CloseCode.policyViolation, 'hello: a connection cannot change its job, rank or session');
+    }
+    const first = this.hello === null;
+    this.hello = hello;
+    const accepted = this.ingest.hello(hello);
+    if (first) {
+      this.ingest.connected(hello.session);
+      this.log = this.log.child({ job: hello.job, rank: hello.rank });
+    }
+    accepted.then(
+      (result) => {
+        this.send({ type: 'welcome', session: hello.session, ack: result.ack });
+        this.log.info({ session: hello.session, resumed: result.resumed, ack: result.ack, world_size: hello.world_size }, 'hook connected');
+      },
+      (error: Error) => this.fail(error),
+    );
+  }
+
+  private send(message: SidecarMessage): void {
+    if (this.closed) return;
+    this.socket.send(encode(sidecarFrame(message)));
+  }
+
+  private refuse(error: ProtocolError): void {
+    this.ingest.rejected(error.code);
+    this.log.warn({ code: error.code, reason: error.message }, 'ingest frame refused; closing connection');
+    this.close(error.code, error.message);
+  }
+
+  private fail(error: Error): void {
+    this.log.error({ err: error.message }, 'ingest failed; closing connection');
+    this.close(1011, 'sidecar error: ' + error.message);
+  }
+
+  close(code: number, reason: string): void {
+    if (this.closed) return;
+    this.socket.close(code, closeReason(reason));
+    this.onClose();
+  }
+
+  private onClose(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.ingest.stats.connections -= 1;
+    if (this.hello) this.ingest.disconnected(this.hello.session);
+  }
+}

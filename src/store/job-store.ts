@@ -1,0 +1,437 @@
+import type { Env, Hello, StepRecord } from '../protocol/messages.js';
+import { percentile, Ring } from './ring.js';
+
+/**
+ * What the sidecar knows about the jobs that report to it. Pure: every method takes the
+ * sidecar-clock time (`at`, ms since the epoch) it should use, so a journal replays into
+ * exactly the same state.
+ */
+
+export type EndReason = 'all-ranks-ended' | 'disconnected' | 'shutdown';
+
+export interface PhaseTotals {
+  durNs: number;
+  dataNs: number;
+  h2dNs: number;
+  computeNs: number;
+  otherNs: number;
+  samples: number;
+  gpuTimedSteps: number;
+  gpuH2dNs: number;
+  gpuComputeNs: number;
+  gpuIdleSteps: number;
+  gpuIdleNs: number;
+}
+
+interface Session {
+  id: string;
+  job: Job;
+  rank: Rank;
+  pid: number;
+  host: string;
+  maxSeq: number;
+  dropped: number;
+  duplicates: number;
+  connections: number;
+  ended: boolean;
+  /** Sidecar clock minus hook wall clock, measured when hello arrived (includes transit). */
+  clockOffsetMs: number;
+}
+
+interface Rank {
+  rank: number;
+  localRank: number;
+  latest: Session;
+  sessions: Session[];
+  env: Env;
+  steps: number;
+  lastStep: number;
+  lastStepAt: number | null;
+  totals: PhaseTotals;
+  recent: Ring<StepRecord>;
+}
+
+interface Job {
+  id: string;
+  worldSize: number;
+  startedAt: number;
+  ranks: Map<number, Rank>;
+  connections: number;
+  disconnectedSince: number | null;
+  endedAt: number | null;
+  endReason: EndReason | null;
+}
+
+export interface HelloResult {
+  ack: number;
+  resumed: boolean;
+}
+
+export interface StepsResult {
+  accepted: StepRecord[];
+  duplicates: number;
+  ack: number;
+}
+
+export interface StoreOptions {
+  /** Step records kept per rank for recent step times. */
+  recentSteps?: number;
+}
+
+const emptyTotals = (): PhaseTotals => ({
+  durNs: 0,
+  dataNs: 0,
+  h2dNs: 0,
+  computeNs: 0,
+  otherNs: 0,
+  samples: 0,
+  gpuTimedSteps: 0,
+  gpuH2dNs: 0,
+  gpuComputeNs: 0,
+  gpuIdleSteps: 0,
+  gpuIdleNs: 0,
+});
+
+export function otherNs(record: StepRecord): number {
+  return Math.max(0, record.durNs - record.dataNs - record.h2dNs - record.computeNs);
+}
+
+function addRecord(totals: PhaseTotals, record: StepRecord): void {
+  totals.durNs += record.durNs;
+  totals.dataNs += record.dataNs;
+  totals.h2dNs += record.h2dNs;
+  totals.computeNs += record.computeNs;
+  totals.otherNs += otherNs(record);
+  totals.samples += record.samples ?? 0;
+  if (record.gpuH2dNs !== null || record.gpuComputeNs !== null) {
+    totals.gpuTimedSteps += 1;
+    totals.gpuH2dNs += record.gpuH2dNs ?? 0;
+    totals.gpuComputeNs += record.gpuComputeNs ?? 0;
+  }
+  if (record.gpuIdleNs !== null) {
+    totals.gpuIdleSteps += 1;
+    totals.gpuIdleNs += record.gpuIdleNs;
+  }
+}
+
+export class UnknownSessionError extends Error {}
+
+export class JobStore {
+  private readonly jobs = new Map<string, Job>();
+  private readonly sessions = new Map<string, Session>();
+  private readonly recentSteps: number;
+
+  constructor(options: StoreOptions = {}) {
+    this.recentSteps = options.recentSteps ?? 256;
+  }
+
+  hello(hello: Hello, at: number): HelloResult {
+    const job = this.jobFor(hello, at);
+    let session = this.sessions.get(hello.session);
+    const resumed = session !== undefined;
+    if (!session) {
+      const rank = this.rankFor(job, hello);
+      session = {
+        id: hello.session,
+        job,
+        rank,
+        pid: hello.pid,
+        host: hello.host,
+        maxSeq: 0,
+        dropped: 0,
+        duplicates: 0,
+        connections: 0,
+        ended: false,
+        clockOffsetMs: 0,
+      };
+      this.sessions.set(session.id, session);
+      rank.sessions.push(session);
+      rank.latest = session;
+    }
+    session.ended = false;
+    session.clockOffsetMs = at - hello.clock.wall_ms;
+    Object.assign(session.rank.env, hello.env);
+    if (job.endedAt !== null) {
+      job.endedAt = null;
+      job.endReason = null;
+    }
+    return { ack: session.maxSeq, resumed };
+  }
+
+  env(sessionId: string, env: Env): void {
+    Object.assign(this.session(sessionId).rank.env, env);
+  }
+
+  /** Adds the records not seen before; records at or below the session's highest seq are duplicates. */
+  steps(sessionId: string, records: readonly StepRecord[], dropped: number, at: number): StepsResult {
+    const session = this.session(sessionId);
+    const rank = session.rank;
+    const accepted: StepRecord[] = [];
+    let duplicates = 0;
+    for (const record of records) {
+      if (record.seq <= session.maxSeq) {
+        duplicates += 1;
+        continue;
+      }
+      session.maxSeq = record.seq;
+      accepted.push(record);
+      addRecord(rank.totals, record);
+      rank.recent.push(record);
+      rank.steps += 1;
+      rank.lastStep = record.step;
+    }
+    if (accepted.length > 0) rank.lastStepAt = at;
+    session.duplicates += duplicates;
+    session.dropped = Math.max(session.dropped, dropped);
+    return { accepted, duplicates, ack: session.maxSeq };
+  }
+
+  /** Highest sequence number held for the session. */
+  ack(sessionId: string): number {
+    return this.session(sessionId).maxSeq;
+  }
+
+  end(sessionId: string): void {
+    this.session(sessionId).ended = true;
+  }
+
+  /** After a replay nobody is connected yet: the end grace period starts from `at`. */
+  restarted(at: number): void {
+    for (const job of this.jobs.values()) {
+      job.connections = 0;
+      job.disconnectedSince = at;
+    }
+    for (const session of this.sessions.values()) session.connections = 0;
+  }
+
+  connected(sessionId: string): void {
+    const session = this.session(sessionId);
+    session.connections += 1;
+    session.job.connections += 1;
+    session.job.disconnectedSince = null;
+  }
+
+  disconnected(sessionId: string, at: number): void {
+    const session = this.session(sessionId);
+    session.connections = Math.max(0, session.connections - 1);
+    session.job.connections = Math.max(0, session.job.connections - 1);
+    if (session.job.connections === 0) session.job.disconnectedSince = at;
+  }
+
+  /** Marks jobs that have ended at `at`; returns the ids of those that ended now. */
+  settle(at: number, graceMs: number): string[] {
+    const endedNow: string[] = [];
+    for (const job of this.jobs.values()) {
+      if (job.endedAt !== null) continue;
+      const reason = this.endReason(job, at, graceMs);
+      if (reason) {
+        job.endedAt = at;
+        job.endReason = reason;
+        endedNow.push(job.id);
+      }
+    }
+    return endedNow;
+  }
+
+  /** Ends every open job, as when the sidecar stops. */
+  endAll(at: number): string[] {
+    const endedNow: string[] = [];
+    for (const job of this.jobs.values()) {
+      if (job.endedAt !== null) continue;
+      job.endedAt = at;
+      job.endReason = 'shutdown';
+      endedNow.push(job.id);
+    }
+    return endedNow;
+  }
+
+  get jobCount(): number {
+    return this.jobs.size;
+  }
+
+  allEnded(): boolean {
+    return this.jobs.size > 0 && [...this.jobs.values()].every((job) => job.endedAt !== null);
+  }
+
+  snapshot(at: number): JobSnapshot[] {
+    return [...this.jobs.values()].map((job) => this.jobSnapshot(job, at));
+  }
+
+  private endReason(job: Job, at: number, graceMs: number): EndReason | null {
+    const everyRankSeen = job.ranks.size >= job.worldSize;
+    const everyRankEnded = [...job.ranks.values()].every((rank) => rank.latest.ended);
+    if (everyRankSeen && everyRankEnded) return 'all-ranks-ended';
+    if (job.connections === 0 && job.disconnectedSince !== null && at - job.disconnectedSince >= graceMs) {
+      return 'disconnected';
+    }
+    return null;
+  }
+
+  private session(sessionId: string): Session {
+    const session = this.sessions.get(sessionId);
+    if (!session) throw new UnknownSessionError(`unknown session ${sessionId}`);
+    return session;
+  }
+
+  private jobFor(hello: Hello, at: number): Job {
+    let job = this.jobs.get(hello.job);
+    if (!job) {
+      job = {
+        id: hello.job,
+        worldSize: hello.world_size,
+        startedAt: at,
+        ranks: new Map(),
+        connections: 0,
+        disconnectedSince: at,
+        endedAt: null,
+        endReason: null,
+      };
+      this.jobs.set(job.id, job);
+    }
+    job.worldSize = Math.max(job.worldSize, hello.world_size);
+    return job;
+  }
+
+  private rankFor(job: Job, hello: Hello): Rank {
+    let rank = job.ranks.get(hello.rank);
+    if (!rank) {
+      rank = {
+        rank: hello.rank,
+        localRank: hello.local_rank,
+        latest: undefined as unknown as Session,
+        sessions: [],
+        env: {},
+        steps: 0,
+        lastStep: -1,
+        lastStepAt: null,
+        totals: emptyTotals(),
+        recent: new Ring(this.recentSteps),
+      };
+      job.ranks.set(hello.rank, rank);
+    }
+    rank.localRank = hello.local_rank;
+    return rank;
+  }
+
+  private jobSnapshot(job: Job, at: number): JobSnapshot {
+    const ranks = [...job.ranks.values()].sort((a, b) => a.rank - b.rank).map((rank) => rankSnapshot(rank));
+    const sum = (pick: (r: RankSnapshot) => number) => ranks.reduce((total, r) => total + pick(r), 0);
+    return {
+      job: job.id,
+      world_size: job.worldSize,
+      started_at: new Date(job.startedAt).toISOString(),
+      duration_s: ((job.endedAt ?? at) - job.startedAt) / 1000,
+      connected: job.connections > 0,
+      ended: job.endedAt !== null,
+      end_reason: job.endReason,
+      steps: sum((r) => r.steps),
+      dropped: sum((r) => r.dropped),
+      duplicates: sum((r) => r.duplicates),
+      ranks,
+    };
+  }
+}
+
+export interface Breakdown {
+  data: number;
+  h2d: number;
+  compute: number;
+  other: number;
+}
+
+export interface RankSnapshot {
+  rank: number;
+  local_rank: number;
+  host: string;
+  pid: number;
+  sessions: number;
+  connected: boolean;
+  ended: boolean;
+  steps: number;
+  last_step: number;
+  last_step_at: string | null;
+  dropped: number;
+  duplicates: number;
+  samples: number;
+  clock_offset_ms: number;
+  phase_s: Breakdown;
+  breakdown: Breakdown;
+  gpu_phase_s: { timed_steps: number; h2d: number; compute: number; idle_steps: number; idle: number };
+  step_ms: { last: number | null; mean: number | null; p50: number | null; p90: number | null };
+  recent_step_ms: number[];
+  env: Env;
+}
+
+export interface JobSnapshot {
+  job: string;
+  world_size: number;
+  started_at: string;
+  duration_s: number;
+  connected: boolean;
+  ended: boolean;
+  end_reason: EndReason | null;
+  steps: number;
+  dropped: number;
+  duplicates: number;
+  ranks: RankSnapshot[];
+}
+
+const seconds = (ns: number) => ns / 1e9;
+const ms = (ns: number) => Math.round(ns / 1e3) / 1e3;
+const finiteOrNull = (value: number) => (Number.isFinite(value) ? value : null);
+
+export function breakdownOf(totals: PhaseTotals): Breakdown {
+  const total = totals.dataNs + totals.h2dNs + totals.computeNs + totals.otherNs;
+  const share = (ns: number) => (total > 0 ? ns / total : 0);
+  return {
+    data: share(totals.dataNs),
+    h2d: share(totals.h2dNs),
+    compute: share(totals.computeNs),
+    other: share(totals.otherNs),
+  };
+}
+
+function rankSnapshot(rank: Rank): RankSnapshot {
+  const recent = rank.recent.toArray();
+  const stepMs = recent.map((record) => ms(record.durNs));
+  const sorted = stepMs.slice().sort((a, b) => a - b);
+  const totals = rank.totals;
+  return {
+    rank: rank.rank,
+    local_rank: rank.localRank,
+    host: rank.latest.host,
+    pid: rank.latest.pid,
+    sessions: rank.sessions.length,
+    connected: rank.sessions.some((session) => session.connections > 0),
+    ended: rank.latest.ended,
+    steps: rank.steps,
+    last_step: rank.lastStep,
+    last_step_at: rank.lastStepAt === null ? null : new Date(rank.lastStepAt).toISOString(),
+    dropped: rank.sessions.reduce((total, session) => total + session.dropped, 0),
+    duplicates: rank.sessions.reduce((total, session) => total + session.duplicates, 0),
+    samples: totals.samples,
+    clock_offset_ms: Math.round(rank.latest.clockOffsetMs * 1000) / 1000,
+    phase_s: {
+      data: seconds(totals.dataNs),
+      h2d: seconds(totals.h2dNs),
+      compute: seconds(totals.computeNs),
+      other: seconds(totals.otherNs),
+    },
+    breakdown: breakdownOf(totals),
+    gpu_phase_s: {
+      timed_steps: totals.gpuTimedSteps,
+      h2d: seconds(totals.gpuH2dNs),
+      compute: seconds(totals.gpuComputeNs),
+      idle_steps: totals.gpuIdleSteps,
+      idle: seconds(totals.gpuIdleNs),
+    },
+    step_ms: {
+      last: stepMs.at(-1) ?? null,
+      mean: finiteOrNull(stepMs.reduce((a, b) => a + b, 0) / stepMs.length),
+      p50: finiteOrNull(percentile(sorted, 50)),
+      p90: finiteOrNull(percentile(sorted, 90)),
+    },
+    recent_step_ms: stepMs.slice(-64),
+    env: rank.env,
+  };
+}

@@ -1,0 +1,92 @@
+import WebSocket from 'ws';
+import { decode, encode } from '../../src/protocol/codec.js';
+import { STEP_FIELDS } from '../../src/protocol/messages.js';
+
+/** A scripted hook speaking the wire protocol from TypeScript, for tests of the sidecar alone. */
+export class TestHook {
+  readonly received: any[] = [];
+  closed: Promise<{ code: number; reason: string }>;
+  private waiters: Array<() => void> = [];
+
+  private constructor(readonly socket: WebSocket) {
+    socket.on('message', (data: Buffer) => {
+      this.received.push(decode(data));
+      for (const waiter of this.waiters.splice(0)) waiter();
+    });
+    this.closed = new Promise((resolve) => socket.once('close', (code, reason) => resolve({ code, reason: reason.toString() })));
+  }
+
+  static async connect(url: string, headers: Record<string, string> = {}): Promise<TestHook> {
+    const socket = new WebSocket(url, { headers });
+    await new Promise<void>((resolve, reject) => {
+      socket.once('open', () => resolve());
+      socket.once('error', reject);
+    });
+    return new TestHook(socket);
+  }
+
+  send(message: unknown): void {
+    this.socket.send(encode(message));
+  }
+
+  sendRaw(data: Buffer | string, binary = true): void {
+    this.socket.send(data, { binary });
+  }
+
+  async next(predicate: (message: any) => boolean, timeoutMs = 5000): Promise<any> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const found = this.received.find(predicate);
+      if (found) return found;
+      if (Date.now() > deadline) throw new Error('expected message not received');
+      await new Promise<void>((resolve) => {
+        this.waiters.push(resolve);
+        setTimeout(resolve, 50);
+      });
+    }
+  }
+
+  close(): void {
+    this.socket.close();
+  }
+}
+
+export function hello(overrides: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    v: 1,
+    type: 'hello',
+    job: 'job-a',
+    rank: 0,
+    local_rank: 0,
+    world_size: 1,
+    session: 'sess-0',
+    pid: 1234,
+    host: 'node-1',
+    clock: { wall_ns: BigInt(Date.now()) * 1_000_000n, mono_ns: 1_000_000 },
+    env: { python: '3.11.7' },
+    ...overrides,
+  };
+}
+
+export interface RowSpec {
+  seq: number;
+  durMs?: number;
+  dataMs?: number;
+  h2dMs?: number;
+  computeMs?: number;
+  samples?: number | null;
+}
+
+export function row(spec: RowSpec): (number | null)[] {
+  const ms = (v: number | undefined) => Math.round((v ?? 0) * 1e6);
+  const dur = ms(spec.durMs ?? 10);
+  return [spec.seq, spec.seq - 1, spec.seq * dur, dur, ms(spec.dataMs ?? 2), ms(spec.h2dMs ?? 1), ms(spec.computeMs ?? 6), spec.samples ?? 32, null, null, null];
+}
+
+export function steps(rows: (number | null)[][], dropped = 0): Record<string, unknown> {
+  return { v: 1, type: 'steps', fields: [...STEP_FIELDS], rows, dropped };
+}
+
+export function range(from: number, to: number): number[] {
+  return Array.from({ length: to - from + 1 }, (_, i) => from + i);
+}

@@ -1,0 +1,118 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+export const CLI = path.join(ROOT, 'dist', 'cli.js');
+
+export interface LogLine {
+  level: number;
+  msg: string;
+  [key: string]: unknown;
+}
+
+export interface RunningSidecar {
+  process: ChildProcess;
+  port: number;
+  http: string;
+  ingestUrl: string;
+  logs: LogLine[];
+  stderr: string[];
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  state(): Promise<any>;
+  stop(signal?: NodeJS.Signals): Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  waitForLog(predicate: (line: LogLine) => boolean, timeoutMs?: number): Promise<LogLine>;
+}
+
+export function tempDir(prefix = 'stepscope-test-'): string {
+  return mkdtempSync(path.join(tmpdir(), prefix));
+}
+
+/** Starts the real sidecar (`node dist/cli.js serve`) on a free port and waits until it listens. */
+export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv = {}): Promise<RunningSidecar> {
+  const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', ...args], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const logs: LogLine[] = [];
+  const stderr: string[] = [];
+  const listeners = new Set<() => void>();
+  let buffered = '';
+  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+    buffered += chunk;
+    const lines = buffered.split('\n');
+    buffered = lines.pop()!;
+    for (const line of lines) {
+      if (!line.trim()) continue;
+      try {
+        logs.push(JSON.parse(line) as LogLine);
+      } catch {
+        logs.push({ level: 0, msg: line });
+      }
+    }
+    for (const listener of listeners) listener();
+  });
+  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => stderr.push(chunk));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.once('exit', (code, signal) => resolve({ code, signal })),
+  );
+
+  const waitForLog = (predicate: (line: LogLine) => boolean, timeoutMs = 10_000): Promise<LogLine> =>
+    new Promise((resolve, reject) => {
+      const check = () => {
+        const found = logs.find(predicate);
+        if (found) {
+          listeners.delete(check);
+          clearTimeout(timer);
+          resolve(found);
+        }
+      };
+      const timer = setTimeout(() => {
+        listeners.delete(check);
+        reject(new Error(`log line not seen within ${timeoutMs} ms; stderr: ${stderr.join('')}`));
+      }, timeoutMs);
+      listeners.add(check);
+      check();
+    });
+
+  const listening = await Promise.race([
+    waitForLog((line) => line.msg === 'listening'),
+    exited.then(({ code }) => {
+      throw new Error(`sidecar exited with ${code} before listening: ${stderr.join('')}`);
+    }),
+  ]);
+  const port = listening.port as number;
+  const http = `http://127.0.0.1:${port}`;
+  return {
+    process: child,
+    port,
+    http,
+    ingestUrl: `ws://127.0.0.1:${port}/v1/ingest`,
+    logs,
+    stderr,
+    exited,
+    waitForLog,
+    state: async () => (await fetch(`${http}/v1/state`)).json(),
+    stop: async (signal = 'SIGTERM') => {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      return exited;
+    },
+  };
+}
+
+export async function waitFor<T>(probe: () => Promise<T | undefined | null | false> | T | undefined | null | false, timeoutMs = 10_000, intervalMs = 50): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const value = await probe();
+      if (value) return value;
+    } catch (error) {
+      last = error;
+    }
+    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms${last ? `: ${String(last)}` : ''}`);
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
+  }
+}
