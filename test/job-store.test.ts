@@ -1,0 +1,130 @@
+import { describe, expect, it } from 'vitest';
+import type { Hello, StepRecord } from '../src/protocol/messages.js';
+import { JobStore } from '../src/store/job-store.js';
+
+const hello = (overrides: Partial<Hello> = {}): Hello => ({
+  type: 'hello',
+  job: 'j',
+  rank: 0,
+  local_rank: 0,
+  world_size: 1,
+  session: 's0',
+  pid: 1,
+  host: 'h',
+  clock: { wall_ms: 1_000, mono_ns: 0 },
+  env: {},
+  ...overrides,
+});
+
+const record = (seq: number, ms: { dur?: number; data?: number; h2d?: number; compute?: number; gpuIdle?: number } = {}): StepRecord => ({
+  seq,
+  step: seq - 1,
+  endNs: seq * 1e7,
+  durNs: (ms.dur ?? 10) * 1e6,
+  dataNs: (ms.data ?? 0) * 1e6,
+  h2dNs: (ms.h2d ?? 0) * 1e6,
+  computeNs: (ms.compute ?? 10) * 1e6,
+  samples: null,
+  gpuH2dNs: null,
+  gpuComputeNs: ms.gpuIdle === undefined ? null : 5e6,
+  gpuIdleNs: ms.gpuIdle === undefined ? null : ms.gpuIdle * 1e6,
+});
+
+describe('JobStore', () => {
+  it('counts every record once across resends, per session', () => {
+    const store = new JobStore();
+    store.hello(hello(), 0);
+    expect(store.steps('s0', [record(1), record(2), record(3)], 0, 1).ack).toBe(3);
+    const resend = store.steps('s0', [record(2), record(3), record(4)], 0, 2);
+    expect(resend.accepted.map((r) => r.seq)).toEqual([4]);
+    expect(resend.duplicates).toBe(2);
+    expect(store.hello(hello(), 3)).toEqual({ ack: 4, resumed: true });
+    const [job] = store.snapshot(4);
+    expect(job!.steps).toBe(4);
+    expect(job!.duplicates).toBe(2);
+  });
+
+  it('a restarted process (new session) of the same rank adds to the rank', () => {
+    const store = new JobStore();
+    store.hello(hello(), 0);
+    store.steps('s0', [record(1), record(2)], 0, 1);
+    expect(store.hello(hello({ session: 's1' }), 2)).toEqual({ ack: 0, resumed: false });
+    store.steps('s1', [record(1)], 0, 3);
+    const rank = store.snapshot(4)[0]!.ranks[0]!;
+    expect(rank.steps).toBe(3);
+    expect(rank.sessions).toBe(2);
+  });
+
+  it('splits step time into data, h2d, compute and the rest', () => {
+    const store = new JobStore();
+    store.hello(hello(), 0);
+    store.steps('s0', [record(1, { dur: 20, data: 5, h2d: 2, compute: 10 }), record(2, { dur: 20, data: 5, h2d: 2, compute: 10 })], 0, 1);
+    const rank = store.snapshot(2)[0]!.ranks[0]!;
+    expect(rank.phase_s).toEqual({ data: 0.01, h2d: 0.004, compute: 0.02, other: 0.006 });
+    expect(rank.breakdown.data).toBeCloseTo(0.25);
+    expect(rank.breakdown.other).toBeCloseTo(0.15);
+  });
+
+  it('keeps GPU-side phases and idle gaps apart from wall-clock phases', () => {
+    const store = new JobStore();
+    store.hello(hello(), 0);
+    store.steps('s0', [record(1), record(2, { gpuIdle: 3 }), record(3, { gpuIdle: 1 })], 0, 1);
+    const gpu = store.snapshot(2)[0]!.ranks[0]!.gpu_phase_s;
+    expect(gpu).toEqual({ timed_steps: 2, h2d: 0, compute: 0.01, idle_steps: 2, idle: 0.004 });
+  });
+
+  it('keeps the highest dropped count a session reported', () => {
+    const store = new JobStore();
+    store.hello(hello(), 0);
+    store.steps('s0', [record(1)], 7, 1);
+    store.steps('s0', [record(2)], 5, 2);
+    expect(store.snapshot(3)[0]!.dropped).toBe(7);
+  });
+
+  it('ends a job when every rank has said end, and not before every rank was seen', () => {
+    const store = new JobStore();
+    store.hello(hello({ world_size: 2 }), 0);
+    store.connected('s0');
+    store.end('s0');
+    expect(store.settle(10, 10_000)).toEqual([]);
+    store.hello(hello({ world_size: 2, rank: 1, session: 's1' }), 11);
+    store.connected('s1');
+    store.end('s1');
+    expect(store.settle(12, 10_000)).toEqual(['j']);
+    expect(store.snapshot(13)[0]!.end_reason).toBe('all-ranks-ended');
+  });
+
+  it('ends a job whose connections have been gone for the grace period', () => {
+    const store = new JobStore();
+    store.hello(hello(), 0);
+    store.connected('s0');
+    store.disconnected('s0', 1_000);
+    expect(store.settle(1_500, 1_000)).toEqual([]);
+    expect(store.settle(2_000, 1_000)).toEqual(['j']);
+    expect(store.allEnded()).toBe(true);
+  });
+
+  it('gives reconnecting hooks a fresh grace period after a restart', () => {
+    const store = new JobStore();
+    store.hello(hello(), 0);
+    store.restarted(60_000);
+    expect(store.settle(60_500, 1_000)).toEqual([]);
+  });
+
+  it('reopens an ended job when one of its ranks comes back', () => {
+    const store = new JobStore();
+    store.hello(hello(), 0);
+    store.end('s0');
+    store.settle(1, 1_000);
+    store.hello(hello(), 2);
+    expect(store.snapshot(3)[0]!.ended).toBe(false);
+  });
+
+  it('reports step time percentiles over recent steps', () => {
+    const store = new JobStore({ recentSteps: 100 });
+    store.hello(hello(), 0);
+    store.steps('s0', Array.from({ length: 200 }, (_, i) => record(i + 1, { dur: i + 1, compute: 0 })), 0, 1);
+    const stepMs = store.snapshot(2)[0]!.ranks[0]!.step_ms;
+    expect(stepMs).toEqual({ last: 200, mean: 150.5, p50: 150, p90: 190 });
+  });
+});
