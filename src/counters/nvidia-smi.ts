@@ -1,0 +1,363 @@
+import { execFile, spawn, type ChildProcess, type ExecFileException } from 'node:child_process';
+import { performance } from 'node:perf_hooks';
+import { createInterface } from 'node:readline';
+import type { Logger } from '../log.js';
+import { hasFigures, parseGpuLine, queryFields, RoundGrouper, unknownQueryField, type ReasonNaming } from './nvidia-smi-parse.js';
+import type { CollectorHealth, CollectorState, GpuCollector, GpuSample, GpuSink } from './types.js';
+
+export interface Backoff {
+  initialMs: number;
+  maxMs: number;
+  /** A child that ran this long and delivered samples earns a restart at `initialMs` again. */
+  resetAfterMs: number;
+}
+
+export interface NvidiaSmiOptions {
+  /** Executable name (looked up on PATH, the one in `env` if given) or path. */
+  binary?: string;
+  intervalMs?: number;
+  log: Logger;
+  /** Clock for `GpuSample.at`; ms since the epoch. */
+  now?: () => number;
+  /** Environment of nvidia-smi; the sidecar's own when absent. */
+  env?: NodeJS.ProcessEnv;
+  /** Without persistence mode the first NVML call on a big node can take seconds. */
+  probeTimeoutMs?: number;
+  /** A looping child that delivers no figure for this long is killed and restarted. */
+  stallMs?: number;
+  backoff?: Backoff;
+}
+
+/** nvidia-smi is missing or cannot read the GPUs; a registry should try another source. */
+export class NvidiaSmiUnavailableError extends Error {
+  override name = 'NvidiaSmiUnavailableError';
+}
+
+const DEFAULT_BACKOFF: Backoff = { initialMs: 250, maxMs: 10_000, resetAfterMs: 30_000 };
+const STOP_GRACE_MS = 2_000;
+const WARNING_QUIET_MS = 5 * 60_000;
+const MAX_OUTPUT_BYTES = 1 << 20;
+
+interface Query {
+  naming: ReasonNaming;
+  fields: string[];
+  samples: GpuSample[];
+}
+
+/** One long-lived `nvidia-smi ... -lms N` child and what it has said. */
+interface LoopRun {
+  child: ChildProcess;
+  rounds: RoundGrouper;
+  startedAt: number;
+  lastFiguresAt: number;
+  delivered: number;
+  lastStderr: string;
+  exited: Promise<void>;
+}
+
+/**
+ * GPU counters from one long-lived `nvidia-smi --query-gpu ... -lms <interval>` child, read as a
+ * stream. `start` first probes with a single query (its answer is the first round the sink gets),
+ * which also settles the driver's name for the clock-event reasons. A child that dies or goes quiet
+ * is restarted with exponential backoff; a line that cannot be read is skipped with a rate-limited
+ * warning, never a crash.
+ */
+export class NvidiaSmiCollector implements GpuCollector {
+  readonly name = 'nvidia-smi';
+
+  private readonly binary: string;
+  private readonly intervalMs: number;
+  private readonly log: Logger;
+  private readonly now: () => number;
+  private readonly env: NodeJS.ProcessEnv | undefined;
+  private readonly probeTimeoutMs: number;
+  private readonly stallMs: number;
+  private readonly backoff: Backoff;
+  private readonly warnings: RateLimitedWarnings;
+
+  private state: CollectorState = 'starting';
+  private samples = 0;
+  private lastSampleAt: number | null = null;
+  private lastError: string | null = null;
+  private restarts = 0;
+  private failuresInARow = 0;
+
+  private started = false;
+  private stopped = false;
+  private sink: GpuSink = () => undefined;
+  private query: Query | null = null;
+  private run: LoopRun | null = null;
+  private restartTimer: NodeJS.Timeout | null = null;
+  private watchdog: NodeJS.Timeout | null = null;
+
+  constructor(options: NvidiaSmiOptions) {
+    this.binary = options.binary ?? 'nvidia-smi';
+    this.intervalMs = options.intervalMs ?? 500;
+    this.log = options.log.child({ collector: 'nvidia-smi' });
+    this.now = options.now ?? Date.now;
+    this.env = options.env;
+    this.probeTimeoutMs = options.probeTimeoutMs ?? 15_000;
+    this.stallMs = options.stallMs ?? Math.max(5 * this.intervalMs, 15_000);
+    this.backoff = options.backoff ?? DEFAULT_BACKOFF;
+    this.warnings = new RateLimitedWarnings(this.log, WARNING_QUIET_MS);
+  }
+
+  async start(sink: GpuSink): Promise<void> {
+    if (this.started) throw new Error('nvidia-smi collector already started');
+    this.started = true;
+    this.sink = sink;
+    try {
+      this.query = await this.probe();
+    } catch (error) {
+      this.fail((error as Error).message);
+      throw error;
+    }
+    if (this.stopped) return;
+    this.log.info(
+      { binary: this.binary, gpus: this.query.samples.length, reasons_field: this.query.fields.at(-1), interval_ms: this.intervalMs },
+      'reading GPU counters from nvidia-smi',
+    );
+    this.deliver(this.query.samples);
+    if (this.state === 'starting') this.fail('nvidia-smi answers, but with no figure for any GPU');
+    this.spawnLoop();
+    this.watchdog = setInterval(() => this.checkStall(), Math.min(this.intervalMs, 1_000));
+    this.watchdog.unref();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.state = 'stopped';
+    if (this.restartTimer) clearTimeout(this.restartTimer);
+    if (this.watchdog) clearInterval(this.watchdog);
+    const run = this.run;
+    this.run = null;
+    if (run) await terminate(run);
+  }
+
+  health(): CollectorHealth {
+    return {
+      name: this.name,
+      state: this.state,
+      samples: this.samples,
+      lastSampleAt: this.lastSampleAt,
+      lastError: this.lastError,
+      restarts: this.restarts,
+    };
+  }
+
+  /** One query with the new reasons name; drivers before 535 refuse it, so ask again with the old one. */
+  private async probe(): Promise<Query> {
+    const attempt = await this.queryOnce(queryFields('event'));
+    if (attempt.ok) return { naming: 'event', ...attempt.query };
+    const unknown = unknownQueryField(attempt.output);
+    if (unknown?.startsWith('clocks_event_reasons.')) {
+      this.log.info({ refused: unknown }, 'driver predates clocks_event_reasons (before 535); using clocks_throttle_reasons');
+      const old = await this.queryOnce(queryFields('throttle'));
+      if (old.ok) return { naming: 'throttle', ...old.query };
+      throw new NvidiaSmiUnavailableError(old.reason);
+    }
+    throw new NvidiaSmiUnavailableError(attempt.reason);
+  }
+
+  private async queryOnce(
+    fields: string[],
+  ): Promise<{ ok: true; query: { fields: string[]; samples: GpuSample[] } } | { ok: false; reason: string; output: string }> {
+    const result = await execOnce(this.binary, queryArgs(fields), { env: this.env, timeoutMs: this.probeTimeoutMs });
+    if (!result.ok) return { ok: false, reason: result.reason, output: result.output };
+    const samples = this.parseProbe(result.stdout, fields);
+    if (samples.length === 0) {
+      return { ok: false, reason: `printed no GPU rows: ${firstLine(result.stdout) || '(nothing)'}`, output: result.stdout };
+    }
+    return { ok: true, query: { fields, samples } };
+  }
+
+  private parseProbe(stdout: string, fields: string[]): GpuSample[] {
+    const at = this.now();
+    const samples: GpuSample[] = [];
+    for (const line of stdout.split('\n').filter((l) => l.trim())) {
+      const sample = this.toSample(line, fields, at);
+      if (sample) samples.push(sample);
+    }
+    return samples;
+  }
+
+  private toSample(line: string, fields: readonly string[], at: number): GpuSample | null {
+    const parsed = parseGpuLine(line, fields, at);
+    if (!parsed.ok) {
+      this.warnings.warn(parsed.problem, 'skipped an nvidia-smi line that is not a row of the query', { line: clip(line) });
+      return null;
+    }
+    for (const problem of parsed.problems) {
+      this.warnings.warn(problem, 'nvidia-smi printed a value that is not understood; reporting it as not available', { line: clip(line) });
+    }
+    return parsed.sample;
+  }
+
+  private spawnLoop(): void {
+    const query = this.query!;
+    const child = spawn(this.binary, [...queryArgs(query.fields), '-lms', String(this.intervalMs)], {
+      env: this.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const startedAt = performance.now();
+    let resolveExited!: () => void;
+    const run: LoopRun = {
+      child,
+      rounds: new RoundGrouper(Math.max(...query.samples.map((s) => s.index))),
+      startedAt,
+      lastFiguresAt: startedAt,
+      delivered: 0,
+      lastStderr: '',
+      exited: new Promise((resolve) => (resolveExited = resolve)),
+    };
+    this.run = run;
+
+    createInterface({ input: child.stdout! }).on('line', (line) => this.onLine(run, line));
+    createInterface({ input: child.stderr! }).on('line', (line) => {
+      if (line.trim()) run.lastStderr = line.trim();
+    });
+    // 'on', not 'once': a failed kill() emits 'error' too, and an unheard 'error' would crash the sidecar.
+    child.on('error', (error) => {
+      resolveExited();
+      this.onChildGone(run, { error: error.message });
+    });
+    child.once('exit', (code, signal) => {
+      resolveExited();
+      this.onChildGone(run, { code, signal });
+    });
+  }
+
+  private onLine(run: LoopRun, line: string): void {
+    if (this.stopped || !line.trim()) return;
+    const sample = this.toSample(line, this.query!.fields, this.now());
+    if (!sample) return;
+    for (const round of run.rounds.add(sample)) {
+      if (round.some(hasFigures)) run.lastFiguresAt = performance.now();
+      run.delivered += round.length;
+      this.deliver(round);
+    }
+  }
+
+  private deliver(round: GpuSample[]): void {
+    if (this.stopped || round.length === 0) return;
+    this.samples += round.length;
+    this.lastSampleAt = this.now();
+    if (round.some(hasFigures)) this.state = 'ok';
+    try {
+      this.sink(round);
+    } catch (error) {
+      this.warnings.warn('sink threw', 'the GPU sample consumer threw; samples keep coming', { err: (error as Error).message });
+    }
+  }
+
+  private onChildGone(run: LoopRun, how: { code?: number | null; signal?: NodeJS.Signals | null; error?: string }): void {
+    if (this.run !== run || this.stopped) return;
+    this.run = null;
+    const livedMs = performance.now() - run.startedAt;
+    if (run.delivered > 0 && livedMs >= this.backoff.resetAfterMs) this.failuresInARow = 0;
+    const delayMs = Math.min(this.backoff.initialMs * 2 ** this.failuresInARow, this.backoff.maxMs);
+    this.failuresInARow++;
+
+    const what = how.error ? `could not run: ${how.error}` : `exited (code ${how.code ?? 'none'}, signal ${how.signal ?? 'none'})`;
+    this.fail(`nvidia-smi ${what}${run.lastStderr ? `: ${run.lastStderr}` : ''}`);
+    this.warnings.warn(`child ${what}`, `nvidia-smi ${what}; restarting in ${delayMs} ms`, {
+      code: how.code ?? null,
+      signal: how.signal ?? null,
+      stderr: run.lastStderr || null,
+      lived_ms: Math.round(livedMs),
+      restart_in_ms: delayMs,
+    });
+    this.restartTimer = setTimeout(() => {
+      this.restartTimer = null;
+      if (this.stopped) return;
+      this.restarts++;
+      this.spawnLoop();
+    }, delayMs);
+  }
+
+  private checkStall(): void {
+    const run = this.run;
+    if (!run || this.stopped) return;
+    const quietMs = performance.now() - run.lastFiguresAt;
+    if (quietMs < this.stallMs) return;
+    this.warnings.warn('child stalled', 'nvidia-smi has delivered no figures for a while; killing it to restart', {
+      quiet_ms: Math.round(quietMs),
+      stderr: run.lastStderr || null,
+    });
+    run.lastFiguresAt = performance.now();
+    run.child.kill('SIGKILL');
+  }
+
+  private fail(message: string): void {
+    this.lastError = message;
+    if (!this.stopped) this.state = 'failing';
+  }
+}
+
+function queryArgs(fields: readonly string[]): string[] {
+  return [`--query-gpu=${fields.join(',')}`, '--format=csv,noheader,nounits'];
+}
+
+type ExecResult = { ok: true; stdout: string } | { ok: false; reason: string; output: string };
+
+function execOnce(binary: string, args: string[], options: { env: NodeJS.ProcessEnv | undefined; timeoutMs: number }): Promise<ExecResult> {
+  return new Promise((resolve) => {
+    execFile(
+      binary,
+      args,
+      { env: options.env, timeout: options.timeoutMs, killSignal: 'SIGKILL', maxBuffer: MAX_OUTPUT_BYTES, encoding: 'utf8' },
+      (error, stdout, stderr) => {
+        if (!error) return resolve({ ok: true, stdout });
+        const output = `${stdout}\n${stderr}`.trim();
+        resolve({ ok: false, reason: execFailure(binary, error, output, options.timeoutMs), output });
+      },
+    );
+  });
+}
+
+function execFailure(binary: string, error: ExecFileException, output: string, timeoutMs: number): string {
+  if (error.code === 'ENOENT') return `"${binary}" not found (is the NVIDIA driver installed and nvidia-smi on PATH?)`;
+  if (error.code === 'EACCES') return `"${binary}" is not executable`;
+  if (error.killed) return `"${binary}" gave no answer within ${timeoutMs} ms`;
+  const status = typeof error.code === 'number' ? `exit ${error.code}` : `signal ${error.signal ?? error.code ?? 'unknown'}`;
+  return `"${binary}" failed (${status}): ${firstLine(output) || error.message}`;
+}
+
+async function terminate(run: LoopRun): Promise<void> {
+  if (run.child.exitCode !== null || run.child.signalCode !== null) return;
+  run.child.kill('SIGTERM');
+  const grace = setTimeout(() => run.child.kill('SIGKILL'), STOP_GRACE_MS);
+  await run.exited;
+  clearTimeout(grace);
+}
+
+function firstLine(text: string): string {
+  return text.split('\n').find((line) => line.trim())?.trim() ?? '';
+}
+
+function clip(line: string): string {
+  return line.length > 300 ? `${line.slice(0, 300)}…` : line;
+}
+
+/** Logs each distinct problem once, then at most once per quiet period, saying how often it recurred. */
+class RateLimitedWarnings {
+  private static readonly MAX_KINDS = 200;
+  private readonly seen = new Map<string, { loggedAt: number; suppressed: number }>();
+
+  constructor(
+    private readonly log: Logger,
+    private readonly quietMs: number,
+  ) {}
+
+  warn(problem: string, message: string, fields: Record<string, unknown> = {}): void {
+    const now = performance.now();
+    const previous = this.seen.get(problem);
+    if (previous && now - previous.loggedAt < this.quietMs) {
+      previous.suppressed++;
+      return;
+    }
+    if (!previous && this.seen.size >= RateLimitedWarnings.MAX_KINDS) this.seen.clear();
+    this.log.warn({ ...fields, problem, ...(previous ? { repeated: previous.suppressed } : {}) }, message);
+    this.seen.set(problem, { loggedAt: now, suppressed: 0 });
+  }
+}
