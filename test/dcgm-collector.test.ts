@@ -1,0 +1,212 @@
+import { readFileSync } from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import { Writable } from 'node:stream';
+import { afterEach, describe, expect, it } from 'vitest';
+import { DcgmCollector, type DcgmCollectorOptions } from '../src/counters/dcgm.js';
+import type { GpuSample } from '../src/counters/types.js';
+import { createLogger } from '../src/log.js';
+import { ROOT, waitFor, type LogLine } from './support/sidecar.js';
+
+const H100_PODS = readFileSync(path.join(ROOT, 'test/fixtures/dcgm/3.x-h100-pods.txt'), 'utf8');
+const LLAMA = { pod: 'llama-ft-0', namespace: 'research' };
+const SCRAPE_FAILED = 'dcgm-exporter scrape failed; retrying';
+
+/** A dcgm-exporter stand-in on 127.0.0.1 that serves a fixture and can misbehave on demand. */
+class StandInExporter {
+  body = H100_PODS;
+  status = 200;
+  delayMs = 0;
+  hang = false;
+  requests = 0;
+  inFlight = 0;
+  maxInFlight = 0;
+  port = 0;
+  private server: http.Server | null = null;
+
+  get url(): string {
+    return `http://127.0.0.1:${this.port}/metrics`;
+  }
+
+  async listen(port = 0): Promise<void> {
+    const server = http.createServer((request, response) => this.answer(response));
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(port, '127.0.0.1', resolve);
+    });
+    this.server = server;
+    this.port = (server.address() as AddressInfo).port;
+  }
+
+  async close(): Promise<void> {
+    const server = this.server;
+    this.server = null;
+    if (!server) return;
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  }
+
+  private answer(response: http.ServerResponse): void {
+    this.requests += 1;
+    this.inFlight += 1;
+    this.maxInFlight = Math.max(this.maxInFlight, this.inFlight);
+    response.once('close', () => (this.inFlight -= 1));
+    if (this.hang) return;
+    setTimeout(() => response.writeHead(this.status, { 'content-type': 'text/plain; version=0.0.4' }).end(this.body), this.delayMs);
+  }
+}
+
+function capturedLogger() {
+  const lines: LogLine[] = [];
+  const stream = new Writable({
+    write(chunk, _encoding, done) {
+      for (const line of String(chunk).split('\n').filter(Boolean)) lines.push(JSON.parse(line) as LogLine);
+      done();
+    },
+  });
+  return { log: createLogger('debug', stream), lines };
+}
+
+async function unusedPort(): Promise<number> {
+  const probe = new StandInExporter();
+  await probe.listen();
+  await probe.close();
+  return probe.port;
+}
+
+describe('DcgmCollector against a stand-in dcgm-exporter', () => {
+  const exporters: StandInExporter[] = [];
+  const collectors: DcgmCollector[] = [];
+
+  afterEach(async () => {
+    await Promise.all(collectors.splice(0).map((collector) => collector.stop()));
+    await Promise.all(exporters.splice(0).map((exporter) => exporter.close()));
+  });
+
+  async function exporter(): Promise<StandInExporter> {
+    const started = new StandInExporter();
+    await started.listen();
+    exporters.push(started);
+    return started;
+  }
+
+  function collector(options: Partial<DcgmCollectorOptions> & { url: string }) {
+    const { log, lines } = capturedLogger();
+    const made = new DcgmCollector({ intervalMs: 25, select: LLAMA, log, now: () => 1_000, ...options });
+    collectors.push(made);
+    const batches: GpuSample[][] = [];
+    return { collector: made, batches, lines, sink: (samples: GpuSample[]) => batches.push(samples) };
+  }
+
+  it('starts on the first scrape that finds the pod’s GPUs and keeps delivering them', async () => {
+    const stub = await exporter();
+    const { collector: dcgm, batches, sink } = collector({ url: stub.url });
+    await dcgm.start(sink);
+    expect(batches).toHaveLength(1);
+    expect(batches[0]!.map((gpu) => [gpu.index, gpu.at, gpu.utilGpu])).toEqual([
+      [0, 1_000, 100],
+      [1, 1_000, 100],
+    ]);
+    await waitFor(() => batches.length >= 3);
+    const health = dcgm.health();
+    expect(health).toMatchObject({ name: 'dcgm', state: 'ok', lastSampleAt: 1_000, lastError: null });
+    expect(health.samples).toBe(2 * batches.length);
+  });
+
+  it('refuses to start when no GPU matches, naming the selector and the pods it saw', async () => {
+    const stub = await exporter();
+    const { collector: dcgm, sink, lines } = collector({ url: stub.url, select: { pod: 'llama-ft-9', namespace: 'research' } });
+    await expect(dcgm.start(sink)).rejects.toThrow(
+      `dcgm-exporter at ${stub.url}: the exporter reports 4 GPU(s), none with namespace=research pod=llama-ft-9 (pods it maps GPUs to: research/llama-ft-0, serving/vllm-7c9d8-qx2mz)`,
+    );
+    expect(dcgm.health()).toMatchObject({ state: 'failing', samples: 0 });
+    // The caller falls back to another source; a retry warning would be misleading.
+    expect(lines.filter((line) => line.msg === SCRAPE_FAILED)).toEqual([]);
+  });
+
+  it('refuses to start when nothing listens at the URL', async () => {
+    const url = `http://127.0.0.1:${await unusedPort()}/metrics`;
+    const { collector: dcgm, sink } = collector({ url });
+    await expect(dcgm.start(sink)).rejects.toThrow(/ECONNREFUSED/);
+  });
+
+  it('refuses to start when the exporter answers with an HTTP error', async () => {
+    const stub = await exporter();
+    stub.status = 503;
+    const { collector: dcgm, sink } = collector({ url: stub.url });
+    await expect(dcgm.start(sink)).rejects.toThrow(/HTTP 503 Service Unavailable/);
+  });
+
+  it('refuses to start when the exporter does not answer in time', async () => {
+    const stub = await exporter();
+    stub.hang = true;
+    const { collector: dcgm, sink } = collector({ url: stub.url, timeoutMs: 200 });
+    await expect(dcgm.start(sink)).rejects.toThrow('no answer within 200 ms');
+  });
+
+  it('never starts a scrape before the previous one has ended', async () => {
+    const stub = await exporter();
+    stub.delayMs = 100;
+    const { collector: dcgm, sink } = collector({ url: stub.url, intervalMs: 10, timeoutMs: 5_000 });
+    await dcgm.start(sink);
+    await waitFor(() => stub.requests >= 5);
+    expect(stub.maxInFlight).toBe(1);
+  });
+
+  it('keeps retrying a failing exporter, logs the error once, and recovers', async () => {
+    const stub = await exporter();
+    const { collector: dcgm, lines, sink, batches } = collector({ url: stub.url });
+    await dcgm.start(sink);
+    stub.status = 500;
+    const failingFrom = stub.requests;
+    await waitFor(() => stub.requests >= failingFrom + 5);
+    expect(dcgm.health()).toMatchObject({ state: 'failing', lastError: 'HTTP 500 Internal Server Error' });
+    expect(lines.filter((line) => line.msg === SCRAPE_FAILED)).toHaveLength(1);
+
+    stub.status = 200;
+    const delivered = batches.length;
+    await waitFor(() => dcgm.health().state === 'ok' && batches.length > delivered);
+    expect(dcgm.health().lastError).toBeNull();
+    expect(lines.some((line) => line.msg === 'dcgm-exporter scrapes work again')).toBe(true);
+  });
+
+  it('logs again when the error changes', async () => {
+    const stub = await exporter();
+    const { collector: dcgm, lines, sink } = collector({ url: stub.url });
+    await dcgm.start(sink);
+    stub.status = 500;
+    await waitFor(() => lines.some((line) => line.err === 'HTTP 500 Internal Server Error'));
+    stub.status = 200;
+    stub.body = H100_PODS.replaceAll('llama-ft-0', 'llama-ft-1');
+    await waitFor(() => lines.filter((line) => line.msg === SCRAPE_FAILED).length === 2);
+    expect(dcgm.health().lastError).toMatch(/none with namespace=research pod=llama-ft-0/);
+  });
+
+  it('rides out the exporter going away and picks it up when it comes back on the same port', async () => {
+    const stub = await exporter();
+    const { collector: dcgm, sink, batches } = collector({ url: stub.url });
+    await dcgm.start(sink);
+    await stub.close();
+    await waitFor(() => /ECONNREFUSED/.test(dcgm.health().lastError ?? ''));
+    expect(dcgm.health().state).toBe('failing');
+
+    const delivered = batches.length;
+    await stub.listen(stub.port);
+    await waitFor(() => batches.length > delivered);
+    expect(dcgm.health()).toMatchObject({ state: 'ok', lastError: null });
+  });
+
+  it('stops scraping on stop(), even in the middle of a scrape that hangs', async () => {
+    const stub = await exporter();
+    const { collector: dcgm, sink } = collector({ url: stub.url, timeoutMs: 60_000 });
+    await dcgm.start(sink);
+    stub.hang = true;
+    await waitFor(() => stub.inFlight === 1);
+    await dcgm.stop();
+    const requests = stub.requests;
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(stub.requests).toBe(requests);
+    expect(dcgm.health().state).toBe('stopped');
+  });
+});
