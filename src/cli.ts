@@ -1,7 +1,11 @@
 #!/usr/bin/env node
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { LOG_LEVELS, type LogLevel } from './log.js';
-import { serve } from './serve.js';
+import { compare } from './analysis/compare.js';
+import { readSummary } from './outputs/summary-files.js';
+import { GPU_SOURCES } from './counters/registry.js';
+import { renderSummary } from './outputs/summary-render.js';
+import { LOG_LEVELS } from './log.js';
+import { serve, type ServeOptions } from './serve.js';
 import { VERSION } from './server.js';
 
 function integer(min: number, max: number) {
@@ -14,10 +18,25 @@ function integer(min: number, max: number) {
   };
 }
 
-function positiveNumber(value: string): number {
-  const n = Number(value);
-  if (value.trim() === '' || !Number.isFinite(n) || n < 0) throw new InvalidArgumentError('must be a number of seconds >= 0');
-  return n;
+function seconds(min: number, max: number) {
+  return (value: string): number => {
+    const n = Number(value);
+    if (value.trim() === '' || !Number.isFinite(n) || n < min || n > max) {
+      throw new InvalidArgumentError(`must be a number of seconds from ${min} to ${max}`);
+    }
+    return n;
+  };
+}
+
+function httpUrl(value: string): string {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new InvalidArgumentError('must be an http(s) URL such as http://HOST:9400/metrics');
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new InvalidArgumentError('must be an http(s) URL such as http://HOST:9400/metrics');
+  return value;
 }
 
 const program = new Command('stepscope')
@@ -34,7 +53,7 @@ program
   .addOption(
     new Option('--end-grace <seconds>', 'a job whose hooks have all been disconnected this long has ended')
       .default(10)
-      .argParser(positiveNumber)
+      .argParser(seconds(0, 86_400))
       .env('STEPSCOPE_END_GRACE'),
   )
   .addOption(new Option('--log-level <level>', 'log level').choices(LOG_LEVELS).default('info').env('STEPSCOPE_LOG_LEVEL'))
@@ -44,7 +63,19 @@ program
       .argParser(integer(1024, 64 * 1024 * 1024))
       .env('STEPSCOPE_MAX_FRAME_BYTES'),
   )
-  .action(async (options: { host: string; port: number; out?: string; exitOnEnd: boolean; endGrace: number; logLevel: LogLevel; maxFrameBytes: number }) => {
+  .addOption(new Option('--gpu-source <source>', 'where GPU counters come from; auto tries nvidia-smi, then DCGM, then the hooks').choices(GPU_SOURCES).default('auto').env('STEPSCOPE_GPU_SOURCE'))
+  .addOption(new Option('--nvidia-smi <path>', 'the nvidia-smi executable').default('nvidia-smi').env('STEPSCOPE_NVIDIA_SMI'))
+  .addOption(new Option('--gpu-interval <ms>', 'GPU sampling interval').default(500).argParser(integer(100, 60_000)).env('STEPSCOPE_GPU_INTERVAL'))
+  .addOption(new Option('--dcgm-url <url>', "the node's dcgm-exporter, e.g. http://HOST:9400/metrics").argParser(httpUrl).env('STEPSCOPE_DCGM_URL'))
+  .addOption(new Option('--dcgm-pod <name>', "this pod's name, to pick its GPUs from DCGM (default: $POD_NAME)").env('STEPSCOPE_DCGM_POD'))
+  .addOption(new Option('--dcgm-namespace <name>', "this pod's namespace (default: $POD_NAMESPACE)").env('STEPSCOPE_DCGM_NAMESPACE'))
+  .addOption(new Option('--host-interval <ms>', 'host CPU/memory/disk/network sampling interval').default(1000).argParser(integer(250, 60_000)).env('STEPSCOPE_HOST_INTERVAL'))
+  .addOption(new Option('--proc-root <dir>', "where the host's procfs is mounted (e.g. /host/proc from a hostPath volume)").default('/proc').env('STEPSCOPE_PROC_ROOT'))
+  .addOption(new Option('--sim-scenario <file>', 'JSON scenario for --gpu-source sim').env('STEPSCOPE_SIM_SCENARIO'))
+  .addOption(new Option('--window <seconds>', 'length of the window that matches steps with counters and decides verdicts').default(4).argParser(seconds(1, 600)).env('STEPSCOPE_WINDOW'))
+  .addOption(new Option('--hold <seconds>', 'a new verdict takes over once it has held this long').default(2).argParser(seconds(0, 600)).env('STEPSCOPE_HOLD'))
+  .addOption(new Option('--baseline <summary.json>', "a good run's summary: compare against it live and in the summary").env('STEPSCOPE_BASELINE'))
+  .action(async (options) => {
     const sidecar = await serve({
       host: options.host,
       port: options.port,
@@ -53,11 +84,42 @@ program
       endGraceS: options.endGrace,
       logLevel: options.logLevel,
       maxFrameBytes: options.maxFrameBytes,
-    });
-    for (const signal of ['SIGTERM', 'SIGINT'] as const) {
-      process.once(signal, () => void sidecar.stop(signal));
-    }
+      gpuSource: options.gpuSource,
+      nvidiaSmi: options.nvidiaSmi,
+      gpuIntervalMs: options.gpuInterval,
+      dcgmUrl: options.dcgmUrl,
+      dcgmPod: options.dcgmPod ?? process.env.POD_NAME,
+      dcgmNamespace: options.dcgmNamespace ?? process.env.POD_NAMESPACE,
+      hostIntervalMs: options.hostInterval,
+      procRoot: options.procRoot,
+      simScenario: options.simScenario,
+      windowS: options.window,
+      holdS: options.hold,
+      baseline: options.baseline,
+      handleSignals: true,
+    } satisfies ServeOptions);
     process.exitCode = await sidecar.stopped;
+  });
+
+program
+  .command('report')
+  .description('render an end-of-job summary again')
+  .argument('<summary.json>', 'a summary written by the sidecar')
+  .addOption(new Option('--format <format>', 'output format').choices(['text', 'md', 'json']).default('text'))
+  .action(async (file: string, options: { format: 'text' | 'md' | 'json' }) => {
+    const summary = await readSummary(file);
+    process.stdout.write(options.format === 'json' ? JSON.stringify(summary, null, 2) + '\n' : renderSummary(summary, options.format));
+  });
+
+program
+  .command('compare')
+  .description('is it really slower? compare a run against a baseline run')
+  .argument('<baseline>', "the good run's summary.json")
+  .argument('<current>', "this run's summary.json")
+  .option('--json', 'print the comparison as JSON')
+  .action(async (baselineFile: string, currentFile: string, options: { json?: boolean }) => {
+    const comparison = compare(await readSummary(baselineFile), await readSummary(currentFile));
+    process.stdout.write(options.json ? JSON.stringify(comparison, null, 2) + '\n' : comparison.text + '\n');
   });
 
 program.parseAsync().catch((error: Error) => {

@@ -1,10 +1,21 @@
 import type { FastifyInstance } from 'fastify';
+import type { Summary } from './analysis/summary.js';
+import { Analyst } from './analyst.js';
+import { renderSummary } from './outputs/summary-render.js';
+import { readSummary, writeSummaryFiles } from './outputs/summary-files.js';
+import type { HostSample } from './counters/host.js';
+import { CounterStore } from './counters/counter-store.js';
+import { DcgmCollector } from './counters/dcgm.js';
+import { HostCollector } from './counters/host.js';
+import { NvidiaSmiCollector } from './counters/nvidia-smi.js';
+import { GpuSourceError, startGpuSource, type GpuSourceChoice, type GpuSourceOption } from './counters/registry.js';
+import { SimCollector } from './counters/sim.js';
 import { Ingest } from './ingest/ingest.js';
 import { createLogger, type Logger, type LogLevel } from './log.js';
 import { buildServer } from './server.js';
 import { JobStore } from './store/job-store.js';
 import { Journal } from './store/journal.js';
-import { applyEntry } from './store/replay.js';
+import { applyEntry, type World } from './store/replay.js';
 
 export interface ServeOptions {
   host: string;
@@ -14,6 +25,20 @@ export interface ServeOptions {
   endGraceS: number;
   logLevel: LogLevel;
   maxFrameBytes: number;
+  gpuSource: GpuSourceOption;
+  nvidiaSmi: string;
+  gpuIntervalMs: number;
+  dcgmUrl?: string;
+  dcgmPod?: string;
+  dcgmNamespace?: string;
+  hostIntervalMs: number;
+  procRoot: string;
+  simScenario?: string;
+  windowS: number;
+  holdS: number;
+  baseline?: string;
+  /** Stop cleanly, writing summaries, on SIGTERM and SIGINT. */
+  handleSignals?: boolean;
 }
 
 export interface Sidecar {
@@ -27,33 +52,100 @@ export interface Sidecar {
 }
 
 const SETTLE_INTERVAL_MS = 250;
+const ANALYSIS_INTERVAL_MS = 500;
 
-async function openStore(out: string | undefined, log: Logger): Promise<{ store: JobStore; journal: Journal | null }> {
-  const store = new JobStore();
-  if (!out) return { store, journal: null };
+async function loadBaseline(file: string | undefined): Promise<Summary | null> {
+  if (!file) return null;
+  try {
+    return await readSummary(file);
+  } catch (error) {
+    throw new Error(`--baseline ${(error as Error).message}`);
+  }
+}
+
+async function openJournal(out: string | undefined, world: World, log: Logger): Promise<Journal | null> {
+  if (!out) return null;
   const { journal, replay } = await Journal.open(out);
-  for (const entry of replay.entries) applyEntry(store, entry);
-  store.restarted(Date.now());
+  for (const entry of replay.entries) applyEntry(world, entry);
+  world.jobs.restarted(Date.now());
   if (replay.entries.length > 0 || replay.truncatedBytes > 0) {
     log.info(
-      { journal: journal.path, entries: replay.entries.length, corrupt: replay.corrupt, truncated_bytes: replay.truncatedBytes, jobs: store.jobCount },
+      { journal: journal.path, entries: replay.entries.length, corrupt: replay.corrupt, truncated_bytes: replay.truncatedBytes, jobs: world.jobs.jobCount },
       'resumed from journal',
     );
   }
-  return { store, journal };
+  return journal;
+}
+
+function collectorFactories(options: ServeOptions, log: Logger) {
+  return {
+    'nvidia-smi': () => new NvidiaSmiCollector({ binary: options.nvidiaSmi, intervalMs: options.gpuIntervalMs, log }),
+    dcgm: options.dcgmUrl
+      ? () =>
+          new DcgmCollector({
+            url: options.dcgmUrl!,
+            intervalMs: Math.max(options.gpuIntervalMs, 1000),
+            select: { pod: options.dcgmPod, namespace: options.dcgmNamespace },
+            log,
+          })
+      : null,
+    sim: () => new SimCollector({ scenarioFile: options.simScenario, intervalMs: options.gpuIntervalMs }),
+  };
 }
 
 export async function serve(options: ServeOptions): Promise<Sidecar> {
   const log = createLogger(options.logLevel);
-  const { store, journal } = await openStore(options.out, log);
-  const ingest = new Ingest(store, journal);
-  const app = await buildServer({ ingest, log, maxFrameBytes: options.maxFrameBytes });
-  await app.listen({ host: options.host, port: options.port });
-  const address = app.server.address();
-  const port = typeof address === 'object' && address ? address.port : options.port;
-  const url = `ws://${options.host.includes(':') ? `[${options.host}]` : options.host}:${port}`;
-  log.info({ url, port, out: options.out ?? null }, 'listening');
+  const baseline = await loadBaseline(options.baseline);
+  const world: World = {
+    jobs: new JobStore(),
+    counters: new CounterStore<HostSample>(),
+    hookGpu: options.gpuSource === 'hook',
+  };
+  const journal = await openJournal(options.out, world, log);
+  const ingest = new Ingest(world, journal, { gpuIntervalMs: options.gpuIntervalMs });
+  const fail = (what: string) => (error: Error) => log.error({ err: error.message }, `${what} not recorded`);
 
+  let gpu: GpuSourceChoice;
+  try {
+    gpu = await startGpuSource(options.gpuSource, collectorFactories(options, log), (samples) => void ingest.gpuSamples(samples).catch(fail('GPU samples')), log);
+  } catch (error) {
+    await journal?.close();
+    if (error instanceof GpuSourceError) throw new Error(`--gpu-source ${options.gpuSource}: ${error.message}`);
+    throw error;
+  }
+  // Hook-forwarded GPU readings only count when they are the source; welcome tells hooks whether to send them.
+  world.hookGpu = gpu.source === 'hook';
+  ingest.wants.nvml = world.hookGpu;
+
+  const host = new HostCollector({ intervalMs: options.hostIntervalMs, procRoot: options.procRoot, log });
+  await host.start((sample) => void ingest.hostSample(sample).catch(fail('host sample')));
+
+  const analyst = new Analyst(world, { windowMs: options.windowS * 1000, holdMs: options.holdS * 1000, baseline });
+  const analysisTimer = setInterval(() => {
+    for (const event of analyst.tick(Date.now())) {
+      log.info(
+        { job: event.job, rank: event.rank, from: event.from, to: event.to, cause: event.cause, since: new Date(event.since).toISOString(), rule: event.judgement.evidence.rule },
+        event.rank === null ? 'job verdict changed' : 'rank verdict changed',
+      );
+    }
+  }, ANALYSIS_INTERVAL_MS);
+
+  const writeUp = async (jobId: string, at: number) => {
+    const summary = analyst.summary(jobId, at);
+    if (!summary) return;
+    const files = options.out ? await writeSummaryFiles(options.out, summary).catch((error: Error) => (log.error({ err: error.message }, 'summary not written'), [])) : [];
+    log.info({ job: jobId, verdict: summary.verdict, cause: summary.cause, steps: summary.steps, files }, renderSummary(summary, 'text'));
+  };
+
+  const app = await buildServer({
+    ingest,
+    log,
+    analyst,
+    maxFrameBytes: options.maxFrameBytes,
+    windowMs: options.windowS * 1000,
+    sources: () => ({ gpu: { source: gpu.source, reason: gpu.reason, health: gpu.health() }, host: host.health() }),
+  });
+  let settling = Promise.resolve();
   let resolveStopped: (code: number) => void = () => undefined;
   const stopped = new Promise<number>((resolve) => (resolveStopped = resolve));
   let stopping: Promise<number> | null = null;
@@ -61,8 +153,13 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
   const stop = (reason: string): Promise<number> => {
     stopping ??= (async () => {
       clearInterval(settleTimer);
-      const endedNow = store.endAll(Date.now());
+      clearInterval(analysisTimer);
+      await settling;
+      const at = Date.now();
+      const endedNow = world.jobs.endAll(at);
       log.info({ reason, jobs_ended: endedNow }, 'stopping');
+      for (const job of endedNow) await writeUp(job, at);
+      await Promise.allSettled([gpu.collector?.stop(), host.stop()]);
       await app.close();
       await journal?.close();
       resolveStopped(0);
@@ -70,14 +167,29 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
     })();
     return stopping;
   };
+  // Before listening: a pod may be stopped the moment it is ready, and its summary is still owed.
+  if (options.handleSignals) {
+    for (const signal of ['SIGTERM', 'SIGINT'] as const) process.once(signal, () => void stop(signal));
+  }
 
   const settleTimer = setInterval(() => {
-    for (const job of store.settle(Date.now(), options.endGraceS * 1000)) {
-      const snapshot = store.snapshot(Date.now()).find((j) => j.job === job);
-      log.info({ job, reason: snapshot?.end_reason, steps: snapshot?.steps, dropped: snapshot?.dropped }, 'job ended');
-    }
-    if (options.exitOnEnd && store.allEnded()) void stop('every job ended');
+    const at = Date.now();
+    const ended = world.jobs.settle(at, options.endGraceS * 1000);
+    settling = settling.then(async () => {
+      for (const id of ended) {
+        const job = world.jobs.snapshot(at).find((j) => j.job === id);
+        log.info({ job: id, reason: job?.end_reason, steps: job?.steps, dropped: job?.dropped }, 'job ended');
+        await writeUp(id, at);
+      }
+      if (options.exitOnEnd && world.jobs.allEnded()) void stop('every job ended');
+    });
   }, SETTLE_INTERVAL_MS);
+
+  await app.listen({ host: options.host, port: options.port });
+  const address = app.server.address();
+  const port = typeof address === 'object' && address ? address.port : options.port;
+  const url = `ws://${options.host.includes(':') ? `[${options.host}]` : options.host}:${port}`;
+  log.info({ url, port, out: options.out ?? null, gpu_source: gpu.source }, 'listening');
 
   return { app, ingest, log, url, stopped, stop };
 }

@@ -2,13 +2,18 @@ import websocket from '@fastify/websocket';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { HookConnection } from './ingest/connection.js';
+import type { Analyst } from './analyst.js';
 import type { Ingest } from './ingest/ingest.js';
 import { CloseCode } from './protocol/messages.js';
+import { sidecarState, type SourceStatus } from './state.js';
 
 export interface ServerOptions {
   ingest: Ingest;
+  analyst: Analyst;
   log: Logger;
   maxFrameBytes: number;
+  windowMs: number;
+  sources: () => SourceStatus;
   now?: () => number;
 }
 
@@ -34,16 +39,18 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
 
   app.get('/healthz', async () => ({ status: 'ok' }));
 
-  app.get('/v1/state', async () => {
-    const at = now();
-    return {
-      version: VERSION,
-      now: new Date(at).toISOString(),
-      uptime_s: (at - startedAt) / 1000,
+  app.get('/v1/state', async () =>
+    sidecarState({
+      world: ingest.world,
+      analyst: options.analyst,
       ingest: ingest.stats,
-      jobs: ingest.store.snapshot(at),
-    };
-  });
+      sources: options.sources(),
+      version: VERSION,
+      startedAt,
+      at: now(),
+      windowMs: options.windowMs,
+    }),
+  );
 
   app.get('/v1/ingest', { websocket: true }, (socket, request) => {
     const hook = new HookConnection(socket, ingest, log, `${request.socket.remoteAddress}:${request.socket.remotePort}`);

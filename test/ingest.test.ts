@@ -6,7 +6,8 @@ import { startSidecar, tempDir, waitFor, type RunningSidecar } from './support/s
 describe('ingest over a real websocket', () => {
   let sidecar: RunningSidecar;
   beforeEach(async () => {
-    sidecar = await startSidecar();
+    // A fixed GPU source: `auto` answers differently on a machine with nvidia-smi.
+    sidecar = await startSidecar(['--gpu-source', 'none']);
   });
   afterEach(async () => {
     await sidecar.stop();
@@ -15,7 +16,13 @@ describe('ingest over a real websocket', () => {
   it('acknowledges step records and shows them per rank in /v1/state', async () => {
     const hook = await TestHook.connect(sidecar.ingestUrl);
     hook.send(hello());
-    expect(await hook.next((m) => m.type === 'welcome')).toEqual({ v: 1, type: 'welcome', session: 'sess-0', ack: 0 });
+    expect(await hook.next((m) => m.type === 'welcome')).toEqual({
+      v: 1,
+      type: 'welcome',
+      session: 'sess-0',
+      ack: 0,
+      counters: { nvml: false, interval_ms: 500, process: true },
+    });
     hook.send(steps(range(1, 10).map((seq) => row({ seq, durMs: 10, dataMs: 4, h2dMs: 1, computeMs: 3 }))));
     expect(await hook.next((m) => m.type === 'ack')).toEqual({ v: 1, type: 'ack', ack: 10 });
 

@@ -88,6 +88,7 @@ export class HookConnection {
         this.log.info({ job: hello.job, rank: hello.rank, reason: message.reason }, 'rank ended');
         break;
       case 'counters':
+        this.ingest.counters(hello.session, message).catch((error: Error) => this.fail(error));
         break;
     }
   }
@@ -105,7 +106,7 @@ export class HookConnection {
     }
     accepted.then(
       (result) => {
-        this.send({ type: 'welcome', session: hello.session, ack: result.ack });
+        this.send({ type: 'welcome', session: hello.session, ack: result.ack, counters: this.ingest.wants });
         this.log.info({ session: hello.session, resumed: result.resumed, ack: result.ack, world_size: hello.world_size }, 'hook connected');
       },
       (error: Error) => this.fail(error),

@@ -1,7 +1,10 @@
+import type { HostSample } from '../counters/host.js';
+import type { GpuSample } from '../counters/types.js';
+import type { CounterBatch } from '../protocol/counters.js';
 import type { Env, Hello, Steps } from '../protocol/messages.js';
-import type { HelloResult, JobStore } from '../store/job-store.js';
+import type { HelloResult } from '../store/job-store.js';
 import { toRow, type Journal, type JournalEntry } from '../store/journal.js';
-import { applyEntry } from '../store/replay.js';
+import { applyEntry, type World } from '../store/replay.js';
 
 export interface IngestStats {
   connections: number;
@@ -26,11 +29,22 @@ export class Ingest {
     rejected: {},
   };
 
+  private readonly now: () => number;
+  /** What the hooks are asked to forward, in `welcome`. */
+  readonly wants: { nvml: boolean; interval_ms: number; process: boolean };
+
   constructor(
-    readonly store: JobStore,
+    readonly world: World,
     private readonly journal: Journal | null,
-    private readonly now: () => number = Date.now,
-  ) {}
+    options: { now?: () => number; gpuIntervalMs?: number } = {},
+  ) {
+    this.now = options.now ?? Date.now;
+    this.wants = { nvml: world.hookGpu, interval_ms: options.gpuIntervalMs ?? 500, process: true };
+  }
+
+  get store() {
+    return this.world.jobs;
+  }
 
   hello(hello: Hello): Promise<HelloResult> {
     const at = this.now();
@@ -39,9 +53,7 @@ export class Ingest {
   }
 
   env(session: string, env: Env): Promise<void> {
-    const entry: JournalEntry = { t: 'env', at: this.now(), session, env };
-    applyEntry(this.store, entry);
-    return this.record(entry);
+    return this.apply({ t: 'env', at: this.now(), session, env });
   }
 
   /** Resolves to the sequence number to acknowledge. */
@@ -60,9 +72,20 @@ export class Ingest {
 
   /** Resolves to the sequence number to acknowledge, once the end is recorded. */
   end(session: string, reason: string): Promise<number> {
-    const entry: JournalEntry = { t: 'end', at: this.now(), session, reason };
-    applyEntry(this.store, entry);
-    return this.record(entry).then(() => this.store.ack(session));
+    return this.apply({ t: 'end', at: this.now(), session, reason }).then(() => this.store.ack(session));
+  }
+
+  counters(session: string, batch: CounterBatch): Promise<void> {
+    return this.apply({ t: 'counters', at: this.now(), session, batch });
+  }
+
+  /** Samples from the sidecar's own GPU collector. */
+  gpuSamples(samples: GpuSample[]): Promise<void> {
+    return this.apply({ t: 'gpu', at: this.now(), samples });
+  }
+
+  hostSample(sample: HostSample): Promise<void> {
+    return this.apply({ t: 'host', at: this.now(), sample });
   }
 
   connected(session: string): void {
@@ -75,6 +98,11 @@ export class Ingest {
 
   rejected(code: number): void {
     this.stats.rejected[code] = (this.stats.rejected[code] ?? 0) + 1;
+  }
+
+  private apply(entry: JournalEntry): Promise<void> {
+    applyEntry(this.world, entry);
+    return this.record(entry);
   }
 
   private durable(): Promise<void> {

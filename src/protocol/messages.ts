@@ -1,4 +1,5 @@
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+import { parseCounterBatch, type CounterBatch } from './counters.js';
 
 export const PROTOCOL_VERSION = 1;
 
@@ -65,11 +66,7 @@ export interface End {
   reason: string;
 }
 
-export interface Counters {
-  type: 'counters';
-  source: string;
-  samples: unknown[];
-}
+export type Counters = { type: 'counters' } & CounterBatch;
 
 export type HookMessage = Hello | EnvUpdate | Steps | End | Counters;
 
@@ -135,7 +132,7 @@ const schemas = {
     required: ['source', 'samples'],
     properties: {
       source: { type: 'string', maxLength: 64 },
-      samples: { type: 'array', maxItems: 4096 },
+      samples: { type: 'array', maxItems: 64 },
     },
   },
 } as const;
@@ -183,8 +180,11 @@ export function parseHookMessage(value: unknown): HookMessage {
       return parseSteps(frame);
     case 'end':
       return { type: 'end', reason: frame.reason as string };
-    case 'counters':
-      return { type: 'counters', source: frame.source as string, samples: frame.samples as unknown[] };
+    case 'counters': {
+      const batch = parseCounterBatch(frame.source, frame.samples);
+      if (typeof batch === 'string') throw new ProtocolError(CloseCode.invalidPayload, batch);
+      return { type: 'counters', ...batch };
+    }
   }
 }
 
@@ -306,6 +306,8 @@ export interface Welcome {
   type: 'welcome';
   session: string;
   ack: number;
+  /** Which counters the sidecar wants the hook to forward, and how often (ms). */
+  counters: { nvml: boolean; interval_ms: number; process: boolean };
 }
 
 export interface Ack {

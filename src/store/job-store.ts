@@ -1,5 +1,10 @@
+import type { ProcessAt } from '../analysis/window.js';
+import type { CounterBatch, NvmlSample } from '../protocol/counters.js';
 import type { Env, Hello, StepRecord } from '../protocol/messages.js';
+import { emptyGpuSample, type GpuSample } from '../counters/types.js';
+import { LogHistogram } from './histogram.js';
 import { percentile, Ring } from './ring.js';
+import { addStep, emptySums, StepBuckets, type StepSums } from './step-buckets.js';
 
 /**
  * What the sidecar knows about the jobs that report to it. Pure: every method takes the
@@ -8,20 +13,6 @@ import { percentile, Ring } from './ring.js';
  */
 
 export type EndReason = 'all-ranks-ended' | 'disconnected' | 'shutdown';
-
-export interface PhaseTotals {
-  durNs: number;
-  dataNs: number;
-  h2dNs: number;
-  computeNs: number;
-  otherNs: number;
-  samples: number;
-  gpuTimedSteps: number;
-  gpuH2dNs: number;
-  gpuComputeNs: number;
-  gpuIdleSteps: number;
-  gpuIdleNs: number;
-}
 
 interface Session {
   id: string;
@@ -36,6 +27,15 @@ interface Session {
   ended: boolean;
   /** Sidecar clock minus hook wall clock, measured when hello arrived (includes transit). */
   clockOffsetMs: number;
+  /** Sidecar time and hook monotonic time at the latest hello: maps hook times onto the sidecar's clock. */
+  helloAt: number;
+  monoAtHello: number;
+}
+
+/** A step record placed on the sidecar's clock. */
+export interface TimedStep {
+  record: StepRecord;
+  endAt: number;
 }
 
 interface Rank {
@@ -47,8 +47,28 @@ interface Rank {
   steps: number;
   lastStep: number;
   lastStepAt: number | null;
-  totals: PhaseTotals;
-  recent: Ring<StepRecord>;
+  /** Sidecar-clock end of the newest step. */
+  lastStepEndAt: number | null;
+  totals: StepSums;
+  recent: Ring<TimedStep>;
+  buckets: StepBuckets;
+  histogram: LogHistogram;
+  process: Ring<ProcessAt>;
+}
+
+/** Read-only access to one rank's recent history, for windows and verdicts. */
+export interface RankView {
+  job: string;
+  rank: number;
+  localRank: number;
+  env: Env;
+  buckets: StepBuckets;
+  histogram: LogHistogram;
+  totals: StepSums;
+  steps(): number;
+  lastStepEndAt(): number | null;
+  recent(): TimedStep[];
+  process(): ProcessAt[];
 }
 
 interface Job {
@@ -76,42 +96,6 @@ export interface StepsResult {
 export interface StoreOptions {
   /** Step records kept per rank for recent step times. */
   recentSteps?: number;
-}
-
-const emptyTotals = (): PhaseTotals => ({
-  durNs: 0,
-  dataNs: 0,
-  h2dNs: 0,
-  computeNs: 0,
-  otherNs: 0,
-  samples: 0,
-  gpuTimedSteps: 0,
-  gpuH2dNs: 0,
-  gpuComputeNs: 0,
-  gpuIdleSteps: 0,
-  gpuIdleNs: 0,
-});
-
-export function otherNs(record: StepRecord): number {
-  return Math.max(0, record.durNs - record.dataNs - record.h2dNs - record.computeNs);
-}
-
-function addRecord(totals: PhaseTotals, record: StepRecord): void {
-  totals.durNs += record.durNs;
-  totals.dataNs += record.dataNs;
-  totals.h2dNs += record.h2dNs;
-  totals.computeNs += record.computeNs;
-  totals.otherNs += otherNs(record);
-  totals.samples += record.samples ?? 0;
-  if (record.gpuH2dNs !== null || record.gpuComputeNs !== null) {
-    totals.gpuTimedSteps += 1;
-    totals.gpuH2dNs += record.gpuH2dNs ?? 0;
-    totals.gpuComputeNs += record.gpuComputeNs ?? 0;
-  }
-  if (record.gpuIdleNs !== null) {
-    totals.gpuIdleSteps += 1;
-    totals.gpuIdleNs += record.gpuIdleNs;
-  }
 }
 
 export class UnknownSessionError extends Error {}
@@ -143,6 +127,8 @@ export class JobStore {
         connections: 0,
         ended: false,
         clockOffsetMs: 0,
+        helloAt: at,
+        monoAtHello: 0,
       };
       this.sessions.set(session.id, session);
       rank.sessions.push(session);
@@ -150,6 +136,8 @@ export class JobStore {
     }
     session.ended = false;
     session.clockOffsetMs = at - hello.clock.wall_ms;
+    session.helloAt = at;
+    session.monoAtHello = hello.clock.mono_ns;
     Object.assign(session.rank.env, hello.env);
     if (job.endedAt !== null) {
       job.endedAt = null;
@@ -175,8 +163,12 @@ export class JobStore {
       }
       session.maxSeq = record.seq;
       accepted.push(record);
-      addRecord(rank.totals, record);
-      rank.recent.push(record);
+      addStep(rank.totals, record);
+      const endAt = toSidecarMs(session, record.endNs);
+      rank.recent.push({ record, endAt });
+      rank.buckets.add(record, endAt);
+      rank.histogram.add(record.durNs / 1e6);
+      rank.lastStepEndAt = Math.max(rank.lastStepEndAt ?? endAt, endAt);
       rank.steps += 1;
       rank.lastStep = record.step;
     }
@@ -184,6 +176,41 @@ export class JobStore {
     session.duplicates += duplicates;
     session.dropped = Math.max(session.dropped, dropped);
     return { accepted, duplicates, ack: session.maxSeq };
+  }
+
+  /**
+   * Keeps the process counters on the rank; returns forwarded NVML samples as GPU samples, both
+   * placed on the sidecar's clock.
+   */
+  counters(sessionId: string, batch: CounterBatch): GpuSample[] {
+    const session = this.session(sessionId);
+    if (batch.source === 'process') {
+      for (const sample of batch.samples) session.rank.process.push({ ...sample, at: toSidecarMs(session, sample.at_ns) });
+      return [];
+    }
+    return batch.samples.map((sample) => nvmlToGpuSample(sample, toSidecarMs(session, sample.at_ns)));
+  }
+
+  rankViews(): RankView[] {
+    const views: RankView[] = [];
+    for (const job of this.jobs.values()) {
+      for (const rank of job.ranks.values()) {
+        views.push({
+          job: job.id,
+          rank: rank.rank,
+          localRank: rank.localRank,
+          env: rank.env,
+          buckets: rank.buckets,
+          histogram: rank.histogram,
+          totals: rank.totals,
+          steps: () => rank.steps,
+          lastStepEndAt: () => rank.lastStepEndAt,
+          recent: () => rank.recent.toArray(),
+          process: () => rank.process.toArray(),
+        });
+      }
+    }
+    return views;
   }
 
   /** Highest sequence number held for the session. */
@@ -304,8 +331,12 @@ export class JobStore {
         steps: 0,
         lastStep: -1,
         lastStepAt: null,
-        totals: emptyTotals(),
+        lastStepEndAt: null,
+        totals: emptySums(),
         recent: new Ring(this.recentSteps),
+        buckets: new StepBuckets(),
+        histogram: new LogHistogram(),
+        process: new Ring(120),
       };
       job.ranks.set(hello.rank, rank);
     }
@@ -380,7 +411,7 @@ const seconds = (ns: number) => ns / 1e9;
 const ms = (ns: number) => Math.round(ns / 1e3) / 1e3;
 const finiteOrNull = (value: number) => (Number.isFinite(value) ? value : null);
 
-export function breakdownOf(totals: PhaseTotals): Breakdown {
+export function breakdownOf(totals: StepSums): Breakdown {
   const total = totals.dataNs + totals.h2dNs + totals.computeNs + totals.otherNs;
   const share = (ns: number) => (total > 0 ? ns / total : 0);
   return {
@@ -391,9 +422,34 @@ export function breakdownOf(totals: PhaseTotals): Breakdown {
   };
 }
 
+function nvmlToGpuSample(s: NvmlSample, at: number): GpuSample {
+  return {
+    ...emptyGpuSample(at, s.index ?? 0),
+    uuid: s.uuid,
+    name: s.name,
+    utilGpu: s.util_gpu,
+    utilMem: s.util_mem,
+    memUsedMiB: s.mem_used_mib,
+    memTotalMiB: s.mem_total_mib,
+    tempC: s.temp_c,
+    powerW: s.power_w,
+    powerLimitW: s.power_limit_w,
+    smClockMHz: s.sm_clock_mhz,
+    smClockMaxMHz: s.sm_clock_max_mhz,
+    memClockMHz: s.mem_clock_mhz,
+    pstate: s.pstate,
+    throttleReasons: s.throttle_reasons,
+  };
+}
+
+/** Hook monotonic ns -> sidecar clock ms, through the latest hello's pair of readings. */
+function toSidecarMs(session: Session, monoNs: number): number {
+  return session.helloAt + (monoNs - session.monoAtHello) / 1e6;
+}
+
 function rankSnapshot(rank: Rank): RankSnapshot {
   const recent = rank.recent.toArray();
-  const stepMs = recent.map((record) => ms(record.durNs));
+  const stepMs = recent.map((step) => ms(step.record.durNs));
   const sorted = stepMs.slice().sort((a, b) => a - b);
   const totals = rank.totals;
   return {

@@ -2,6 +2,9 @@ import { createReadStream } from 'node:fs';
 import { mkdir, open, stat, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
+import type { HostSample } from '../counters/host.js';
+import type { GpuSample } from '../counters/types.js';
+import type { CounterBatch } from '../protocol/counters.js';
 import type { Env, Hello, StepRecord } from '../protocol/messages.js';
 
 /**
@@ -14,7 +17,10 @@ export type JournalEntry =
   | { t: 'hello'; at: number; hello: Hello }
   | { t: 'env'; at: number; session: string; env: Env }
   | { t: 'steps'; at: number; session: string; dropped: number; rows: StepRow[] }
-  | { t: 'end'; at: number; session: string; reason: string };
+  | { t: 'end'; at: number; session: string; reason: string }
+  | { t: 'counters'; at: number; session: string; batch: CounterBatch }
+  | { t: 'gpu'; at: number; samples: GpuSample[] }
+  | { t: 'host'; at: number; sample: HostSample };
 
 /** A step record as stored: the protocol's `fields` order. */
 export type StepRow = (number | null)[];

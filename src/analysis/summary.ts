@@ -1,0 +1,180 @@
+import type { GpuOverJob } from '../counters/gpu-aggregate.js';
+import type { Env } from '../protocol/messages.js';
+import { LogHistogram } from '../store/histogram.js';
+import { breakdownOf, type Breakdown, type JobSnapshot, type RankView } from '../store/job-store.js';
+import { emptySums, mergeSums } from '../store/step-buckets.js';
+import type { Comparison } from './compare.js';
+import type { JobAnalysis, TimelineSegment } from './job-analysis.js';
+import type { Recommendation } from './recommendations.js';
+import type { Straggler } from './straggler.js';
+import type { Cause, Evidence, Verdict } from './verdict.js';
+
+export const SUMMARY_SCHEMA = 'stepscope.summary/v1';
+
+export interface StepMs {
+  mean: number | null;
+  p50: number | null;
+  p90: number | null;
+  p99: number | null;
+}
+
+export interface RankSummary {
+  rank: number;
+  local_rank: number;
+  host: string;
+  steps: number;
+  breakdown: Breakdown;
+  step_ms: StepMs;
+  verdict: Verdict;
+  cause: Cause;
+  straggler: boolean;
+}
+
+export interface GpuSummary extends GpuOverJob {
+  index: number;
+  uuid: string | null;
+  name: string | null;
+  ranks: number[];
+}
+
+export interface Summary {
+  schema: typeof SUMMARY_SCHEMA;
+  job: string;
+  started_at: string;
+  ended_at: string;
+  end_reason: string | null;
+  headline: string;
+  verdict: Verdict;
+  cause: Cause;
+  /** Share of the job's time (after warm-up) the verdict held. */
+  verdict_share: number | null;
+  steps: number;
+  lost: number;
+  duplicates: number;
+  duration_s: number;
+  world_size: number;
+  breakdown: Breakdown;
+  /** CUDA path only: GPU-side phase times and the idle gap, as shares of step time. */
+  gpu_breakdown: { h2d: number; compute: number; idle: number } | null;
+  step_ms: StepMs;
+  samples_per_s: number | null;
+  ranks: RankSummary[];
+  straggler: (Straggler & { seconds: number }) | null;
+  timeline: TimelineSegment[];
+  gpus: GpuSummary[];
+  env: Env;
+  recommendations: Recommendation[];
+  evidence: Evidence | null;
+  baseline?: Comparison;
+}
+
+const round = (x: number, digits = 3) => Math.round(x * 10 ** digits) / 10 ** digits;
+const roundOrNull = (x: number | null, digits = 3) => (x === null ? null : round(x, digits));
+
+function stepMs(histogram: LogHistogram, meanMs: number | null): StepMs {
+  return {
+    mean: roundOrNull(meanMs),
+    p50: roundOrNull(histogram.quantile(0.5)),
+    p90: roundOrNull(histogram.quantile(0.9)),
+    p99: roundOrNull(histogram.quantile(0.99)),
+  };
+}
+
+const roundBreakdown = (b: Breakdown): Breakdown => ({ data: round(b.data, 4), h2d: round(b.h2d, 4), compute: round(b.compute, 4), other: round(b.other, 4) });
+
+export interface SummaryInput {
+  job: JobSnapshot;
+  views: RankView[];
+  analysis: JobAnalysis;
+  gpus: GpuSummary[];
+  at: number;
+}
+
+function headline(verdict: Verdict, cause: Cause, share: number | null, evidence: Evidence | null, steps: number): string {
+  if (steps === 0) return 'No steps were received.';
+  const name = verdict;
+  const held = share === null ? '' : ` for ${Math.round(share * 100)}% of the job`;
+  const because = cause ? ` (${cause})` : '';
+  const rule = evidence ? `: ${evidence.rule}` : '';
+  return `${name[0]!.toUpperCase()}${name.slice(1)}${because}${held}${rule}.`;
+}
+
+function dedupe(recommendations: Recommendation[]): Recommendation[] {
+  const seen = new Set<string>();
+  return recommendations.filter((r) => (seen.has(r.id) ? false : (seen.add(r.id), true)));
+}
+
+/** The end-of-job summary. Pure: it reads the job's state and analysis as of `at`. */
+export function buildSummary({ job, views, analysis, gpus, at }: SummaryInput): Summary {
+  const totals = emptySums();
+  const histogram = new LogHistogram();
+  for (const view of views) {
+    mergeSums(totals, view.totals);
+    histogram.merge(view.histogram);
+  }
+  const endedAt = at;
+  const timeline = analysis.timeline(endedAt);
+  const dominant = analysis.dominant(endedAt);
+  const current = analysis.jobVerdict()?.judgement ?? null;
+  const verdict: Verdict = dominant?.verdict ?? current?.verdict ?? 'idle';
+  const cause: Cause = dominant?.cause ?? current?.cause ?? null;
+  const activeSeconds = timeline.filter((s) => s.verdict !== 'warming-up' && s.verdict !== 'idle').reduce((a, s) => a + s.end_s - s.start_s, 0);
+  const share = dominant && activeSeconds > 0 ? round(dominant.seconds / activeSeconds) : null;
+  const evidence = dominant?.judgement?.evidence ?? current?.evidence ?? null;
+  const straggler = analysis.mainStraggler();
+  const recommendations = dedupe([
+    ...(dominant?.judgement?.recommendations ?? current?.recommendations ?? []),
+    ...timeline.flatMap((segment) => (segment.verdict === verdict ? [] : (analysis.dominantJudgement(segment.verdict)?.recommendations ?? []))),
+  ]);
+  const ranks = views
+    .slice()
+    .sort((a, b) => a.rank - b.rank)
+    .map((view): RankSummary => {
+      const snapshot = job.ranks.find((r) => r.rank === view.rank)!;
+      const rankDominant = analysis.dominant(endedAt, view.rank);
+      const held = analysis.rankVerdict(view.rank)?.judgement;
+      return {
+        rank: view.rank,
+        local_rank: view.localRank,
+        host: snapshot.host,
+        steps: snapshot.steps,
+        breakdown: roundBreakdown(breakdownOf(view.totals)),
+        step_ms: stepMs(view.histogram, view.totals.steps ? view.totals.durNs / view.totals.steps / 1e6 : null),
+        verdict: rankDominant?.verdict ?? held?.verdict ?? 'idle',
+        cause: rankDominant?.cause ?? held?.cause ?? null,
+        straggler: straggler?.rank === view.rank,
+      };
+    });
+  const totalDur = totals.durNs;
+  return {
+    schema: SUMMARY_SCHEMA,
+    job: job.job,
+    started_at: job.started_at,
+    ended_at: new Date(endedAt).toISOString(),
+    end_reason: job.end_reason,
+    headline: headline(verdict, cause, share, evidence, job.steps),
+    verdict,
+    cause,
+    verdict_share: share,
+    steps: job.steps,
+    lost: job.dropped,
+    duplicates: job.duplicates,
+    duration_s: round(job.duration_s, 2),
+    world_size: job.world_size,
+    breakdown: roundBreakdown(breakdownOf(totals)),
+    gpu_breakdown:
+      totals.gpuTimedSteps && totalDur
+        ? { h2d: round(totals.gpuH2dNs / totalDur, 4), compute: round(totals.gpuComputeNs / totalDur, 4), idle: round(totals.gpuIdleNs / totalDur, 4) }
+        : null,
+    step_ms: stepMs(histogram, totals.steps ? totals.durNs / totals.steps / 1e6 : null),
+    samples_per_s: totals.samplesSteps && job.duration_s > 0 ? round(totals.samples / job.duration_s, 1) : null,
+    ranks,
+    straggler,
+    timeline,
+    gpus,
+    env: (job.ranks[0]?.env as Env | undefined) ?? {},
+    recommendations,
+    evidence,
+  };
+}
+

@@ -1,0 +1,56 @@
+import type { Cause, Judgement, Verdict } from './verdict.js';
+
+export interface VerdictChange {
+  /** When the new verdict began (it has held since then). */
+  since: number;
+  /** When the change was decided, `holdMs` or more after `since`. */
+  at: number;
+  from: Verdict | null;
+  fromCause: Cause;
+  to: Verdict;
+  cause: Cause;
+  judgement: Judgement;
+}
+
+const sameState = (a: Judgement, b: Judgement) => a.verdict === b.verdict && a.cause === b.cause;
+
+/**
+ * Keeps a verdict from flapping: a new verdict (or cause) takes over only once every judgement for
+ * `holdMs` has agreed on it. The first judgement is taken as it is.
+ */
+export class VerdictTracker {
+  private held: { judgement: Judgement; since: number } | null = null;
+  private pending: { judgement: Judgement; since: number } | null = null;
+
+  constructor(readonly holdMs = 3_000) {}
+
+  get current(): { judgement: Judgement; since: number } | null {
+    return this.held;
+  }
+
+  get candidate(): { judgement: Judgement; since: number } | null {
+    return this.pending;
+  }
+
+  update(judgement: Judgement, at: number): VerdictChange | null {
+    if (!this.held) {
+      this.held = { judgement, since: at };
+      return { since: at, at, from: null, fromCause: null, to: judgement.verdict, cause: judgement.cause, judgement };
+    }
+    if (sameState(this.held.judgement, judgement)) {
+      this.held.judgement = judgement;
+      this.pending = null;
+      return null;
+    }
+    if (!this.pending || !sameState(this.pending.judgement, judgement)) {
+      this.pending = { judgement, since: at };
+      if (this.holdMs > 0) return null;
+    }
+    this.pending.judgement = judgement;
+    if (at - this.pending.since < this.holdMs) return null;
+    const previous = this.held.judgement;
+    this.held = this.pending;
+    this.pending = null;
+    return { since: this.held.since, at, from: previous.verdict, fromCause: previous.cause, to: judgement.verdict, cause: judgement.cause, judgement };
+  }
+}

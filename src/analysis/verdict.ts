@@ -1,0 +1,215 @@
+import type { Env } from '../protocol/messages.js';
+import type { ThrottleReasonName } from '../counters/types.js';
+import { recommendationsFor, type Recommendation } from './recommendations.js';
+import type { RankWindow } from './window.js';
+
+/**
+ * The bottleneck rules: one rank's window in, a verdict with its evidence out. Pure. The rules,
+ * their thresholds and the reasoning behind them are in docs/verdicts.md; the numbers live here.
+ */
+
+export const VERDICTS = ['input-bound', 'transfer-bound', 'host-bound', 'throttled', 'compute-bound', 'warming-up', 'idle'] as const;
+export type Verdict = (typeof VERDICTS)[number];
+
+export type InputCause = 'cpu-saturated' | 'cgroup-throttled' | 'io-wait' | 'few-workers' | 'unknown';
+export type ThrottleCause = 'thermal' | 'power' | 'hw-slowdown' | 'clocks-low';
+export type HostCause = 'outside-phases' | 'gpu-idle-in-compute';
+export type Cause = InputCause | ThrottleCause | HostCause | null;
+
+export interface Evidence {
+  /** The rule that decided, in words, with its numbers. */
+  rule: string;
+  /** Shares of step time lost to each limiter (0..1), as the rules weighed them. */
+  lost: Partial<Record<'input' | 'transfer' | 'host' | 'throttle', number>>;
+  figures: Record<string, number | string | null>;
+}
+
+export interface Judgement {
+  verdict: Verdict;
+  cause: Cause;
+  evidence: Evidence;
+  recommendations: Recommendation[];
+}
+
+export const THRESHOLDS = {
+  /** Fewer steps than this in all are still warming up (compilation, autotuning, worker start). */
+  warmupSteps: 20,
+  /** No step ended for this long (or 3 median steps, if longer): idle. */
+  idleMs: 10_000,
+  /** Input-bound at 20% of step time lost waiting for data: TF profiler's "highly input-bound", TraceML's critical. */
+  input: 0.2,
+  /** ... and at least this much per step (TraceML's floor), so sub-millisecond jitter of tiny steps is not a verdict. */
+  inputMinMsPerStep: 2,
+  transfer: 0.2,
+  /** Higher than input: some loop overhead outside the phases is normal. */
+  host: 0.25,
+  /** Time lost to low clocks, as a share of step time. */
+  throttle: 0.1,
+  /** SM clock below this fraction of its maximum counts as held down... */
+  clockFrac: 0.85,
+  /** ... when a harmful reason is active in at least this share of the window's samples ... */
+  reasonShare: 0.5,
+  /** ... and the GPU is busy (%); an idle GPU drops its clocks by design. */
+  busyUtil: 50,
+  /** Busy and below this fraction with no reason given: clocks set low (application or locked clocks). */
+  clocksLowFrac: 0.7,
+  clocksLowUtil: 80,
+  /** The compute phase with the GPU mostly idle: the CPU side of the model is the limit. */
+  computeIdleUtil: 40,
+  computeIdleShare: 0.5,
+  /** A verdict in force keeps its place until its lost share falls below this fraction of its threshold. */
+  stickiness: 0.75,
+  /** Causes of input-bound. */
+  cgroupThrottledShare: 0.25,
+  iowaitPct: 10,
+  cpuSaturatedPct: 85,
+  workerBusyFrac: 0.8,
+} as const;
+
+const HARMFUL_REASONS: Record<Exclude<ThrottleCause, 'clocks-low'>, ThrottleReasonName[]> = {
+  thermal: ['HwThermalSlowdown', 'SwThermalSlowdown'],
+  power: ['SwPowerCap', 'HwPowerBrakeSlowdown'],
+  'hw-slowdown': ['HwSlowdown'],
+};
+
+export interface RankContext {
+  /** Steps of the rank in all, for warming-up. */
+  totalSteps: number;
+  /** ms since the rank's last step ended, null if none yet. */
+  sinceLastStepMs: number | null;
+  env: Env;
+  /** Cores of the host, when known, for judging worker counts. */
+  hostCores: number | null;
+  /** The verdict in force, for stickiness. */
+  current: Verdict | null;
+}
+
+type Limiter = 'input' | 'transfer' | 'host' | 'throttle';
+
+const round = (x: number, digits = 3) => Math.round(x * 10 ** digits) / 10 ** digits;
+
+function loaderWorkers(env: Env): number | null {
+  const loader = env.loader as Record<string, unknown> | undefined;
+  return typeof loader?.num_workers === 'number' ? loader.num_workers : null;
+}
+
+function inputCause(window: RankWindow, context: RankContext): { cause: InputCause; why: string } {
+  const { process, host } = window;
+  if (process?.cgroup_throttled_share != null && process.cgroup_throttled_share >= THRESHOLDS.cgroupThrottledShare) {
+    return { cause: 'cgroup-throttled', why: `the container was CPU-throttled in ${pct(process.cgroup_throttled_share)} of CFS periods (limit ${process.cgroup_quota_cores ?? '?'} cores)` };
+  }
+  if (host?.iowait_pct_mean != null && host.iowait_pct_mean >= THRESHOLDS.iowaitPct) {
+    return { cause: 'io-wait', why: `host CPUs spent ${host.iowait_pct_mean.toFixed(0)}% waiting for I/O` };
+  }
+  if (host?.cpu_pct_mean != null && host.cpu_pct_mean >= THRESHOLDS.cpuSaturatedPct) {
+    return { cause: 'cpu-saturated', why: `host CPU ${host.cpu_pct_mean.toFixed(0)}% busy` };
+  }
+  const configured = loaderWorkers(context.env);
+  const workers = configured ?? process?.workers ?? null;
+  if (workers === 0) {
+    const why = configured === 0 ? 'the DataLoader loads in the training process (num_workers=0)' : 'no loader worker processes: data is loaded in the training process';
+    return { cause: 'few-workers', why };
+  }
+  if (workers !== null && process?.cpu_workers_cores != null && process.cpu_workers_cores >= THRESHOLDS.workerBusyFrac * workers) {
+    return { cause: 'few-workers', why: `${workers} loader workers use ${process.cpu_workers_cores.toFixed(1)} cores: each is busy while the host has CPU to spare` };
+  }
+  return { cause: 'unknown', why: 'no CPU, quota or I/O limit seen: remote storage latency or a slow collate are likely' };
+}
+
+function throttleCause(window: RankWindow): { cause: ThrottleCause; share: number } | null {
+  const gpu = window.gpu;
+  if (!gpu || gpu.sm_clock_frac_mean === null || gpu.util_mean === null || gpu.util_mean < THRESHOLDS.busyUtil) return null;
+  let best: { cause: ThrottleCause; share: number } | null = null;
+  for (const [cause, reasons] of Object.entries(HARMFUL_REASONS) as [ThrottleCause, ThrottleReasonName[]][]) {
+    const share = Math.max(0, ...reasons.map((reason) => gpu.throttle_share[reason] ?? 0));
+    if (share >= THRESHOLDS.reasonShare && (!best || share > best.share)) best = { cause, share };
+  }
+  if (best && gpu.sm_clock_frac_mean < THRESHOLDS.clockFrac) return best;
+  if (!best && gpu.sm_clock_frac_mean < THRESHOLDS.clocksLowFrac && gpu.util_mean >= THRESHOLDS.clocksLowUtil) return { cause: 'clocks-low', share: 0 };
+  return null;
+}
+
+const pct = (x: number) => `${Math.round(x * 100)}%`;
+
+export function judge(window: RankWindow, context: RankContext): Judgement {
+  const figures = evidenceFigures(window, context);
+  const done = (verdict: Verdict, cause: Cause, rule: string, lost: Evidence['lost'] = {}): Judgement => ({
+    verdict,
+    cause,
+    evidence: { rule, lost, figures },
+    recommendations: recommendationsFor(verdict, cause, { window, env: context.env, hostCores: context.hostCores }),
+  });
+
+  const idleAfter = Math.max(THRESHOLDS.idleMs, 3 * (window.step_ms_p50 ?? 0));
+  if (context.sinceLastStepMs === null || context.sinceLastStepMs > idleAfter) {
+    return done('idle', null, context.sinceLastStepMs === null ? 'no steps yet' : `no step for ${(context.sinceLastStepMs / 1000).toFixed(1)} s`);
+  }
+  if (context.totalSteps < THRESHOLDS.warmupSteps) return done('warming-up', null, `${context.totalSteps} of ${THRESHOLDS.warmupSteps} steps seen`);
+  const shares = window.breakdown;
+  if (!shares || window.steps === 0) return done(context.current ?? 'warming-up', null, 'no step in the window; keeping the verdict');
+
+  // Where the CUDA path measured the GPU's idle gap, only the part of the CPU's waiting that the GPU
+  // felt counts: data wait overlapping queued GPU work costs nothing.
+  const idle = window.gpu_idle_share;
+  const input = idle === null ? shares.data : Math.min(shares.data, idle);
+  const host = idle === null ? shares.other : Math.min(shares.other, Math.max(0, idle - input));
+  const lost: Record<Limiter, number> = { input: round(input), transfer: round(shares.h2d), host: round(host), throttle: 0 };
+  const throttle = throttleCause(window);
+  if (throttle && window.gpu?.sm_clock_frac_mean != null) lost.throttle = round(shares.compute * (1 - window.gpu.sm_clock_frac_mean));
+  const dataMsPerStep = (window.step_ms_mean ?? 0) * shares.data;
+
+  const threshold: Record<Limiter, number> = { input: THRESHOLDS.input, transfer: THRESHOLDS.transfer, host: THRESHOLDS.host, throttle: THRESHOLDS.throttle };
+  const limiterOf: Partial<Record<Verdict, Limiter>> = { 'input-bound': 'input', 'transfer-bound': 'transfer', 'host-bound': 'host', throttled: 'throttle' };
+  const current = context.current ? limiterOf[context.current] : undefined;
+  const over = (limiter: Limiter) => {
+    const bar = limiter === current ? threshold[limiter] * THRESHOLDS.stickiness : threshold[limiter];
+    if (lost[limiter] < bar) return false;
+    if (limiter === 'input' && dataMsPerStep < THRESHOLDS.inputMinMsPerStep) return false;
+    if (limiter === 'throttle' && !throttle) return false;
+    return true;
+  };
+  const candidates = (Object.keys(lost) as Limiter[]).filter(over).sort((a, b) => lost[b] - lost[a]);
+  const top = candidates[0];
+
+  if (top === 'input') {
+    const { cause, why } = inputCause(window, context);
+    const measured = idle === null ? 'waiting for data' : 'with the GPU idle waiting for data';
+    return done('input-bound', cause, `${pct(lost.input)} of step time ${measured} (≥ ${pct(THRESHOLDS.input)}); ${why}`, lost);
+  }
+  if (top === 'throttle') {
+    const gpu = window.gpu!;
+    const reasons = Object.entries(gpu.throttle_share).map(([name, share]) => `${name} ${pct(share)}`).join(', ') || 'no reason reported';
+    return done('throttled', throttle!.cause, `SM clock at ${pct(gpu.sm_clock_frac_mean!)} of its maximum while busy (${reasons}); ${pct(lost.throttle)} of step time lost`, lost);
+  }
+  if (top === 'transfer') return done('transfer-bound', null, `${pct(lost.transfer)} of step time in host-to-device copies (≥ ${pct(THRESHOLDS.transfer)})`, lost);
+  if (top === 'host') return done('host-bound', 'outside-phases', `${pct(lost.host)} of step time outside data, copy and compute (≥ ${pct(THRESHOLDS.host)})`, lost);
+
+  const gpu = window.gpu;
+  if (gpu?.util_mean != null && gpu.util_mean < THRESHOLDS.computeIdleUtil && shares.compute >= THRESHOLDS.computeIdleShare) {
+    return done('host-bound', 'gpu-idle-in-compute', `compute takes ${pct(shares.compute)} of the step but the GPU is only ${gpu.util_mean.toFixed(0)}% busy: the CPU side of the model is the limit`, lost);
+  }
+  return done('compute-bound', null, `compute ${pct(shares.compute)} of step time; no limiter over its threshold`, lost);
+}
+
+function evidenceFigures(window: RankWindow, context: RankContext): Record<string, number | string | null> {
+  const b = window.breakdown;
+  return {
+    window_s: window.seconds,
+    steps: window.steps,
+    step_ms_p50: window.step_ms_p50,
+    data_share: b?.data ?? null,
+    h2d_share: b?.h2d ?? null,
+    compute_share: b?.compute ?? null,
+    other_share: b?.other ?? null,
+    gpu_idle_share: window.gpu_idle_share,
+    gpu_util_mean: window.gpu?.util_mean ?? null,
+    sm_clock_frac: window.gpu?.sm_clock_frac_mean ?? null,
+    temp_c_max: window.gpu?.temp_c_max ?? null,
+    power_frac: window.gpu?.power_frac_mean ?? null,
+    host_cpu_pct: window.host?.cpu_pct_mean ?? null,
+    host_iowait_pct: window.host?.iowait_pct_mean ?? null,
+    cgroup_throttled_share: window.process?.cgroup_throttled_share ?? null,
+    loader_workers_cores: window.process?.cpu_workers_cores ?? null,
+    num_workers: loaderWorkers(context.env),
+  };
+}

@@ -1,0 +1,228 @@
+import type { ProcessSample } from '../protocol/counters.js';
+import { percentile } from '../store/ring.js';
+import type { StepSums } from '../store/step-buckets.js';
+import { throttleReasonNames, ThrottleReason, type GpuSample, type ThrottleReasonName } from '../counters/types.js';
+import type { HostSample } from '../counters/host.js';
+import type { MatchedBy } from './gpu-match.js';
+
+/**
+ * One rank's steps lined up with its GPU's, the host's and its own process's counters over the
+ * same stretch of sidecar time. Pure: everything it needs is passed in.
+ */
+
+export type ProcessAt = ProcessSample & { at: number };
+
+export interface WindowInput {
+  from: number;
+  to: number;
+  steps: StepSums;
+  /** Durations (ms) of the rank's recent steps that ended in the window. */
+  stepMs: number[];
+  gpu: { samples: GpuSample[]; matchedBy: MatchedBy } | null;
+  host: HostSample[];
+  /** Process samples oldest first; the last two at or before `to` give the rates. */
+  process: ProcessAt[];
+}
+
+export interface GpuWindow {
+  index: number;
+  uuid: string | null;
+  name: string | null;
+  matched_by: MatchedBy;
+  samples: number;
+  util_mean: number | null;
+  util_min: number | null;
+  sm_clock_mhz_mean: number | null;
+  sm_clock_max_mhz: number | null;
+  sm_clock_frac_mean: number | null;
+  sm_clock_frac_min: number | null;
+  /** Share of the window's samples in which each reason was active. */
+  throttle_share: Partial<Record<ThrottleReasonName, number>>;
+  power_w_mean: number | null;
+  power_limit_w: number | null;
+  power_frac_mean: number | null;
+  temp_c_max: number | null;
+  mem_used_mib_max: number | null;
+  mem_total_mib: number | null;
+  mem_used_frac: number | null;
+  sm_active_mean: number | null;
+  tensor_active_mean: number | null;
+  latest: { at: string; util: number | null; sm_clock_mhz: number | null; temp_c: number | null; throttle_reasons: ThrottleReasonName[] };
+}
+
+export interface HostWindow {
+  samples: number;
+  cpu_pct_mean: number | null;
+  iowait_pct_mean: number | null;
+  steal_pct_mean: number | null;
+  load1: number | null;
+  mem_used_frac: number | null;
+}
+
+export interface ProcessWindow {
+  seconds: number;
+  cpu_main_cores: number | null;
+  cpu_workers_cores: number | null;
+  workers: number | null;
+  rss_bytes: number | null;
+  cgroup_quota_cores: number | null;
+  cgroup_usage_cores: number | null;
+  /** Share of CFS periods in which the container was throttled. */
+  cgroup_throttled_share: number | null;
+  cgroup_throttled_s_per_s: number | null;
+}
+
+export interface RankWindow {
+  from: string;
+  to: string;
+  seconds: number;
+  steps: number;
+  step_ms_mean: number | null;
+  step_ms_p50: number | null;
+  step_ms_p90: number | null;
+  samples_per_s: number | null;
+  breakdown: { data: number; h2d: number; compute: number; other: number } | null;
+  /** GPU idle gap between steps as a share of step time (CUDA path only). */
+  gpu_idle_share: number | null;
+  gpu: GpuWindow | null;
+  host: HostWindow | null;
+  process: ProcessWindow | null;
+}
+
+type Num = number | null;
+
+const round = (value: number, digits = 4) => Math.round(value * 10 ** digits) / 10 ** digits;
+const present = (values: Num[]) => values.filter((v): v is number => v !== null && Number.isFinite(v));
+const mean = (values: Num[]): Num => {
+  const xs = present(values);
+  return xs.length ? round(xs.reduce((a, b) => a + b, 0) / xs.length) : null;
+};
+const min = (values: Num[]): Num => {
+  const xs = present(values);
+  return xs.length ? Math.min(...xs) : null;
+};
+const max = (values: Num[]): Num => {
+  const xs = present(values);
+  return xs.length ? Math.max(...xs) : null;
+};
+const ratio = (a: Num, b: Num): Num => (a !== null && b !== null && b > 0 ? round(a / b) : null);
+const lastOf = <T>(values: T[], pick: (v: T) => Num): Num => {
+  for (let i = values.length - 1; i >= 0; i--) {
+    const value = pick(values[i]!);
+    if (value !== null) return value;
+  }
+  return null;
+};
+
+export function rankWindow(input: WindowInput): RankWindow {
+  const { steps } = input;
+  const seconds = (input.to - input.from) / 1000;
+  const phaseTotal = steps.dataNs + steps.h2dNs + steps.computeNs + steps.otherNs;
+  const sorted = input.stepMs.slice().sort((a, b) => a - b);
+  return {
+    from: new Date(input.from).toISOString(),
+    to: new Date(input.to).toISOString(),
+    seconds,
+    steps: steps.steps,
+    step_ms_mean: steps.steps ? round(steps.durNs / steps.steps / 1e6, 3) : null,
+    step_ms_p50: sorted.length ? percentile(sorted, 50) : null,
+    step_ms_p90: sorted.length ? percentile(sorted, 90) : null,
+    samples_per_s: steps.samplesSteps && seconds > 0 ? round(steps.samples / seconds, 1) : null,
+    breakdown: phaseTotal
+      ? {
+          data: round(steps.dataNs / phaseTotal),
+          h2d: round(steps.h2dNs / phaseTotal),
+          compute: round(steps.computeNs / phaseTotal),
+          other: round(steps.otherNs / phaseTotal),
+        }
+      : null,
+    gpu_idle_share: steps.gpuIdleSteps ? round(steps.gpuIdleNs / steps.durNs) : null,
+    gpu: input.gpu && input.gpu.samples.length ? gpuWindow(input.gpu.samples, input.gpu.matchedBy) : null,
+    host: input.host.length ? hostWindow(input.host) : null,
+    process: processWindow(input.process, input.to),
+  };
+}
+
+function gpuWindow(samples: GpuSample[], matchedBy: MatchedBy): GpuWindow {
+  const latest = samples.at(-1)!;
+  const clockMax = lastOf(samples, (s) => s.smClockMaxMHz);
+  const clockFrac = samples.map((s) => ratio(s.smClockMHz, s.smClockMaxMHz ?? clockMax));
+  const powerLimit = lastOf(samples, (s) => s.powerLimitW);
+  const memTotal = lastOf(samples, (s) => s.memTotalMiB);
+  const memMax = max(samples.map((s) => s.memUsedMiB));
+  const withReasons = samples.filter((s) => s.throttleReasons !== null);
+  const throttleShare: Partial<Record<ThrottleReasonName, number>> = {};
+  for (const name of Object.keys(ThrottleReason) as ThrottleReasonName[]) {
+    const active = withReasons.filter((s) => (s.throttleReasons! & ThrottleReason[name]) !== 0).length;
+    if (active) throttleShare[name] = round(active / withReasons.length);
+  }
+  return {
+    index: latest.index,
+    uuid: latest.uuid,
+    name: latest.name,
+    matched_by: matchedBy,
+    samples: samples.length,
+    util_mean: mean(samples.map((s) => s.utilGpu)),
+    util_min: min(samples.map((s) => s.utilGpu)),
+    sm_clock_mhz_mean: mean(samples.map((s) => s.smClockMHz)),
+    sm_clock_max_mhz: clockMax,
+    sm_clock_frac_mean: mean(clockFrac),
+    sm_clock_frac_min: min(clockFrac),
+    throttle_share: throttleShare,
+    power_w_mean: mean(samples.map((s) => s.powerW)),
+    power_limit_w: powerLimit,
+    power_frac_mean: mean(samples.map((s) => ratio(s.powerW, s.powerLimitW ?? powerLimit))),
+    temp_c_max: max(samples.map((s) => s.tempC)),
+    mem_used_mib_max: memMax,
+    mem_total_mib: memTotal,
+    mem_used_frac: ratio(memMax, memTotal),
+    sm_active_mean: mean(samples.map((s) => s.smActive)),
+    tensor_active_mean: mean(samples.map((s) => s.tensorActive)),
+    latest: {
+      at: new Date(latest.at).toISOString(),
+      util: latest.utilGpu,
+      sm_clock_mhz: latest.smClockMHz,
+      temp_c: latest.tempC,
+      throttle_reasons: throttleReasonNames(latest.throttleReasons),
+    },
+  };
+}
+
+function hostWindow(samples: HostSample[]): HostWindow {
+  const latest = samples.at(-1)!;
+  return {
+    samples: samples.length,
+    cpu_pct_mean: mean(samples.map((s) => s.cpuPct)),
+    iowait_pct_mean: mean(samples.map((s) => s.iowaitPct)),
+    steal_pct_mean: mean(samples.map((s) => s.stealPct)),
+    load1: latest.load1,
+    mem_used_frac: ratio(latest.memUsedBytes, latest.memTotalBytes),
+  };
+}
+
+function processWindow(samples: ProcessAt[], to: number): ProcessWindow | null {
+  const upTo = samples.filter((s) => s.at <= to);
+  const last = upTo.at(-1);
+  const previous = upTo.at(-2);
+  if (!last) return null;
+  const seconds = previous ? (last.at - previous.at) / 1000 : 0;
+  const rate = (pick: (s: ProcessAt) => Num, scale = 1): Num => {
+    if (!previous || seconds <= 0) return null;
+    const a = pick(previous);
+    const b = pick(last);
+    return a !== null && b !== null && b >= a ? round((b - a) / scale / seconds, 3) : null;
+  };
+  const periods = rate((s) => s.cgroup_nr_periods);
+  const throttled = rate((s) => s.cgroup_nr_throttled);
+  return {
+    seconds: round(seconds, 3),
+    cpu_main_cores: rate((s) => s.cpu_main_s),
+    cpu_workers_cores: rate((s) => s.cpu_workers_s),
+    workers: last.workers,
+    rss_bytes: last.rss_bytes,
+    cgroup_quota_cores: last.cgroup_quota_cores,
+    cgroup_usage_cores: rate((s) => s.cgroup_usage_usec, 1e6),
+    cgroup_throttled_share: periods !== null && throttled !== null && periods > 0 ? round(throttled / periods) : periods === 0 ? 0 : null,
+    cgroup_throttled_s_per_s: rate((s) => s.cgroup_throttled_usec, 1e6),
+  };
+}

@@ -1,0 +1,44 @@
+import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { SUMMARY_SCHEMA, type Summary } from '../analysis/summary.js';
+import { renderSummary } from './summary-render.js';
+
+async function writeAtomically(file: string, text: string): Promise<void> {
+  const partial = `${file}.partial`;
+  await writeFile(partial, text);
+  await rename(partial, file);
+}
+
+function safeName(job: string): string {
+  return job.replace(/[^A-Za-z0-9._-]+/g, '_').slice(0, 100);
+}
+
+/**
+ * Writes summary.json and summary.md (the latest job to end) and summary-<job>.json/.md (every job)
+ * into `dir`. Each file appears whole or not at all: a reader never sees half a summary.
+ */
+export async function writeSummaryFiles(dir: string, summary: Summary): Promise<string[]> {
+  await mkdir(dir, { recursive: true });
+  const json = JSON.stringify(summary, null, 2) + '\n';
+  const md = renderSummary(summary, 'md');
+  const files: Array<[string, string]> = [
+    [`summary-${safeName(summary.job)}.json`, json],
+    [`summary-${safeName(summary.job)}.md`, md],
+    ['summary.json', json],
+    ['summary.md', md],
+  ];
+  for (const [name, text] of files) await writeAtomically(path.join(dir, name), text);
+  return files.map(([name]) => path.join(dir, name));
+}
+
+/** Reads a summary file written by the sidecar, refusing anything else. */
+export async function readSummary(file: string): Promise<Summary> {
+  let value: Summary;
+  try {
+    value = JSON.parse(await readFile(file, 'utf8')) as Summary;
+  } catch (error) {
+    throw new Error(`${file}: ${(error as Error).message}`);
+  }
+  if (value?.schema !== SUMMARY_SCHEMA) throw new Error(`${file}: not a stepscope summary (expected schema ${SUMMARY_SCHEMA})`);
+  return value;
+}

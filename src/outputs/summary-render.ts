@@ -1,0 +1,122 @@
+import type { Summary } from '../analysis/summary.js';
+
+/** The end-of-job summary for a person: verdict first, then timeline, ranks, GPUs, what to do. */
+
+export type SummaryFormat = 'text' | 'md';
+
+const pct = (x: number | null | undefined) => (x === null || x === undefined ? 'n/a' : `${Math.round(x * 100)}%`);
+const num = (x: number | null | undefined, digits = 1) => (x === null || x === undefined ? 'n/a' : x.toFixed(digits));
+const withCause = (verdict: string, cause: string | null) => (cause ? `${verdict} (${cause})` : verdict);
+
+function table(format: SummaryFormat, header: string[], rows: string[][]): string[] {
+  if (format === 'md') {
+    return [`| ${header.join(' | ')} |`, `|${header.map(() => '---').join('|')}|`, ...rows.map((row) => `| ${row.join(' | ')} |`)];
+  }
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
+  const line = (cells: string[]) => cells.map((cell, i) => cell.padEnd(widths[i]!)).join('  ').trimEnd();
+  return [line(header), ...rows.map(line)];
+}
+
+export function renderSummary(summary: Summary, format: SummaryFormat = 'text'): string {
+  const md = format === 'md';
+  const heading = (text: string) => (md ? `## ${text}` : `${text}\n${'-'.repeat(text.length)}`);
+  const out: string[] = [];
+  out.push(md ? `# stepscope: ${summary.job}` : `stepscope summary: ${summary.job}`);
+  out.push('');
+  out.push(md ? `**${summary.headline}**` : summary.headline);
+  out.push('');
+  const b = summary.breakdown;
+  out.push(
+    `${summary.steps} steps in ${num(summary.duration_s)} s` +
+      ` · step p50 ${num(summary.step_ms.p50, 2)} ms, p90 ${num(summary.step_ms.p90, 2)} ms, p99 ${num(summary.step_ms.p99, 2)} ms` +
+      (summary.samples_per_s !== null ? ` · ${num(summary.samples_per_s)} samples/s` : ''),
+  );
+  out.push(`Step time: data ${pct(b.data)}, h2d ${pct(b.h2d)}, compute ${pct(b.compute)}, other ${pct(b.other)}.`);
+  if (summary.gpu_breakdown) {
+    const g = summary.gpu_breakdown;
+    out.push(`On the GPU (CUDA events): h2d ${pct(g.h2d)}, compute ${pct(g.compute)}, idle between steps ${pct(g.idle)} of step time.`);
+  }
+  if (summary.lost > 0) out.push(`The hooks dropped ${summary.lost} step records (buffer full); figures above leave them out.`);
+  if (summary.straggler) out.push(`Straggler: ${summary.straggler.text} (for ${num(summary.straggler.seconds, 0)} s).`);
+  if (summary.baseline) {
+    out.push('');
+    out.push(heading('Against the baseline'));
+    out.push(summary.baseline.text);
+  }
+
+  out.push('');
+  out.push(heading('Timeline'));
+  out.push(
+    ...table(
+      format,
+      ['from (s)', 'to (s)', 'verdict'],
+      summary.timeline.map((s) => [num(s.start_s), num(s.end_s), withCause(s.verdict, s.cause)]),
+    ),
+  );
+
+  out.push('');
+  out.push(heading('Ranks'));
+  out.push(
+    ...table(
+      format,
+      ['rank', 'host', 'steps', 'p50 ms', 'p90 ms', 'data', 'h2d', 'compute', 'other', 'verdict', 'straggler'],
+      summary.ranks.map((r) => [
+        String(r.rank),
+        r.host,
+        String(r.steps),
+        num(r.step_ms.p50, 2),
+        num(r.step_ms.p90, 2),
+        pct(r.breakdown.data),
+        pct(r.breakdown.h2d),
+        pct(r.breakdown.compute),
+        pct(r.breakdown.other),
+        withCause(r.verdict, r.cause),
+        r.straggler ? 'yes' : '',
+      ]),
+    ),
+  );
+
+  out.push('');
+  out.push(heading('GPUs'));
+  if (summary.gpus.length === 0) {
+    out.push('No GPU counters were matched to this job (see the sidecar\'s --gpu-source).');
+  } else {
+    out.push(
+      ...table(
+        format,
+        ['gpu', 'name', 'ranks', 'util', 'SM clock', 'throttle reasons', 'temp max', 'power', 'memory peak'],
+        summary.gpus.map((g) => [
+          String(g.index),
+          g.name ?? 'n/a',
+          g.ranks.join(','),
+          g.util_mean === null ? 'n/a' : `${num(g.util_mean, 0)}%`,
+          `${pct(g.sm_clock_frac_mean)} of ${g.sm_clock_max_mhz ?? 'n/a'} MHz`,
+          Object.entries(g.throttle_share).map(([name, share]) => `${name} ${pct(share)}`).join(', ') || 'none',
+          g.temp_c_max === null ? 'n/a' : `${g.temp_c_max} °C`,
+          `${pct(g.power_frac_mean)} of ${g.power_limit_w ?? 'n/a'} W`,
+          g.mem_peak_mib === null ? 'n/a' : `${g.mem_peak_mib} / ${g.mem_total_mib ?? 'n/a'} MiB`,
+        ]),
+      ),
+    );
+  }
+
+  out.push('');
+  out.push(heading('What to do'));
+  if (summary.recommendations.length === 0) out.push('Nothing to recommend.');
+  summary.recommendations.forEach((r, i) => out.push(`${i + 1}. ${r.text}`));
+  if (summary.evidence) {
+    out.push('');
+    out.push(heading('Evidence'));
+    out.push(summary.evidence.rule + '.');
+    const figures = Object.entries(summary.evidence.figures).filter(([, v]) => v !== null);
+    out.push(figures.map(([k, v]) => `${k}=${typeof v === 'number' ? Number(v.toFixed(4)) : v}`).join(' '));
+  }
+  const env = Object.entries(summary.env)
+    .filter(([k]) => ['python', 'torch', 'cuda', 'cudnn', 'gpu_name', 'driver'].includes(k))
+    .map(([k, v]) => `${k} ${String(v)}`);
+  if (env.length) {
+    out.push('');
+    out.push(`Environment: ${env.join(', ')}.`);
+  }
+  return out.join('\n') + '\n';
+}

@@ -1,0 +1,105 @@
+import { Ajv, type ValidateFunction } from 'ajv';
+
+/** Counters that only the hook can read, as sent in `counters` frames (see docs/protocol.md). */
+
+export interface NvmlSample {
+  at_ns: number;
+  index: number | null;
+  uuid: string | null;
+  name: string | null;
+  util_gpu: number | null;
+  util_mem: number | null;
+  mem_used_mib: number | null;
+  mem_total_mib: number | null;
+  temp_c: number | null;
+  power_w: number | null;
+  power_limit_w: number | null;
+  sm_clock_mhz: number | null;
+  sm_clock_max_mhz: number | null;
+  mem_clock_mhz: number | null;
+  pstate: string | null;
+  throttle_reasons: number | null;
+}
+
+export interface ProcessSample {
+  at_ns: number;
+  cpu_main_s: number | null;
+  cpu_workers_s: number | null;
+  workers: number | null;
+  rss_bytes: number | null;
+  cgroup_nr_periods: number | null;
+  cgroup_nr_throttled: number | null;
+  cgroup_throttled_usec: number | null;
+  cgroup_quota_cores: number | null;
+  cgroup_usage_usec: number | null;
+}
+
+export type CounterBatch = { source: 'nvml'; samples: NvmlSample[] } | { source: 'process'; samples: ProcessSample[] };
+
+const figure = { type: ['number', 'null'], minimum: 0, maximum: 1e18 } as const;
+const text = { type: ['string', 'null'], maxLength: 128 } as const;
+const atNs = { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER } as const;
+
+const NVML_FIGURES = [
+  'index',
+  'util_gpu',
+  'util_mem',
+  'mem_used_mib',
+  'mem_total_mib',
+  'temp_c',
+  'power_w',
+  'power_limit_w',
+  'sm_clock_mhz',
+  'sm_clock_max_mhz',
+  'mem_clock_mhz',
+  'throttle_reasons',
+] as const;
+const NVML_TEXT = ['uuid', 'name', 'pstate'] as const;
+const PROCESS_FIGURES = [
+  'cpu_main_s',
+  'cpu_workers_s',
+  'workers',
+  'rss_bytes',
+  'cgroup_nr_periods',
+  'cgroup_nr_throttled',
+  'cgroup_throttled_usec',
+  'cgroup_quota_cores',
+  'cgroup_usage_usec',
+] as const;
+
+const sampleSchema = (figures: readonly string[], texts: readonly string[]) => ({
+  type: 'object',
+  required: ['at_ns'],
+  properties: {
+    at_ns: atNs,
+    ...Object.fromEntries(figures.map((key) => [key, figure])),
+    ...Object.fromEntries(texts.map((key) => [key, text])),
+  },
+});
+
+const ajv = new Ajv({ strict: true, allowUnionTypes: true });
+const validators: Record<CounterBatch['source'], ValidateFunction> = {
+  nvml: ajv.compile({ type: 'array', minItems: 1, maxItems: 64, items: sampleSchema(NVML_FIGURES, NVML_TEXT) }),
+  process: ajv.compile({ type: 'array', minItems: 1, maxItems: 64, items: sampleSchema(PROCESS_FIGURES, []) }),
+};
+
+function normalise<T>(sample: Record<string, unknown>, keys: readonly string[]): T {
+  const out: Record<string, unknown> = { at_ns: sample.at_ns };
+  for (const key of keys) out[key] = sample[key] ?? null;
+  return out as T;
+}
+
+/** Validates a `counters` frame's samples; returns an error text instead of throwing. */
+export function parseCounterBatch(source: unknown, samples: unknown): CounterBatch | string {
+  if (source !== 'nvml' && source !== 'process') return `counters.source: unknown source ${String(source).slice(0, 32)}`;
+  const validate = validators[source];
+  if (!validate(samples)) {
+    const error = validate.errors?.[0];
+    const where = error?.instancePath.replace(/^\//, '').replaceAll('/', '.') ?? '';
+    return `counters.samples${where ? '.' + where : ''}: ${error?.message ?? 'invalid'}`;
+  }
+  const rows = samples as Record<string, unknown>[];
+  return source === 'nvml'
+    ? { source, samples: rows.map((s) => normalise<NvmlSample>(s, [...NVML_FIGURES, ...NVML_TEXT])) }
+    : { source, samples: rows.map((s) => normalise<ProcessSample>(s, PROCESS_FIGURES)) };
+}

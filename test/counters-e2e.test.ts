@@ -1,0 +1,96 @@
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { fakeNvidiaSmiEnv } from './support/fake-gpu.js';
+import { findPython } from './support/python.js';
+import { fixture, runPython } from './support/run-python.js';
+import { startSidecar, waitFor } from './support/sidecar.js';
+
+const plain = findPython();
+const INTERVAL_MS = 500;
+
+const rankEnv = (url: string, job: string, rank: number) => ({
+  STEPSCOPE_URL: url,
+  STEPSCOPE_JOB: job,
+  RANK: String(rank),
+  LOCAL_RANK: String(rank),
+  WORLD_SIZE: '2',
+});
+
+describe.skipIf(!plain.python)('GPU counters matched to ranks, with a stand-in nvidia-smi on PATH', () => {
+  it("shows a GPU's thermal clock drop in its own rank's window within two sample intervals, then the recovery", async () => {
+    const t0 = Date.now();
+    const dropAt = t0 + 4_000;
+    const { env } = fakeNvidiaSmiEnv({
+      t0,
+      gpus: 2,
+      timeline: [
+        { at: 4, gpu: 1, set: { 'clocks.sm': 1100, 'clocks_event_reasons.active': 0x40, 'temperature.gpu': 91 } },
+        { at: 7, gpu: 1, set: { 'clocks.sm': 1980, 'clocks_event_reasons.active': 0, 'temperature.gpu': 78 } },
+      ],
+    });
+    const sidecar = await startSidecar(['--gpu-source', 'nvidia-smi', '--gpu-interval', String(INTERVAL_MS)], env);
+    const ranks = [0, 1].map((rank) =>
+      runPython(plain.python!, fixture('plain_loop.py'), ['--steps', '1000', '--data-ms', '9', '--compute-ms', '1'], rankEnv(sidecar.ingestUrl, 'thermal', rank)),
+    );
+
+    const rankWindow = (state: any, rank: number) => state.jobs[0]?.ranks.find((r: any) => r.rank === rank)?.window;
+    const dropped = await waitFor(
+      async () => {
+        const state = await sidecar.state();
+        return rankWindow(state, 1)?.gpu?.latest.sm_clock_mhz === 1100 ? state : null;
+      },
+      15_000,
+      100,
+    );
+    const hot = rankWindow(dropped, 1).gpu;
+    expect(hot).toMatchObject({ index: 1, matched_by: 'local-rank', sm_clock_max_mhz: 1980, latest: { throttle_reasons: ['HwThermalSlowdown'], temp_c: 91 } });
+    expect(hot.sm_clock_frac_min).toBeCloseTo(1100 / 1980, 3);
+    expect(hot.throttle_share.HwThermalSlowdown).toBeGreaterThan(0);
+    expect(Date.parse(hot.latest.at) - dropAt).toBeLessThanOrEqual(2 * INTERVAL_MS);
+    const cool = rankWindow(dropped, 0).gpu;
+    expect(cool).toMatchObject({ index: 0, sm_clock_frac_min: 1, throttle_share: {} });
+    expect(rankWindow(dropped, 1).steps).toBeGreaterThan(0);
+
+    await waitFor(async () => rankWindow(await sidecar.state(), 1)?.gpu?.latest.sm_clock_mhz === 1980, 15_000, 100);
+    const runs = await Promise.all(ranks);
+    for (const run of runs) expect(run.code, run.stderr).toBe(0);
+    const final = await waitFor(async () => {
+      const state = await sidecar.state();
+      return state.jobs[0]?.ranks.every((r: any) => r.ended) ? state : null;
+    });
+    expect(final.jobs[0].steps).toBe(2000);
+    expect(final.counters.gpu_source).toBe('nvidia-smi');
+    await sidecar.stop();
+  });
+
+  it('restarts a killed nvidia-smi while the steps keep flowing in', async () => {
+    const { env, dir } = fakeNvidiaSmiEnv((dir) => ({ gpus: 1, pidFile: path.join(dir, 'nvidia-smi.pid') }));
+    const pidFile = path.join(dir, 'nvidia-smi.pid');
+    const sidecar = await startSidecar(['--gpu-source', 'nvidia-smi', '--gpu-interval', '250'], env);
+    const loop = runPython(plain.python!, fixture('plain_loop.py'), ['--steps', '600', '--data-ms', '9'], { ...rankEnv(sidecar.ingestUrl, 'restart', 0), WORLD_SIZE: '1' });
+    await waitFor(async () => ((await sidecar.state()).jobs[0]?.steps ?? 0) > 50, 15_000);
+    const pid = Number(readFileSync(pidFile, 'utf8'));
+    process.kill(pid, 'SIGKILL');
+
+    const counts: Array<{ at: number; steps: number }> = [];
+    for (let i = 0; i < 12; i++) {
+      const state = await sidecar.state();
+      counts.push({ at: Date.now(), steps: state.jobs[0].steps });
+      await new Promise((resolve) => setTimeout(resolve, 250));
+    }
+    for (let i = 4; i < counts.length; i++) expect(counts[i]!.steps).toBeGreaterThan(counts[i - 4]!.steps);
+
+    await sidecar.waitForLog((line) => /exited|died|restart/i.test(line.msg) && line.level >= 40);
+    const restarted = await waitFor(async () => {
+      const state = await sidecar.state();
+      return state.counters.gpu_health.restarts >= 1 && state.counters.gpu_health.state === 'ok' ? state : null;
+    }, 15_000);
+    expect(Number(readFileSync(pidFile, 'utf8'))).not.toBe(pid);
+    expect(restarted.counters.gpus).toHaveLength(1);
+    const run = await loop;
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.result.steps).toBe(600);
+    await sidecar.stop();
+  });
+});

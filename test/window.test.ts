@@ -1,0 +1,103 @@
+import { describe, expect, it } from 'vitest';
+import { rankWindow, type ProcessAt } from '../src/analysis/window.js';
+import { emptyGpuSample, ThrottleReason, type GpuSample } from '../src/counters/types.js';
+import type { StepRecord } from '../src/protocol/messages.js';
+import { StepBuckets } from '../src/store/step-buckets.js';
+
+const step = (seq: number, ms: { dur: number; data?: number; compute?: number; idle?: number }): StepRecord => ({
+  seq,
+  step: seq,
+  endNs: 0,
+  durNs: ms.dur * 1e6,
+  dataNs: (ms.data ?? 0) * 1e6,
+  h2dNs: 0,
+  computeNs: (ms.compute ?? 0) * 1e6,
+  samples: 8,
+  gpuH2dNs: null,
+  gpuComputeNs: ms.idle === undefined ? null : (ms.compute ?? 0) * 1e6,
+  gpuIdleNs: ms.idle === undefined ? null : ms.idle * 1e6,
+});
+
+const gpuAt = (at: number, clock: number, reasons: number, util = 90): GpuSample => ({
+  ...emptyGpuSample(at, 0),
+  uuid: 'GPU-x',
+  utilGpu: util,
+  smClockMHz: clock,
+  smClockMaxMHz: 1980,
+  powerW: 350,
+  powerLimitW: 700,
+  tempC: 80,
+  memUsedMiB: 40_000,
+  memTotalMiB: 80_000,
+  throttleReasons: reasons,
+});
+
+describe('StepBuckets', () => {
+  it('sums the steps that ended inside a window, at any step rate', () => {
+    const buckets = new StepBuckets(250, 40);
+    for (let i = 0; i < 1000; i++) buckets.add(step(i + 1, { dur: 1, data: 0.5 }), 10_000 + i);
+    expect(buckets.between(10_000, 10_500).steps).toBe(500);
+    expect(buckets.between(10_000, 11_000).dataNs).toBeCloseTo(1000 * 0.5e6);
+    expect(buckets.between(20_000, 21_000).steps).toBe(0);
+  });
+
+  it('forgets slices older than it keeps', () => {
+    const buckets = new StepBuckets(250, 4);
+    buckets.add(step(1, { dur: 1 }), 0);
+    buckets.add(step(2, { dur: 1 }), 2_000);
+    buckets.add(step(3, { dur: 1 }), 0);
+    expect(buckets.between(0, 250).steps).toBe(0);
+    expect(buckets.between(2_000, 2_250).steps).toBe(1);
+  });
+});
+
+describe('rankWindow', () => {
+  it('lines up step shares with the GPU counters of the same seconds', () => {
+    const buckets = new StepBuckets();
+    for (let i = 0; i < 20; i++) buckets.add(step(i + 1, { dur: 100, data: 40, compute: 50, idle: 30 }), 1_000 + i * 100);
+    const gpu = [gpuAt(1_000, 1980, 0), gpuAt(1_500, 1980, 0), gpuAt(2_000, 1100, ThrottleReason.HwThermalSlowdown), gpuAt(2_500, 1100, ThrottleReason.HwThermalSlowdown | ThrottleReason.SwPowerCap)];
+    const window = rankWindow({ from: 1_000, to: 3_000, steps: buckets.between(1_000, 3_000), stepMs: [100, 100, 100], gpu: { samples: gpu, matchedBy: 'uuid' }, host: [], process: [] });
+    expect(window.steps).toBe(20);
+    expect(window.breakdown).toEqual({ data: 0.4, h2d: 0, compute: 0.5, other: 0.1 });
+    expect(window.gpu_idle_share).toBe(0.3);
+    expect(window.samples_per_s).toBe(80);
+    expect(window.gpu).toMatchObject({
+      samples: 4,
+      sm_clock_frac_min: 0.5556,
+      sm_clock_frac_mean: 0.7778,
+      throttle_share: { HwThermalSlowdown: 0.5, SwPowerCap: 0.25 },
+      power_frac_mean: 0.5,
+      mem_used_frac: 0.5,
+      latest: { sm_clock_mhz: 1100, throttle_reasons: ['SwPowerCap', 'HwThermalSlowdown'] },
+    });
+  });
+
+  it('says "not available" with null rather than zero when a counter is missing', () => {
+    const mig = { ...emptyGpuSample(1_000, 0), uuid: 'MIG-1', memUsedMiB: 100, memTotalMiB: 10_000 };
+    const window = rankWindow({ from: 0, to: 2_000, steps: new StepBuckets().between(0, 2_000), stepMs: [], gpu: { samples: [mig], matchedBy: 'local-rank' }, host: [], process: [] });
+    expect(window.steps).toBe(0);
+    expect(window.breakdown).toBeNull();
+    expect(window.gpu).toMatchObject({ util_mean: null, sm_clock_frac_mean: null, throttle_share: {}, mem_used_frac: 0.01 });
+    expect(window.process).toBeNull();
+  });
+
+  it("turns the hook's cumulative process and cgroup counters into rates", () => {
+    const base = { cpu_main_s: 10, cpu_workers_s: 20, workers: 4, rss_bytes: 1e9, cgroup_nr_periods: 1000, cgroup_nr_throttled: 100, cgroup_throttled_usec: 5e6, cgroup_quota_cores: 4, cgroup_usage_usec: 30e6 };
+    const process: ProcessAt[] = [
+      { at_ns: 0, at: 1_000, ...base },
+      { at_ns: 1e9, at: 2_000, ...base, cpu_main_s: 10.9, cpu_workers_s: 23, cgroup_nr_periods: 1010, cgroup_nr_throttled: 108, cgroup_throttled_usec: 5.4e6, cgroup_usage_usec: 33.9e6 },
+    ];
+    const window = rankWindow({ from: 0, to: 2_000, steps: new StepBuckets().between(0, 2_000), stepMs: [], gpu: null, host: [], process });
+    expect(window.process).toEqual({
+      seconds: 1,
+      cpu_main_cores: 0.9,
+      cpu_workers_cores: 3,
+      workers: 4,
+      rss_bytes: 1e9,
+      cgroup_quota_cores: 4,
+      cgroup_usage_cores: 3.9,
+      cgroup_throttled_share: 0.8,
+      cgroup_throttled_s_per_s: 0.4,
+    });
+  });
+});
