@@ -1,0 +1,130 @@
+"""stepscope: per-step timing of a training loop, streamed to the stepscope sidecar.
+
+    import stepscope
+    scope = stepscope.init()
+    for batch in scope.loader(train_loader):
+        with scope.phase("h2d"):
+            batch = batch.to(device, non_blocking=True)
+        with scope.phase("compute"):
+            loss = model(batch); loss.backward(); opt.step()
+        scope.step(samples=len(batch))
+    scope.close()
+
+Standard library only; torch is used when the training script has imported it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import weakref
+
+from . import _env, _log
+from ._scope import PHASES, Scope
+
+__all__ = ["init", "Scope", "PHASES", "DEFAULT_URL", "__version__"]
+
+__version__ = "0.1.0"
+
+DEFAULT_URL = "ws://127.0.0.1:9477/v1/ingest"
+
+_lock = threading.Lock()
+_current = None
+# Scopes not yet closed at exit. A running scope stays alive through its sender thread.
+_live = weakref.WeakSet()
+
+
+def init(
+    url=None,
+    job=None,
+    rank=None,
+    world_size=None,
+    *,
+    local_rank=None,
+    token=None,
+    cuda=None,
+    batch_interval: float = 0.1,
+    buffer_size: int = 16384,
+    max_unacked: int = 100_000,
+    gpu_event_pairs: int = 256,
+    exit_timeout: float = 2.0,
+) -> Scope:
+    """Start timing this process's training loop and reporting it to the sidecar.
+
+    url          the sidecar; default ``$STEPSCOPE_URL``, else ``ws://127.0.0.1:9477/v1/ingest``.
+    job          default ``$STEPSCOPE_JOB``, else one id shared by the ranks of a launch: torchrun's
+                 ``$TORCHELASTIC_RUN_ID`` (unless "none"); under a launcher (``$LOCAL_RANK`` set),
+                 ``<host>-<launcher start time, UTC>-<launcher pid>``, the launcher being the parent
+                 process (its start time read from /proc); otherwise the same from this process.
+                 Ranks on different hosts share an id only through the first two.
+    rank, world_size, local_rank
+                 default ``$RANK``, ``$WORLD_SIZE``, ``$LOCAL_RANK`` (as torchrun sets them), else 0, 1, 0.
+    token        sent as ``Authorization: Bearer <token>``; default ``$STEPSCOPE_TOKEN``.
+    cuda         None: time h2d/compute with CUDA events once torch has initialized CUDA;
+                 False: CPU clock only; True: CUDA events even if CUDA must be initialized for it.
+    batch_interval  seconds between sends (sooner once 256 records wait).
+    buffer_size  records the training thread may queue for the sender thread (oldest dropped beyond).
+    max_unacked  records kept until the sidecar acknowledges them (oldest dropped beyond).
+    gpu_event_pairs  size of the CUDA event pool.
+    exit_timeout seconds the atexit handler waits for the sidecar when close() was not called.
+
+    Calling init again closes the scope the previous call returned (waiting at most 1 s) and
+    returns a new one, with a new session. Never raises: on an internal error the scope
+    returned records nothing.
+    """
+    global _current
+    with _lock:
+        previous, _current = _current, None
+    if previous is not None:
+        previous.close(timeout=1.0)
+    try:
+        url = url or os.environ.get("STEPSCOPE_URL") or DEFAULT_URL
+        token = os.environ.get("STEPSCOPE_TOKEN") if token is None else token
+        connection = {
+            "url": url,
+            "identity": _env.identity(job=job, rank=rank, world_size=world_size, local_rank=local_rank),
+            "env": _env.fingerprint(__version__),
+            "headers": {"Authorization": "Bearer " + token} if token else {},
+            "batch_interval": float(batch_interval),
+            "max_unacked": int(max_unacked),
+        }
+        scope = Scope(
+            connection,
+            cuda=cuda,
+            gpu_event_pairs=int(gpu_event_pairs),
+            buffer_size=int(buffer_size),
+            exit_timeout=float(exit_timeout),
+        )
+    except Exception as exc:
+        _log.warn_once(_log.INTERNAL, "could not start (%s: %s); recording nothing" % (type(exc).__name__, exc))
+        scope = Scope(None)
+    with _lock:
+        _current = scope
+        _live.add(scope)
+    return scope
+
+
+def _close_all_at_exit() -> None:
+    with _lock:
+        scopes = list(_live)
+        _live.clear()
+    for scope in scopes:
+        scope._close_at_exit()
+
+
+def _quiet_in_forked_child() -> None:
+    global _current, _lock
+    # Only the forking thread survives a fork: a lock another thread held is held forever.
+    _lock = threading.Lock()
+    _log.reinit_after_fork()
+    scopes = list(_live)
+    _live.clear()
+    _current = None
+    for scope in scopes:
+        scope._after_fork_in_child()
+
+
+atexit.register(_close_all_at_exit)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_quiet_in_forked_child)

@@ -1,0 +1,318 @@
+"""Counters only the hook can read, for `counters` frames: its process tree and cgroup from
+/proc and /sys, and its own GPU through NVML (``pynvml``, from the ``nvidia-ml-py`` package).
+
+Samplers run on the sender thread when the sidecar's `welcome` asks for them. A figure that
+cannot be read is None; a sampler never raises.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+__all__ = ["CounterSchedule", "ProcessSampler", "NvmlSampler"]
+
+PROCESS_INTERVAL_S = 1.0
+_MAX_SAMPLES = 64  # per `counters` frame; older samples are dropped while disconnected
+
+
+class CounterSchedule:
+    """What the sidecar's `welcome` asked for, when each sampler is next due, and the samples
+    not sent yet. Runs on the sender thread."""
+
+    def __init__(self, gpu_env=None, *, process_sampler=None, nvml_sampler=None):
+        self._gpu_env = gpu_env
+        self._samplers = {"process": process_sampler, "nvml": nvml_sampler}
+        self._created = {name for name, sampler in self._samplers.items() if sampler is not None}
+        self._plan = {}  # source -> [interval_s, next_due]
+        self._buffers = {}
+
+    def configure(self, wants, now: float) -> None:
+        wants = wants if isinstance(wants, dict) else {}
+        plan = {}
+        if wants.get("process") is True and self._sampler("process") is not None:
+            plan["process"] = [PROCESS_INTERVAL_S, now]
+        if wants.get("nvml") is True and self._sampler("nvml") is not None:
+            interval_ms = wants.get("interval_ms")
+            interval = interval_ms / 1000.0 if isinstance(interval_ms, (int, float)) and interval_ms > 0 else 0.5
+            plan["nvml"] = [min(max(interval, 0.1), 60.0), now]
+        for source, entry in plan.items():
+            if source in self._plan:
+                entry[1] = self._plan[source][1]
+        self._plan = plan
+
+    def sample_due(self, now: float, at_ns: int) -> None:
+        for source, entry in self._plan.items():
+            if now >= entry[1]:
+                entry[1] = max(entry[1] + entry[0], now)
+                buffer = self._buffers.setdefault(source, [])
+                buffer.append(self._samplers[source].sample(at_ns))
+                del buffer[:-_MAX_SAMPLES]
+
+    def take(self) -> list:
+        """``[(source, samples), ...]`` gathered since the last call."""
+        taken = [(source, samples) for source, samples in self._buffers.items() if samples]
+        self._buffers = {}
+        return taken
+
+    def _sampler(self, source: str):
+        if source not in self._created:
+            self._created.add(source)
+            if source == "process":
+                self._samplers[source] = ProcessSampler()
+            else:
+                self._samplers[source] = NvmlSampler.create(self._gpu_env)
+        return self._samplers[source]
+
+
+class ProcessSampler:
+    """CPU time of this process and of its live children (DataLoader workers), RSS, cgroup CPU."""
+
+    def __init__(self, *, pid=None, proc_root="/proc", cgroup_root="/sys/fs/cgroup"):
+        self._pid = pid or os.getpid()
+        self._proc = proc_root
+        self._parents = {}  # pid -> parent pid, for every process seen; stat is read once per pid
+        self._ticks = _sysconf("SC_CLK_TCK", 100)
+        self._page = _sysconf("SC_PAGE_SIZE", 4096)
+        self._cgroup = _CgroupFiles.find(proc_root, cgroup_root, self._pid)
+
+    def sample(self, at_ns: int) -> dict:
+        sample = {"at_ns": at_ns}
+        sample["cpu_main_s"] = _safe(self._own_cpu)
+        children = _safe(self._children)
+        if children is not None:
+            sample["workers"] = len(children)
+            total = 0.0
+            for child in children:
+                total += _safe(lambda: self._cpu_of(child)) or 0.0
+            sample["cpu_workers_s"] = round(total, 3)
+        sample["rss_bytes"] = _safe(self._rss)
+        sample.update(self._cgroup.read())
+        return sample
+
+    def _own_cpu(self) -> float:
+        if self._pid == os.getpid():
+            return round(time.process_time(), 3)
+        return self._cpu_of(self._pid)
+
+    def _children(self) -> list:
+        # No /proc/<pid>/task/*/children on many kernels: find children by their parent pid,
+        # reading each process's stat only the first time its pid is seen.
+        pids = {int(name) for name in os.listdir(self._proc) if name.isdigit()}
+        parents = self._parents
+        for gone in [pid for pid in parents if pid not in pids]:
+            del parents[gone]
+        for pid in pids:
+            if pid not in parents:
+                fields = self._stat(pid)
+                parents[pid] = int(fields[1]) if fields else None
+        return [pid for pid, parent in parents.items() if parent == self._pid]
+
+    def _stat(self, pid: int):
+        """Fields of /proc/<pid>/stat after the command name: [state, ppid, ...]; None if gone."""
+        try:
+            with open("%s/%d/stat" % (self._proc, pid), "rb") as f:
+                text = f.read().decode("ascii", "replace")
+        except OSError:
+            return None
+        return text[text.rindex(")") + 2 :].split()
+
+    def _cpu_of(self, pid: int) -> float:
+        fields = self._stat(pid)
+        if fields is None:
+            return 0.0
+        return round((int(fields[11]) + int(fields[12])) / self._ticks, 3)  # utime + stime
+
+    def _rss(self) -> int:
+        with open("%s/%d/statm" % (self._proc, self._pid), "rb") as f:
+            return int(f.read().split()[1]) * self._page
+
+
+class _CgroupFiles:
+    """The CPU accounting files of this process's cgroup (v2, else v1)."""
+
+    def __init__(self, version, stat=None, limit=None, period=None, usage=None):
+        self.version = version
+        self.stat = stat
+        self.limit = limit
+        self.period = period
+        self.usage = usage
+
+    @classmethod
+    def find(cls, proc_root: str, root: str, pid: int) -> "_CgroupFiles":
+        paths = {}
+        try:
+            with open("%s/%d/cgroup" % (proc_root, pid)) as f:
+                for line in f:
+                    _, controllers, path = line.rstrip("\n").split(":", 2)
+                    for controller in controllers.split(",") if controllers else [""]:
+                        paths[controller] = path
+        except (OSError, ValueError):
+            pass
+        for base in _candidates(root, paths.get("")):
+            if os.path.exists(os.path.join(base, "cpu.stat")) and os.path.exists(os.path.join(base, "cpu.max")):
+                return cls(2, stat=os.path.join(base, "cpu.stat"), limit=os.path.join(base, "cpu.max"))
+        cpu = _first_with(root, ("cpu,cpuacct", "cpu", "cpuacct,cpu"), paths.get("cpu"), "cpu.stat")
+        if cpu is not None:
+            cpuacct = _first_with(root, ("cpu,cpuacct", "cpuacct", "cpuacct,cpu"), paths.get("cpuacct"), "cpuacct.usage")
+            return cls(
+                1,
+                stat=os.path.join(cpu, "cpu.stat"),
+                limit=os.path.join(cpu, "cpu.cfs_quota_us"),
+                period=os.path.join(cpu, "cpu.cfs_period_us"),
+                usage=None if cpuacct is None else os.path.join(cpuacct, "cpuacct.usage"),
+            )
+        return cls(None)
+
+    def read(self) -> dict:
+        if self.version is None:
+            return {}
+        out = {}
+        stat = _safe(lambda: _read_keyed(self.stat)) or {}
+        out["cgroup_nr_periods"] = stat.get("nr_periods")
+        out["cgroup_nr_throttled"] = stat.get("nr_throttled")
+        if self.version == 2:
+            out["cgroup_throttled_usec"] = stat.get("throttled_usec")
+            out["cgroup_usage_usec"] = stat.get("usage_usec")
+            out["cgroup_quota_cores"] = _safe(self._quota_v2)
+        else:
+            throttled_ns = stat.get("throttled_time")
+            out["cgroup_throttled_usec"] = None if throttled_ns is None else throttled_ns // 1000
+            usage_ns = _safe(lambda: int(_read_text(self.usage))) if self.usage else None
+            out["cgroup_usage_usec"] = None if usage_ns is None else usage_ns // 1000
+            out["cgroup_quota_cores"] = _safe(self._quota_v1)
+        return out
+
+    def _quota_v2(self):
+        quota, period = _read_text(self.limit).split()[:2]
+        return None if quota == "max" else round(int(quota) / int(period), 3)
+
+    def _quota_v1(self):
+        quota = int(_read_text(self.limit))
+        return None if quota < 0 else round(quota / int(_read_text(self.period)), 3)
+
+
+def _first_with(root: str, hierarchies, path, filename: str):
+    for name in hierarchies:
+        for base in _candidates(os.path.join(root, name), path):
+            if os.path.exists(os.path.join(base, filename)):
+                return base
+    return None
+
+
+def _candidates(root: str, path):
+    if path and path != "/":
+        yield os.path.join(root, path.lstrip("/"))
+    yield root  # inside a container, the cgroup namespace puts its own cgroup at the root
+
+
+class NvmlSampler:
+    """This process's GPU through NVML; ``create`` returns None where pynvml or a GPU is missing."""
+
+    def __init__(self, nvml, gpu=None):
+        self._nvml = nvml
+        self._gpu = gpu  # callable -> dict of env (gpu_uuid), read at each sample
+        self._key = None
+        self._handle = None
+
+    @classmethod
+    def create(cls, gpu=None):
+        try:
+            import pynvml
+        except Exception:
+            return None
+        try:
+            pynvml.nvmlInit()
+        except Exception:
+            return None
+        return cls(pynvml, gpu)
+
+    def sample(self, at_ns: int) -> dict:
+        handle = _safe(self._device)
+        sample = {"at_ns": at_ns}
+        if handle is None:
+            return sample
+        nvml = self._nvml
+        sample["index"] = _safe(lambda: nvml.nvmlDeviceGetIndex(handle))
+        sample["uuid"] = _safe(lambda: _text(nvml.nvmlDeviceGetUUID(handle)))
+        sample["name"] = _safe(lambda: _text(nvml.nvmlDeviceGetName(handle)))
+        rates = _safe(lambda: nvml.nvmlDeviceGetUtilizationRates(handle))
+        if rates is not None:
+            sample["util_gpu"] = rates.gpu
+            sample["util_mem"] = rates.memory
+        memory = _safe(lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
+        if memory is not None:
+            sample["mem_used_mib"] = memory.used // (1 << 20)
+            sample["mem_total_mib"] = memory.total // (1 << 20)
+        sample["temp_c"] = _safe(lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
+        sample["power_w"] = _safe(lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)
+        sample["power_limit_w"] = _safe(lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0)
+        sample["sm_clock_mhz"] = _safe(lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
+        sample["sm_clock_max_mhz"] = _safe(lambda: nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM))
+        sample["mem_clock_mhz"] = _safe(lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM))
+        sample["pstate"] = _safe(lambda: "P%d" % nvml.nvmlDeviceGetPerformanceState(handle))
+        sample["throttle_reasons"] = _safe(lambda: self._throttle_reasons(handle))
+        return sample
+
+    def _device(self):
+        """The handle of this process's GPU: by uuid once torch told it, else a best guess."""
+        env = (self._gpu() if self._gpu else None) or {}
+        key = env.get("gpu_uuid") or _guess_index()
+        if key != self._key:
+            nvml = self._nvml
+            if isinstance(key, str):
+                self._handle = nvml.nvmlDeviceGetHandleByUUID(key)
+            else:
+                self._handle = nvml.nvmlDeviceGetHandleByIndex(key)
+            self._key = key
+        return self._handle
+
+    def _throttle_reasons(self, handle):
+        nvml = self._nvml
+        read = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        return int(read(handle))
+
+
+def _guess_index():
+    """Physical GPU of this rank without torch: the LOCAL_RANK-th of CUDA_VISIBLE_DEVICES."""
+    try:
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    except ValueError:
+        local_rank = 0
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if not visible:
+        return local_rank
+    chosen = visible[min(local_rank, len(visible) - 1)]
+    return int(chosen) if chosen.isdigit() else chosen
+
+
+def _text(value) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _read_text(path: str) -> str:
+    with open(path) as f:
+        return f.read().strip()
+
+
+def _read_keyed(path: str) -> dict:
+    values = {}
+    for line in _read_text(path).splitlines():
+        key, _, value = line.partition(" ")
+        if value.strip().isdigit():
+            values[key] = int(value)
+    return values
+
+
+def _sysconf(name: str, default: int) -> int:
+    try:
+        return os.sysconf(name)
+    except (ValueError, OSError, AttributeError):
+        return default
+
+
+def _safe(read):
+    try:
+        return read()
+    except Exception:
+        return None

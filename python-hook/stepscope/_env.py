@@ -1,0 +1,180 @@
+"""Who this process is (job, rank, ...) and the environment fingerprint sent in `hello`."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+import time
+import uuid
+
+__all__ = ["identity", "default_job", "fingerprint", "gpu_fingerprint", "loader_fingerprint", "looks_like_dataloader"]
+
+_MAX_JOB_CHARS = 128
+
+
+def _env_int(name: str, default: int, minimum: int = 0) -> int:
+    try:
+        value = int(os.environ.get(name, ""))
+    except ValueError:
+        return default
+    return value if value >= minimum else default
+
+
+def identity(*, job=None, rank=None, world_size=None, local_rank=None, host=None) -> dict:
+    """The identity fields of `hello` (job, rank, local_rank, world_size, session, pid, host)."""
+    host = host or socket.gethostname() or "unknown-host"
+    rank = _env_int("RANK", 0) if rank is None else int(rank)
+    world_size = _env_int("WORLD_SIZE", 1, minimum=1) if world_size is None else int(world_size)
+    local_rank = _env_int("LOCAL_RANK", 0) if local_rank is None else int(local_rank)
+    rank = max(rank, 0)
+    local_rank = min(max(local_rank, 0), 65535)
+    world_size = min(max(world_size, rank + 1, 1), 65536)
+    job = str(job) if job else (os.environ.get("STEPSCOPE_JOB") or default_job(host))
+    return {
+        "job": job[:_MAX_JOB_CHARS],
+        "rank": rank,
+        "local_rank": local_rank,
+        "world_size": world_size,
+        "session": uuid.uuid4().hex,
+        "pid": os.getpid(),
+        "host": host[:255],
+    }
+
+
+def default_job(host: str) -> str:
+    """A job id shared by the ranks of one launch, without any coordination.
+
+    1. ``TORCHELASTIC_RUN_ID`` (torchrun's rendezvous id; ignored when it is "none").
+    2. Under a launcher (``LOCAL_RANK`` set, as torchrun and torch.distributed.launch do),
+       the ranks of one host are children of the same launcher process:
+       ``<host>-<launcher start time>-<launcher pid>``. Ranks on other hosts get their own
+       host's id; set ``STEPSCOPE_JOB`` (or use a rendezvous id) to group hosts.
+    3. Otherwise this process: ``<host>-<start time>-<pid>``.
+    """
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    if run_id and run_id.lower() != "none":
+        return "torchrun-" + run_id
+    short_host = host.split(".")[0] or host
+    launched = "LOCAL_RANK" in os.environ
+    pid = os.getppid() if launched else os.getpid()
+    started = process_start_time(pid)
+    if started is not None:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started))
+    elif launched:
+        stamp = "launcher"  # no /proc: the launcher's pid alone is what the ranks share
+    else:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return "%s-%s-%d" % (short_host, stamp, pid)
+
+
+def process_start_time(pid: int):
+    """Epoch seconds at which ``pid`` started, from /proc (None where unavailable)."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            stat = f.read().decode("ascii", "replace")
+        # The command name may hold spaces and parentheses: fields follow the last ')'.
+        start_ticks = int(stat[stat.rindex(")") + 2 :].split()[19])
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"btime "):
+                    boot = int(line.split()[1])
+                    break
+            else:
+                return None
+        return boot + start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def fingerprint(version: str) -> dict:
+    env = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "hook": version,
+    }
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        env["cuda_visible_devices"] = visible
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        env.update(_torch_versions(torch))
+        env.update(gpu_fingerprint(torch))
+    return env
+
+
+def _torch_versions(torch) -> dict:
+    env = {}
+    _put(env, "torch", lambda: str(torch.__version__))
+    _put(env, "cuda", lambda: torch.version.cuda)
+    _put(env, "cudnn", lambda: torch.backends.cudnn.version())
+    return env
+
+
+def gpu_fingerprint(torch) -> dict:
+    """Name, index and uuid of the current CUDA device; {} unless CUDA is initialized.
+
+    Must run on the training thread: the current device is per thread.
+    """
+    env = {}
+    try:
+        if not torch.cuda.is_initialized():
+            return env
+        index = torch.cuda.current_device()
+    except Exception:
+        return env
+    env["gpu_index"] = int(index)
+    _put(env, "gpu_name", lambda: torch.cuda.get_device_name(index))
+    _put(env, "gpu_uuid", lambda: format_gpu_uuid(getattr(torch.cuda.get_device_properties(index), "uuid", None)))
+    return env
+
+
+def format_gpu_uuid(value):
+    """nvidia-smi's form, ``GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx``; None if unknown."""
+    if value is None:
+        return None
+    raw = getattr(value, "bytes", None)
+    if isinstance(raw, (bytes, bytearray)) and len(raw) == 16:
+        text = str(uuid.UUID(bytes=bytes(raw)))
+    else:
+        text = str(value).strip()
+        if not text:
+            return None
+    return text if text.startswith(("GPU-", "MIG-")) else "GPU-" + text
+
+
+def looks_like_dataloader(obj) -> bool:
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if isinstance(obj, torch.utils.data.DataLoader):
+                return True
+        except Exception:
+            pass
+    return hasattr(obj, "num_workers") and hasattr(obj, "dataset") and hasattr(obj, "batch_size")
+
+
+def loader_fingerprint(loader) -> dict:
+    env = {}
+    for name in ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers"):
+        _put(env, name, lambda: getattr(loader, name))
+    return env
+
+
+def _put(env: dict, key: str, get) -> None:
+    """Store ``get()`` under ``key`` if it succeeds and is a plain scalar (None is left out)."""
+    try:
+        value = get()
+    except Exception:
+        return
+    if value is None:
+        return
+    if isinstance(value, bool):
+        env[key] = value
+    elif isinstance(value, int):
+        env[key] = int(value)
+    elif isinstance(value, float):
+        env[key] = float(value)
+    else:
+        env[key] = str(value)

@@ -1,0 +1,171 @@
+"""Messages of the stepscope wire protocol, version 1 (see docs/protocol.md)."""
+
+from __future__ import annotations
+
+import numbers
+import struct
+
+from . import _msgpack
+
+VERSION = 1
+
+FIELDS = (
+    "seq",
+    "step",
+    "end_ns",
+    "dur_ns",
+    "data_ns",
+    "h2d_ns",
+    "compute_ns",
+    "samples",
+    "gpu_h2d_ns",
+    "gpu_compute_ns",
+    "gpu_idle_ns",
+)
+MAX_ROWS_PER_FRAME = 4096
+MAX_DURATION_NS = 24 * 3600 * 10**9
+MAX_INT = 2**53 - 1
+
+_ROW_HEADER = _msgpack.array_header(len(FIELDS))
+# Every `steps` frame starts with the same bytes; only the row count, rows and `dropped` vary.
+_STEPS_PREFIX = (
+    _msgpack.map_header(5)
+    + b"".join(_msgpack.packb(k) + _msgpack.packb(v) for k, v in (("v", VERSION), ("type", "steps"), ("fields", list(FIELDS))))
+    + _msgpack.packb("rows")
+)
+_DROPPED_KEY = _msgpack.packb("dropped")
+
+
+def monotonic_origin(perf_counter_now: int) -> int:
+    """The offset the hook subtracts from ``perf_counter_ns`` values before sending them.
+
+    ``perf_counter_ns`` counts from boot on Linux and passes 2**53 (the protocol's integer
+    limit) after 104 days of uptime. The sidecar only uses monotonic times relative to
+    ``hello.clock.mono_ns``, so a per-process origin keeps them valid; it is 0 (raw
+    ``perf_counter_ns``) unless the raw values are already past 2**52.
+    """
+    if perf_counter_now < 2**52:
+        return 0
+    return perf_counter_now - 3600 * 10**9
+
+
+class ProtocolError(ValueError):
+    pass
+
+
+def hello(identity: dict, env: dict, wall_ns: int, mono_ns: int) -> bytes:
+    message = {"v": VERSION, "type": "hello"}
+    message.update(identity)
+    message["clock"] = {"wall_ns": wall_ns, "mono_ns": mono_ns}
+    message["env"] = env
+    return _msgpack.packb(message)
+
+
+def env_update(env: dict) -> bytes:
+    return _msgpack.packb({"v": VERSION, "type": "env", "env": env})
+
+
+def counters(source: str, samples: list) -> bytes:
+    return _msgpack.packb({"v": VERSION, "type": "counters", "source": source, "samples": samples})
+
+
+def end(reason: str) -> bytes:
+    return _msgpack.packb({"v": VERSION, "type": "end", "reason": reason})
+
+
+def steps(rows, dropped: int) -> bytes:
+    """A `steps` frame from rows already encoded by :func:`encode_row` (1..4096 of them)."""
+    out = bytearray(_STEPS_PREFIX)
+    out += _msgpack.array_header(len(rows))
+    out += b"".join(rows)
+    out += _DROPPED_KEY
+    _msgpack.pack_into(out, min(dropped, MAX_INT))
+    return bytes(out)
+
+
+_U8 = struct.Struct(">BB").pack
+_U16 = struct.Struct(">BH").pack
+_U32 = struct.Struct(">BI").pack
+_U64 = struct.Struct(">BQ").pack
+
+
+def encode_row(
+    seq, step, end_ns, dur_ns, data_ns, h2d_ns, compute_ns, samples, gpu_h2d_ns, gpu_compute_ns, gpu_idle_ns
+) -> bytes:
+    """Encode one step record, clamped so that it always passes the sidecar's row checks.
+
+    Runs on the sender thread for every record, hence the inlined msgpack integer formats.
+    """
+    if not 0 < dur_ns <= MAX_DURATION_NS:
+        dur_ns = min(max(dur_ns, 1), MAX_DURATION_NS)
+    if data_ns < 0 or h2d_ns < 0 or compute_ns < 0:
+        data_ns, h2d_ns, compute_ns = max(data_ns, 0), max(h2d_ns, 0), max(compute_ns, 0)
+    phases = data_ns + h2d_ns + compute_ns
+    if phases > dur_ns:
+        # Overlapping phases (nested `with`, a phase around the wrapped loader) can add up to
+        # more than the step; scale them down so that they still partition it.
+        data_ns = data_ns * dur_ns // phases
+        h2d_ns = h2d_ns * dur_ns // phases
+        compute_ns = compute_ns * dur_ns // phases
+    if samples is not None and (type(samples) is not int or samples < 0):
+        samples = _samples(samples)
+    if gpu_h2d_ns is not None:
+        gpu_h2d_ns = _gpu_duration(gpu_h2d_ns)
+    if gpu_compute_ns is not None:
+        gpu_compute_ns = _gpu_duration(gpu_compute_ns)
+    if gpu_idle_ns is not None:
+        gpu_idle_ns = _gpu_duration(gpu_idle_ns)
+    if end_ns < 0:
+        end_ns = 0
+    out = bytearray(_ROW_HEADER)
+    for value in (
+        seq, step, end_ns, dur_ns, data_ns, h2d_ns, compute_ns, samples, gpu_h2d_ns, gpu_compute_ns, gpu_idle_ns
+    ):
+        if value is None:
+            out.append(0xC0)
+        elif value < 0x80:
+            out.append(value)
+        elif value < 0x100:
+            out += _U8(0xCC, value)
+        elif value < 0x10000:
+            out += _U16(0xCD, value)
+        elif value < 0x100000000:
+            out += _U32(0xCE, value)
+        else:
+            out += _U64(0xCF, min(value, MAX_INT))
+    return bytes(out)
+
+
+def _samples(samples):
+    if samples is None or type(samples) is bool:
+        return None
+    if type(samples) is int or isinstance(samples, numbers.Integral):
+        samples = int(samples)
+        return samples if samples >= 0 else None
+    if isinstance(samples, float) and samples.is_integer() and samples >= 0:
+        return int(samples)
+    return None
+
+
+def _gpu_duration(ns: int) -> int:
+    return min(max(int(ns), 0), MAX_DURATION_NS)
+
+
+def parse_server_message(payload: bytes) -> dict:
+    """Decode a sidecar message; raises ProtocolError if it is not a version-1 map."""
+    try:
+        message = _msgpack.unpackb(payload)
+    except _msgpack.UnpackError as exc:
+        raise ProtocolError("undecodable message from sidecar: %s" % exc) from None
+    if not isinstance(message, dict):
+        raise ProtocolError("sidecar message is not a map")
+    if message.get("v") != VERSION:
+        raise ProtocolError("sidecar speaks protocol version %r" % (message.get("v"),))
+    kind = message.get("type")
+    if not isinstance(kind, str):
+        raise ProtocolError("sidecar message without a type")
+    if kind in ("welcome", "ack"):
+        ack = message.get("ack")
+        if type(ack) is not int or ack < 0:
+            raise ProtocolError("%s.ack is not a non-negative integer" % kind)
+    return message

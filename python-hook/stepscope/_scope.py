@@ -1,0 +1,420 @@
+"""The Scope: step and phase timing on the training thread.
+
+Everything here runs on the training thread and is kept to a few attribute updates: a
+step ends by appending one tuple to a bounded deque that the sender thread drains.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+import threading
+import time
+
+from . import _cuda, _env, _log
+from ._sender import Sender
+
+__all__ = ["Scope", "PHASES"]
+
+PHASES = ("data", "h2d", "compute")
+_WAKE_AT = 256  # queued records that wake the sender before its timer does
+
+_now = time.perf_counter_ns
+
+
+class _Phase:
+    """The context manager of one phase name; cached, so ``with scope.phase(...)`` allocates nothing.
+
+    It adds wall-clock time to ``total``; with a GpuTimer attached (h2d and compute once CUDA
+    is in use) it also records a CUDA event at enter and exit. A nested ``with`` of the same
+    phase is timed as part of the outer one.
+    """
+
+    __slots__ = ("total", "t0", "depth", "timer", "kind", "start_event", "scope")
+
+    def __init__(self, scope, kind=None):
+        self.scope = scope
+        self.kind = kind
+        self.total = 0
+        self.t0 = 0
+        self.depth = 0
+        self.timer = None
+        self.start_event = _UNTIMED
+
+    def __enter__(self):
+        if self.depth:
+            self.depth += 1
+            return self
+        self.depth = 1
+        if self.timer is not None:
+            self.start_event = self._record()
+        self.t0 = _now()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if self.depth != 1:
+            if self.depth > 1:
+                self.depth -= 1
+            return False
+        self.depth = 0
+        self.total += _now() - self.t0
+        if self.timer is not None:
+            self._gpu_exit()
+        return False
+
+    def _gpu_exit(self):
+        start = self.start_event
+        if start is _UNTIMED:
+            return  # entered before GPU timing was switched on
+        self.start_event = _UNTIMED
+        self.timer.mark(self.kind, start, self._record() if start is not None else None)
+
+    def _record(self):
+        """A just-recorded event from the pool; None if the pool is empty or CUDA failed."""
+        try:
+            event = self.timer.take()
+            if event is not None:
+                event.record()
+            return event
+        except Exception:
+            self.scope._internal_error()
+            return None
+
+
+_UNTIMED = object()  # start_event of a phase entered without GPU timing
+
+
+class _NullPhase:
+    """Returned for unknown phase names: their time stays in the step's "other"."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        return False
+
+
+_NULL_PHASE = _NullPhase()
+
+
+class _Loader:
+    """What ``scope.loader(x)`` returns: iterates ``x`` through the scope, else behaves like ``x``."""
+
+    __slots__ = ("_scope", "_iterable")
+
+    def __init__(self, scope, iterable):
+        self._scope = scope
+        self._iterable = iterable
+
+    def __iter__(self):
+        return self._scope._iterate(iter(self._iterable))
+
+    def __len__(self):
+        return len(self._iterable)
+
+    def __getattr__(self, name):
+        if name in _Loader.__slots__:
+            raise AttributeError(name)
+        return getattr(self._iterable, name)
+
+
+class Scope:
+    """Per-process step timing; create it with :func:`stepscope.init`.
+
+    Steps: a step starts at the first ``next()`` of ``scope.loader(...)`` (or at ``init``
+    without it) and at the end of the previous step; ``step()`` ends it. A ``next()`` that
+    follows a batch without ``step()`` ends that batch's step at the moment it is entered,
+    and so does leaving the loop. Time blocked in the loader's ``next()`` is "data".
+
+    Phases: ``with scope.phase(name)`` for "data", "h2d" and "compute"; other names are
+    accepted and ignored (their time is "other"). Phases do not nest: a nested ``with`` of
+    the same name is timed as part of the outer one, overlapping different names are both
+    counted and then scaled down to fit in the step.
+
+    No method raises into the caller, blocks on I/O, or synchronizes CUDA.
+    """
+
+    def __init__(
+        self,
+        connection=None,
+        *,
+        cuda=None,
+        gpu_event_pairs: int = 256,
+        buffer_size: int = 16384,
+        exit_timeout: float = 2.0,
+    ):
+        """``connection``: keyword arguments of :class:`Sender` (url, identity, env, ...), or
+        None for a scope that records but sends nothing."""
+        self._queue = collections.deque(maxlen=max(1, buffer_size))
+        self._wake = threading.Event()
+        self._sender = None
+        self._cuda = cuda
+        self._gpu_event_pairs = gpu_event_pairs
+        self._exit_timeout = exit_timeout
+        self._seq = 0  # records so far; the step index of a record is its seq - 1
+        self._start = _now()
+        self._provisional = True  # the step start is init time until the loader's first next()
+        self._batch_in_step = False
+        self._data = _Phase(self)
+        self._h2d = _Phase(self, _cuda.H2D)
+        self._compute = _Phase(self, _cuda.COMPUTE)
+        # h2d/compute are added at their first lookup, which decides CUDA timing.
+        self._phases = {"data": self._data}
+        self._gpu = None
+        self._gpu_mode = "undecided"
+        self._gpu_env = {}
+        self._loader_seen = False
+        self._closed = False
+        self._close_result = None
+        self._errors = 0
+        if connection is not None:
+            self._sender = Sender(self._queue, self._wake, tick=self._background_tick, **connection)
+            self._sender.start()
+
+    # --- public API ----------------------------------------------------------
+
+    def loader(self, iterable):
+        """Wrap a data loader (any iterable); time blocked in its ``next()`` counts as data."""
+        try:
+            if not self._loader_seen and _env.looks_like_dataloader(iterable):
+                self._loader_seen = True
+                if self._sender is not None:
+                    self._sender.add_env({"loader": _env.loader_fingerprint(iterable)})
+        except Exception:
+            self._internal_error()
+        return _Loader(self, iterable)
+
+    def phase(self, name):
+        """Context manager timing a phase of the current step: "data", "h2d" or "compute"."""
+        try:
+            return self._phases[name]
+        except Exception:
+            return self._phase_slow(name)
+
+    def step(self, samples=None):
+        """End the current step; ``samples`` (an int) is how many samples it processed."""
+        self._provisional = self._batch_in_step = False
+        self._end_step(_now(), samples)
+
+    def stats(self) -> dict:
+        """Delivery counters, for tests and diagnostics."""
+        try:
+            stats = self._sender.snapshot() if self._sender is not None else _idle_stats()
+            stats["records"] = self._seq
+            stats["warnings"] = _log.count()
+            stats["errors"] += self._errors
+            stats["closed"] = self._closed
+            stats["gpu"] = self._gpu_mode == "on"
+            gpu = self._gpu
+            if gpu is not None:
+                stats["gpu_pool_exhausted"] = gpu.exhausted
+                stats["gpu_timeouts"] = gpu.timeouts
+                stats["errors"] += gpu.errors
+            return stats
+        except Exception:
+            self._internal_error()
+            return {}
+
+    def close(self, timeout: float = 5.0) -> bool:
+        """Deliver what is buffered, send `end` and wait up to ``timeout`` s for its ack.
+
+        Returns True when the sidecar acknowledged every record and the end. Never raises;
+        later calls return the first result.
+        """
+        return self._close("close", timeout)
+
+    # --- training-thread internals ----------------------------------------
+
+    def _iterate(self, iterator):
+        now = _now
+        data = self._data
+        next_item = iterator.__next__
+        while True:
+            t0 = now()
+            if self._batch_in_step:
+                self._batch_in_step = False
+                self._end_step(t0, None)
+            elif self._provisional:
+                self._begin(t0)
+            try:
+                item = next_item()
+            except StopIteration:
+                data.total += now() - t0
+                return
+            data.total += now() - t0
+            self._batch_in_step = True
+            try:
+                yield item
+            except GeneratorExit:
+                # The loop was left (break, exception): that ends the batch's step.
+                if self._batch_in_step:
+                    self._batch_in_step = False
+                    self._end_step(now(), None)
+                raise
+
+    def _begin(self, t0):
+        self._provisional = False
+        self._start = t0
+        self._data.total = self._h2d.total = self._compute.total = 0
+
+    def _end_step(self, t, samples):
+        # The hot path of every step: one tuple appended, in the layout the sender unpacks.
+        try:
+            data = self._data
+            h2d = self._h2d
+            compute = self._compute
+            gpu = self._gpu
+            seq = self._seq + 1
+            self._seq = seq
+            queue = self._queue
+            queue.append(
+                (
+                    seq,
+                    t,
+                    t - self._start,
+                    data.total,
+                    h2d.total,
+                    compute.total,
+                    samples,
+                    None if gpu is None else gpu.end_step(seq),
+                )
+            )
+            data.total = h2d.total = compute.total = 0
+            self._start = t
+            if len(queue) == _WAKE_AT:
+                self._wake.set()
+        except Exception:
+            self._internal_error()
+
+    def _phase_slow(self, name):
+        try:
+            gpu_phase = name in ("h2d", "compute")
+        except Exception:
+            gpu_phase = False
+        if gpu_phase:
+            try:
+                mode = self._decide_gpu()
+            except Exception:
+                self._internal_error()
+                mode = "off"
+            phases = self._phases
+            phases["h2d"] = self._h2d
+            phases["compute"] = self._compute
+            # Published last: the sender thread watches for "waiting" (see _background_tick).
+            self._gpu_mode = mode
+            return self._h2d if name == "h2d" else self._compute
+        try:
+            shown = repr(name)[:40]
+        except Exception:
+            shown = "of type %s" % type(name).__name__
+        _log.warn_once(
+            _log.USAGE, "unknown phase %s: its time is counted as 'other' (phases: %s)" % (shown, ", ".join(PHASES))
+        )
+        return _NULL_PHASE
+
+    def _decide_gpu(self) -> str:
+        """Turn CUDA event timing on for h2d/compute if torch has CUDA in use (training thread)."""
+        mode = self._gpu_mode
+        if mode not in ("undecided", "recheck"):
+            return mode
+        torch = sys.modules.get("torch")
+        if torch is None:
+            if self._cuda:
+                _log.warn_once(_log.USAGE, "cuda=True but torch is not imported: timing phases on the CPU only")
+            return "off"
+        initialized = torch.cuda.is_initialized()
+        if self._cuda is False or (not initialized and self._cuda is None):
+            if initialized:
+                self._add_gpu_env(torch)
+            return "off" if initialized or self._cuda is False else "waiting"
+        if not initialized and not torch.cuda.is_available():
+            _log.warn_once(_log.USAGE, "cuda=True but CUDA is not available: timing phases on the CPU only")
+            return "off"
+        timer = _cuda.torch_timer(torch, pairs=self._gpu_event_pairs)
+        self._add_gpu_env(torch)
+        self._use_gpu_timer(timer)
+        return "on"
+
+    def _use_gpu_timer(self, timer):
+        self._gpu = timer
+        if self._sender is not None:
+            self._sender.gpu = timer
+        self._h2d.timer = timer
+        self._compute.timer = timer
+        self._phases["h2d"] = self._h2d
+        self._phases["compute"] = self._compute
+        self._gpu_mode = "on"
+
+    def _add_gpu_env(self, torch):
+        env = _env.gpu_fingerprint(torch)
+        if env and env != self._gpu_env:
+            self._gpu_env = env
+            if self._sender is not None:
+                self._sender.add_env(env)
+
+    def _internal_error(self):
+        self._errors += 1
+        _log.warn_once(_log.INTERNAL, "internal error (training continues; timing may be incomplete)")
+
+    # --- other threads ----------------------------------------------------
+
+    def _background_tick(self):
+        """Sender thread: notice CUDA coming into use after the first h2d/compute lookup."""
+        if self._gpu_mode == "waiting":
+            torch = sys.modules.get("torch")
+            if torch is not None and torch.cuda.is_initialized():
+                self._gpu_mode = "recheck"
+                self._phases.pop("h2d", None)
+                self._phases.pop("compute", None)
+
+    def _close(self, reason: str, timeout: float) -> bool:
+        try:
+            if self._closed:
+                return bool(self._close_result)
+            self._closed = True
+            if self._batch_in_step:
+                self._batch_in_step = False
+                self._end_step(_now(), None)
+            result = False
+            if self._sender is not None:
+                result = self._sender.close(reason, timeout)
+            self._close_result = result
+            return result
+        except Exception:
+            self._internal_error()
+            return False
+
+    def _close_at_exit(self):
+        self._close("exit", self._exit_timeout)
+
+    def _after_fork_in_child(self):
+        """In a forked child (a DataLoader worker) the scope goes quiet: no thread, no CUDA."""
+        self._closed = True
+        self._close_result = False
+        self._queue = collections.deque(maxlen=1)
+        self._wake = threading.Event()  # the parent's sender thread may have held its lock
+        self._gpu = None
+        self._h2d.timer = None
+        self._compute.timer = None
+        self._gpu_mode = "off"
+        if self._sender is not None:
+            self._sender.abandon()
+            self._sender = None
+
+
+def _idle_stats() -> dict:
+    return {
+        "sent": 0,
+        "acked": 0,
+        "ack_seq": 0,
+        "dropped": 0,
+        "resent": 0,
+        "pending": 0,
+        "connected": False,
+        "connects": 0,
+        "reconnects": 0,
+        "errors": 0,
+        "bg_cpu_s": 0.0,
+    }

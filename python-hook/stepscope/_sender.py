@@ -1,0 +1,410 @@
+"""The background thread: turns step records into `steps` frames and delivers them.
+
+Delivery is at-least-once. Records stay in ``_unacked`` until the sidecar acknowledges
+them; after a reconnect, `hello` is sent again and everything above ``welcome.ack`` is
+resent in order. The training thread only ever appends to ``queue`` (and ``env`` updates).
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import random
+import threading
+import time
+
+from . import _log, _protocol
+from ._counters import CounterSchedule
+from ._protocol import ProtocolError
+from ._ws import OP_BINARY, ConnectionClosed, HandshakeError, WebSocket, WebSocketError
+
+__all__ = ["Sender"]
+
+_NETWORK_ERRORS = (OSError, WebSocketError, ProtocolError)
+_REFUSAL_CODES = (1003, 1007, 1008)
+
+
+class Sender:
+    def __init__(
+        self,
+        queue: collections.deque,
+        wake: threading.Event,
+        *,
+        url: str,
+        identity: dict,
+        env: dict,
+        headers=None,
+        batch_interval: float = 0.1,
+        max_unacked: int = 100_000,
+        connect_timeout: float = 2.0,
+        welcome_timeout: float = 5.0,
+        io_timeout: float = 5.0,
+        backoff=(0.1, 5.0),
+        tick=None,
+        counters=None,
+    ):
+        self._queue = queue
+        self._wake = wake
+        self._url = url
+        self._identity = dict(identity)
+        self._env = dict(env)
+        self._env_updates = collections.deque()
+        self._headers = dict(headers or {})
+        self._batch_interval = batch_interval
+        self._max_unacked = max(1, max_unacked)
+        self._connect_timeout = connect_timeout
+        self._welcome_timeout = welcome_timeout
+        self._io_timeout = io_timeout
+        self._backoff_base, self._backoff_max = backoff
+        self._tick = tick
+        self._mono_origin = _protocol.monotonic_origin(time.perf_counter_ns())
+        self.gpu = None
+        self._counters = counters if counters is not None else CounterSchedule(lambda: self._env)
+
+        self._pending = collections.deque()  # records waiting for their GPU times
+        self._unacked = collections.deque()  # (seq, encoded row), seq increasing
+        self._unsent = 0  # the newest `_unsent` entries of _unacked are not on this connection yet
+        self._next_seq = 1
+        self._max_sent_seq = 0
+        self._rows_per_frame = _protocol.MAX_ROWS_PER_FRAME
+        self._last_frame_rows = 0
+
+        self._ws = None
+        self._failures = 0
+        self._next_attempt = 0.0
+        self._ever_connected = False
+
+        self._thread = None
+        self._closing = False
+        self._close_reason = "close"
+        self._close_deadline = 0.0
+        self._gpu_give_up_at = 0.0
+        self._close_attempted = False
+        self._end_sent = False
+        self._end_acked = False
+        self._finished = threading.Event()
+        self._close_lock = threading.Lock()
+        self._result = None
+
+        self.sent = 0
+        self.resent = 0
+        self.acked = 0
+        self.ack_seq = 0
+        self.dropped = 0
+        self.connects = 0
+        self.errors = 0
+        self.cpu_s = 0.0
+
+    # --- any thread --------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="stepscope-sender", daemon=True)
+        self._thread.start()
+
+    def add_env(self, env: dict) -> None:
+        self._env_updates.append(dict(env))
+        self._wake.set()
+
+    def close(self, reason: str, timeout: float) -> bool:
+        """Deliver everything, send `end`, wait for its ack; True if all was acknowledged."""
+        with self._close_lock:
+            if self._result is not None:
+                return self._result
+            thread = self._thread
+            if thread is None or not thread.is_alive():
+                self._result = False
+                return False
+            timeout = max(0.0, float(timeout))
+            now = time.monotonic()
+            self._close_reason = reason
+            self._close_deadline = now + timeout
+            self._gpu_give_up_at = now + timeout / 2
+            self._closing = True
+            self._wake.set()
+            if thread is not threading.current_thread():
+                thread.join(timeout + self._io_timeout + 0.5)
+            self._result = self._end_acked and not self._unacked
+            return self._result
+
+    def abandon(self) -> None:
+        """Forget the connection without a word (in a forked child, whose thread is gone)."""
+        self._thread = None
+        self._ws = None
+        self._result = False
+
+    @property
+    def connected(self) -> bool:
+        return self._ws is not None
+
+    def snapshot(self) -> dict:
+        return {
+            "sent": self.sent,
+            "acked": self.acked,
+            "ack_seq": self.ack_seq,
+            "dropped": self.dropped,
+            "resent": self.resent,
+            "pending": len(self._queue) + len(self._pending) + len(self._unacked),
+            "connected": self._ws is not None,
+            "connects": self.connects,
+            "reconnects": max(0, self.connects - 1),
+            "errors": self.errors,
+            "bg_cpu_s": self.cpu_s,
+        }
+
+    # --- the background thread --------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while not self._finished.is_set():
+                try:
+                    self._cycle()
+                except Exception as exc:  # a bug here must never reach training
+                    self.errors += 1
+                    _log.warn_once(_log.INTERNAL, "internal error in the sender thread (%s: %s)" % (type(exc).__name__, exc))
+                    self._drop_connection()
+                    self._finished.wait(self._batch_interval)
+                self.cpu_s = time.thread_time()
+        finally:
+            if self._ws is not None:
+                self._ws.close(1000, "")
+                self._ws = None
+
+    def _cycle(self) -> None:
+        if self._tick is not None:
+            try:
+                self._tick()
+            except Exception:
+                self.errors += 1
+        self._collect()
+        self._counters.sample_due(time.monotonic(), time.perf_counter_ns() - self._mono_origin)
+        if self._closing:
+            self._close_cycle()
+            return
+        if self._ws is None and time.monotonic() >= self._next_attempt:
+            self._connect(self._connect_timeout, self._welcome_timeout)
+        if self._ws is not None:
+            self._exchange()
+        timeout = self._batch_interval
+        if self._ws is None:
+            timeout = min(timeout, max(0.0, self._next_attempt - time.monotonic()))
+        self._wake.wait(timeout)
+        self._wake.clear()
+
+    def _close_cycle(self) -> None:
+        remaining = self._close_deadline - time.monotonic()
+        if remaining <= 0 or self._end_acked:
+            self._finished.set()
+            return
+        if self._ws is None:
+            # A sidecar never seen gets one try; one that was there is waited for (restarts).
+            if self._close_attempted and not self._ever_connected:
+                self._finished.set()
+                return
+            if not self._close_attempted or time.monotonic() >= self._next_attempt:
+                self._close_attempted = True
+                self._connect(min(self._connect_timeout, remaining), remaining)
+        if self._ws is None:
+            wait = max(0.0, self._next_attempt - time.monotonic())
+        else:
+            self._exchange()
+            wait = 0.05
+        if self._end_acked:
+            self._finished.set()
+            return
+        wait = min(wait, max(0.0, self._close_deadline - time.monotonic()))
+        if self._ws is not None:
+            try:
+                self._ws.wait_readable(wait)
+            except ConnectionClosed:
+                pass
+        else:
+            self._finished.wait(wait)
+
+    def _collect(self) -> None:
+        """Move records from the training thread's queue to rows ready to send, in seq order."""
+        queue = self._queue
+        pending = self._pending
+        expected = self._next_seq
+        while True:
+            try:
+                record = queue.popleft()
+            except IndexError:
+                break
+            seq = record[0]
+            if seq > expected:
+                self.dropped += seq - expected  # the queue was full: its oldest records fell off
+            expected = seq + 1
+            pending.append(record)
+        self._next_seq = expected
+
+        gpu = self.gpu
+        if gpu is not None and gpu.pending:
+            gpu.resolve(give_up=self._closing and time.monotonic() >= self._gpu_give_up_at)
+
+        unacked = self._unacked
+        origin = self._mono_origin
+        encode = _protocol.encode_row
+        while pending:
+            seq, end_ns, dur_ns, data_ns, h2d_ns, compute_ns, samples, gpu_step = pending[0]
+            if gpu_step is None:
+                gpu_times = (None, None, None)
+            elif gpu_step.done:
+                gpu_times = (gpu_step.h2d_ns, gpu_step.compute_ns, gpu_step.idle_ns)
+            else:
+                break
+            pending.popleft()
+            row = encode(seq, seq - 1, end_ns - origin, dur_ns, data_ns, h2d_ns, compute_ns, samples, *gpu_times)
+            unacked.append((seq, row))
+            self._unsent += 1
+
+        overflow = len(pending) + len(unacked) - self._max_unacked
+        if overflow > 0:
+            from_unacked = min(overflow, len(unacked))
+            for _ in range(from_unacked):
+                unacked.popleft()
+            for _ in range(overflow - from_unacked):
+                pending.popleft()
+            self.dropped += overflow
+            self._unsent = min(self._unsent, len(unacked))
+
+    def _merge_env_updates(self) -> dict:
+        update = {}
+        while self._env_updates:
+            update.update(self._env_updates.popleft())
+        self._env.update(update)
+        return update
+
+    def _connect(self, connect_timeout: float, welcome_timeout: float) -> None:
+        self._merge_env_updates()  # the hello below carries them
+        try:
+            ws = WebSocket.connect(self._url, headers=self._headers, timeout=connect_timeout)
+        except Exception as exc:  # also a malformed URL: reported once, like an absent sidecar
+            self._connection_failed(exc)
+            return
+        try:
+            ws.set_timeout(self._io_timeout)
+            ws.send_binary(
+                _protocol.hello(
+                    self._identity, self._env, time.time_ns(), time.perf_counter_ns() - self._mono_origin
+                )
+            )
+            welcome = self._await_welcome(ws, welcome_timeout)
+        except _NETWORK_ERRORS as exc:
+            ws.close(1002 if isinstance(exc, ProtocolError) else 1000, "")
+            self._connection_failed(exc)
+            return
+        self._ws = ws
+        self.connects += 1
+        self._ever_connected = True
+        self._end_sent = False
+        self._apply_ack(welcome["ack"])
+        self._unsent = len(self._unacked)  # resend everything the sidecar does not hold
+        self._counters.configure(welcome.get("counters"), time.monotonic())
+
+    def _await_welcome(self, ws: WebSocket, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            message = ws.recv(remaining) if remaining > 0 else None
+            if message is None:
+                raise ProtocolError("no welcome from the sidecar within %.1f s" % timeout)
+            parsed = self._parse(message)
+            if parsed["type"] == "welcome":
+                return parsed
+
+    def _exchange(self) -> None:
+        """Read acks, then send env updates, rows and (when closing and all is sent) `end`."""
+        ws = self._ws
+        try:
+            for message in ws.poll():
+                self._on_message(self._parse(message))
+            update = self._merge_env_updates()
+            if update:
+                ws.send_binary(_protocol.env_update(update))
+            self._send_rows(ws)
+            for source, samples in self._counters.take():
+                ws.send_binary(_protocol.counters(source, samples))
+            if self._closing and not self._end_sent and not self._queue and not self._pending:
+                ws.send_binary(_protocol.end(self._close_reason))
+                self._end_sent = True
+        except _NETWORK_ERRORS as exc:
+            self._connection_lost(exc)
+
+    def _parse(self, message) -> dict:
+        opcode, payload = message
+        if opcode != OP_BINARY:
+            raise ProtocolError("text frame from the sidecar")
+        return _protocol.parse_server_message(payload)
+
+    def _on_message(self, message: dict) -> None:
+        kind = message["type"]
+        if kind in ("ack", "welcome"):
+            self._apply_ack(message["ack"])
+            self._failures = 0  # a working connection: the next loss retries quickly again
+            if kind == "ack" and message.get("end") is True and self._end_sent:
+                self._end_acked = True
+
+    def _apply_ack(self, ack: int) -> None:
+        if ack > self.ack_seq:
+            self.ack_seq = ack
+        unacked = self._unacked
+        while unacked and unacked[0][0] <= ack:
+            unacked.popleft()
+            self.acked += 1
+        if self._unsent > len(unacked):
+            self._unsent = len(unacked)
+
+    def _send_rows(self, ws: WebSocket) -> None:
+        unacked = self._unacked
+        while self._unsent:
+            count = min(self._unsent, self._rows_per_frame)
+            start = len(unacked) - self._unsent
+            chunk = list(itertools.islice(unacked, start, start + count))
+            self._last_frame_rows = count
+            ws.send_binary(_protocol.steps([row for _, row in chunk], self.dropped))
+            self._unsent -= count
+            self.sent += count
+            if chunk[0][0] <= self._max_sent_seq:
+                self.resent += sum(1 for seq, _ in chunk if seq <= self._max_sent_seq)
+            self._max_sent_seq = max(self._max_sent_seq, chunk[-1][0])
+
+    # --- connection state --------------------------------------------------
+
+    def _connection_failed(self, exc: BaseException) -> None:
+        self._schedule_retry()
+        refused = isinstance(exc, (HandshakeError, ProtocolError, ConnectionClosed))
+        _log.warn_once(
+            _log.SIDECAR,
+            "sidecar at %s %s (%s); buffering and retrying"
+            % (self._url, "refused the connection" if refused else "unreachable", _describe(exc)),
+        )
+
+    def _connection_lost(self, exc: BaseException) -> None:
+        self._drop_connection()
+        self._schedule_retry()
+        if isinstance(exc, ConnectionClosed):
+            if exc.code == 1009:
+                self._rows_per_frame = max(1, min(self._rows_per_frame, self._last_frame_rows) // 2)
+            if exc.code in _REFUSAL_CODES or exc.code == 1009:
+                _log.warn_once(_log.SIDECAR, "sidecar at %s closed the connection (%s); retrying" % (self._url, _describe(exc)))
+
+    def _drop_connection(self) -> None:
+        if self._ws is not None:
+            self._ws.close(1000, "")
+        self._ws = None
+        self._end_sent = False
+
+    def _schedule_retry(self) -> None:
+        delay = min(self._backoff_max, self._backoff_base * (2 ** min(self._failures, 30)))
+        self._failures += 1
+        self._next_attempt = time.monotonic() + delay * random.uniform(0.5, 1.0)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ConnectionClosed) and exc.code is not None:
+        return ("%d %s" % (exc.code, exc.reason)).strip()
+    text = str(exc)
+    name = type(exc).__name__
+    if isinstance(exc, (ConnectionError, TimeoutError)) or not text:
+        return name  # "ConnectionRefusedError" says it all
+    return "%s: %s" % (name, text)

@@ -1,0 +1,103 @@
+import os
+import re
+import types
+import unittest
+import uuid
+from unittest import mock
+
+from stepscope import _env
+
+_LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "STEPSCOPE_JOB", "TORCHELASTIC_RUN_ID")
+
+
+def clean_environ(**values):
+    environ = {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARS}
+    environ.update(values)
+    return mock.patch.dict(os.environ, environ, clear=True)
+
+
+class IdentityTest(unittest.TestCase):
+    def test_defaults(self):
+        with clean_environ():
+            ident = _env.identity(host="node7.cluster")
+        self.assertEqual((ident["rank"], ident["local_rank"], ident["world_size"]), (0, 0, 1))
+        self.assertEqual(ident["pid"], os.getpid())
+        self.assertEqual(ident["host"], "node7.cluster")
+        self.assertRegex(ident["job"], r"^node7-\d{8}T\d{6}Z-%d$" % os.getpid())
+
+    def test_torchrun_variables(self):
+        with clean_environ(RANK="5", WORLD_SIZE="16", LOCAL_RANK="1", TORCHELASTIC_RUN_ID="abc123"):
+            ident = _env.identity(host="h")
+        self.assertEqual((ident["rank"], ident["local_rank"], ident["world_size"]), (5, 1, 16))
+        self.assertEqual(ident["job"], "torchrun-abc123")
+
+    def test_launcher_without_run_id_uses_the_parent(self):
+        with clean_environ(LOCAL_RANK="0", TORCHELASTIC_RUN_ID="none"):
+            job = _env.identity(host="h")["job"]
+        self.assertTrue(job.endswith("-%d" % os.getppid()), job)
+
+    def test_explicit_arguments_and_job_env(self):
+        with clean_environ(STEPSCOPE_JOB="from-env", RANK="9"):
+            self.assertEqual(_env.identity()["job"], "from-env")
+            ident = _env.identity(job="j" * 300, rank=2, world_size=4, local_rank=2)
+        self.assertEqual(len(ident["job"]), 128)
+        self.assertEqual((ident["rank"], ident["world_size"], ident["local_rank"]), (2, 4, 2))
+
+    def test_inconsistent_values_are_made_valid(self):
+        with clean_environ(RANK="garbage", WORLD_SIZE="0"):
+            ident = _env.identity()
+        self.assertEqual((ident["rank"], ident["world_size"]), (0, 1))
+        ident = _env.identity(rank=7, world_size=2)
+        self.assertEqual((ident["rank"], ident["world_size"]), (7, 8))
+
+    def test_session_is_random(self):
+        self.assertNotEqual(_env.identity()["session"], _env.identity()["session"])
+
+    def test_process_start_time(self):
+        started = _env.process_start_time(os.getpid())
+        if started is None:
+            self.skipTest("no /proc on this platform")
+        import time
+
+        self.assertLess(abs(time.time() - started), 24 * 3600)
+        self.assertIsNone(_env.process_start_time(2**22 + 12345))
+
+
+class FingerprintTest(unittest.TestCase):
+    def test_basic_keys(self):
+        with mock.patch.dict(os.environ, {"CUDA_VISIBLE_DEVICES": "0,1"}):
+            env = _env.fingerprint("9.9.9")
+        self.assertEqual(env["hook"], "9.9.9")
+        self.assertEqual(env["cuda_visible_devices"], "0,1")
+        self.assertTrue(re.match(r"^\d+\.\d+", env["python"]))
+
+    def test_gpu_uuid_formats(self):
+        raw = uuid.UUID("12345678-1234-5678-1234-567812345678")
+        self.assertEqual(_env.format_gpu_uuid(types.SimpleNamespace(bytes=raw.bytes)), "GPU-" + str(raw))
+        self.assertEqual(_env.format_gpu_uuid(str(raw)), "GPU-" + str(raw))
+        self.assertEqual(_env.format_gpu_uuid("GPU-" + str(raw)), "GPU-" + str(raw))
+        self.assertIsNone(_env.format_gpu_uuid(None))
+
+    def test_loader_fingerprint_is_tolerant(self):
+        class Loader:
+            batch_size = None
+            num_workers = 2
+            dataset = ()
+
+            @property
+            def pin_memory(self):
+                raise RuntimeError("no")
+
+            prefetch_factor = object()
+
+        env = _env.loader_fingerprint(Loader())
+        self.assertEqual(env["num_workers"], 2)
+        self.assertNotIn("batch_size", env)
+        self.assertNotIn("pin_memory", env)
+        self.assertIsInstance(env["prefetch_factor"], str)
+        self.assertTrue(_env.looks_like_dataloader(Loader()))
+        self.assertFalse(_env.looks_like_dataloader([1, 2]))
+
+
+if __name__ == "__main__":
+    unittest.main()
