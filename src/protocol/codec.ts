@@ -8,13 +8,32 @@ const options = {
   encodeUndefinedAsNil: true,
   int64AsType: 'auto',
   mapsAsObjects: true,
+  variableMapSize: true,
   moreTypes: false,
 } as const;
+// variableMapSize picks the smallest map header, as Python's msgpack does, so both write the same bytes.
 // msgpackr understands int64AsType 'auto' (number when safe, else bigint); its typings lag behind.
 const packr = new Packr(options as unknown as ConstructorParameters<typeof Packr>[0]);
 
+const UINT32_LIMIT = 2 ** 32;
+
+/**
+ * msgpackr writes integers beyond 32 bits as float64, which Python would read as floats; as
+ * bigints they go out as 64-bit integers.
+ */
+function wideIntegersAsBigInt(value: unknown): unknown {
+  if (typeof value === 'number') {
+    return Number.isInteger(value) && (value >= UINT32_LIMIT || value < -(2 ** 31)) ? BigInt(value) : value;
+  }
+  if (Array.isArray(value)) return value.map(wideIntegersAsBigInt);
+  if (value !== null && typeof value === 'object' && !(value instanceof Uint8Array)) {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, wideIntegersAsBigInt(v)]));
+  }
+  return value;
+}
+
 export function encode(value: unknown): Buffer {
-  return packr.pack(value);
+  return packr.pack(wideIntegersAsBigInt(value));
 }
 
 export function decode(bytes: Uint8Array): unknown {
