@@ -1,7 +1,7 @@
 // npm run bench: the figures behind BENCHMARKS.md. Medians over repeated runs; ratios against a
 // baseline measured in the same run, because these machines are noisy.
 import { spawn, spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -24,8 +24,8 @@ function cpuSeconds(pid) {
   return ticks / 100;
 }
 
-async function startSidecar() {
-  const child = spawn(process.execPath, [path.join(root, 'dist/cli.js'), 'serve', '--port', '0', '--log-level', 'info'], { stdio: ['ignore', 'pipe', 'inherit'] });
+async function startSidecar(args = ['--gpu-source', 'none'], env = process.env) {
+  const child = spawn(process.execPath, [path.join(root, 'dist/cli.js'), 'serve', '--port', '0', '--log-level', 'info', ...args], { stdio: ['ignore', 'pipe', 'inherit'], env });
   const port = await new Promise((resolve, reject) => {
     let buffered = '';
     child.stdout.setEncoding('utf8').on('data', (chunk) => {
@@ -49,7 +49,7 @@ function hookBench(url) {
   const args = [path.join(root, 'python-hook/bench/bench_hook.py'), ...(url ? ['--url', url] : [])];
   const run = spawnSync(python(), args, { encoding: 'utf8', env: { ...process.env, PYTHONPATH: path.join(root, 'python-hook') }, stdio: ['ignore', 'pipe', 'inherit'] });
   if (run.status !== 0) throw new Error('bench_hook.py failed');
-  return JSON.parse(run.stdout.trim().split('\n').at(-1));
+  return JSON.parse(run.stdout);
 }
 
 async function ingestThroughput(port, { frames = 400, rowsPerFrame = 256, rounds = 5 } = {}) {
@@ -92,15 +92,56 @@ async function ingestThroughput(port, { frames = 400, rowsPerFrame = 256, rounds
   };
 }
 
+/** A directory with the stand-in nvidia-smi on PATH playing `gpus` busy GPUs. */
+function fakeNvidiaSmi(gpus) {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'stepscope-bench-'));
+  mkdirSync(path.join(dir, 'bin'));
+  symlinkSync(path.join(root, 'test/support/fake-nvidia-smi.mjs'), path.join(dir, 'bin', 'nvidia-smi'));
+  writeFileSync(path.join(dir, 'scenario.json'), JSON.stringify({ gpus }));
+  return { ...process.env, PATH: `${path.join(dir, 'bin')}:${process.env.PATH}`, FAKE_NVIDIA_SMI_SCENARIO: path.join(dir, 'scenario.json') };
+}
+
+/** Sidecar CPU per second of wall time, idle (no hooks), with and without a GPU source. */
+async function collectorCost({ seconds = 10, rounds = 3 } = {}) {
+  const measure = async (args, env) => {
+    const { child } = await startSidecar(args, env);
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+    const cpu0 = cpuSeconds(child.pid);
+    const t0 = Date.now();
+    await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+    const cpu = cpuSeconds(child.pid) - cpu0;
+    const wall = (Date.now() - t0) / 1000;
+    child.kill('SIGTERM');
+    return (cpu / wall) * 100;
+  };
+  const env = fakeNvidiaSmi(8);
+  const baseline = [];
+  const eightGpus = [];
+  for (let i = 0; i < rounds; i++) {
+    baseline.push(await measure(['--gpu-source', 'none'], process.env));
+    eightGpus.push(await measure(['--gpu-source', 'nvidia-smi', '--gpu-interval', '500'], env));
+  }
+  const b = median(baseline);
+  const g = median(eightGpus);
+  return {
+    seconds_per_round: seconds,
+    rounds,
+    sidecar_cpu_pct_no_gpu_source: Number(b.toFixed(3)),
+    sidecar_cpu_pct_nvidia_smi_8_gpus_500ms: Number(g.toFixed(3)),
+    nvidia_smi_collector_cpu_pct: Number((g - b).toFixed(3)),
+  };
+}
+
 const report = { date: new Date().toISOString(), machine: `${os.cpus().length} x ${os.cpus()[0]?.model}`, node: process.version };
 const { child, port } = await startSidecar();
 globalThis.__sidecarPid = child.pid;
 try {
   if (!only || only === 'hook') {
-    report.hook_no_sidecar = hookBench(null);
-    report.hook_live_sidecar = hookBench(`ws://127.0.0.1:${port}/v1/ingest`);
+    // Measures the hook pointed at nothing and at this live sidecar, in one run.
+    report.hook = hookBench(`ws://127.0.0.1:${port}/v1/ingest`);
   }
   if (!only || only === 'ingest') report.ingest = await ingestThroughput(port);
+  if (!only || only === 'counters') report.counters = await collectorCost();
 } finally {
   child.kill('SIGTERM');
 }
