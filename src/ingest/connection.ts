@@ -3,6 +3,7 @@ import type { RawData, WebSocket } from 'ws';
 import { decode, encode } from '../protocol/codec.js';
 import { CloseCode, parseHookMessage, ProtocolError, sidecarFrame, type Hello, type SidecarMessage } from '../protocol/messages.js';
 import type { Ingest } from './ingest.js';
+import { RateLimiter } from './limits.js';
 
 const MAX_REASON_BYTES = 123;
 
@@ -22,6 +23,7 @@ export class HookConnection {
   private hello: Hello | null = null;
   private closed = false;
   private log: Logger;
+  private readonly rate: RateLimiter;
 
   constructor(
     private readonly socket: WebSocket,
@@ -30,16 +32,24 @@ export class HookConnection {
     remote: string,
   ) {
     this.log = log.child({ remote });
+    this.rate = new RateLimiter(ingest.limits.framesPerSecond, ingest.limits.burst, Date.now());
+    const full = ingest.stats.connections >= ingest.limits.maxConnections;
     ingest.stats.connections += 1;
     ingest.stats.connectionsTotal += 1;
     socket.on('message', (data, isBinary) => this.onMessage(data, isBinary));
     socket.on('close', () => this.onClose());
     socket.on('error', (error) => this.onSocketError(error));
+    if (full) this.limit('connections', CloseCode.tryAgainLater, `too many connections: this sidecar takes ${ingest.limits.maxConnections}`);
+  }
+
+  private limit(limit: string, code: number, reason: string): void {
+    this.ingest.limited(limit);
+    this.refuse(new ProtocolError(code, reason));
   }
 
   /** ws reports frames it refused itself (oversized, malformed framing) here, and closes the socket. */
   private onSocketError(error: Error & { code?: string }): void {
-    const code = error.code === 'WS_ERR_UNSUPPORTED_MESSAGE_LENGTH' ? CloseCode.tooBig : 1002;
+    const code = error.code === 'WS_ERR_UNSUPPORTED_MESSAGE_LENGTH' ? CloseCode.tooBig : CloseCode.protocolError;
     this.ingest.rejected(code);
     this.log.warn({ code, reason: error.message }, 'ingest frame refused; closing connection');
     this.onClose();
@@ -48,6 +58,10 @@ export class HookConnection {
   private onMessage(data: RawData, isBinary: boolean): void {
     if (this.closed) return;
     this.ingest.stats.frames += 1;
+    if (!this.rate.take(Date.now())) {
+      this.limit('frame-rate', CloseCode.policyViolation, `too many frames: at most ${this.ingest.limits.framesPerSecond} a second`);
+      return;
+    }
     try {
       if (!isBinary) throw new ProtocolError(CloseCode.unsupportedData, 'frame: text frames are not accepted, send msgpack in binary frames');
       let value: unknown;
@@ -98,6 +112,11 @@ export class HookConnection {
       throw new ProtocolError(CloseCode.policyViolation, 'hello: a connection cannot change its job, rank or session');
     }
     const first = this.hello === null;
+    const refusal = first ? this.ingest.refusal(hello) : null;
+    if (refusal) {
+      this.limit(refusal.limit, CloseCode.policyViolation, `hello: ${refusal.reason}`);
+      return;
+    }
     this.hello = hello;
     const accepted = this.ingest.hello(hello);
     if (first) {
@@ -126,7 +145,7 @@ export class HookConnection {
 
   private fail(error: Error): void {
     this.log.error({ err: error.message }, 'ingest failed; closing connection');
-    this.close(1011, 'sidecar error: ' + error.message);
+    this.close(CloseCode.internalError, 'sidecar error: ' + error.message);
   }
 
   close(code: number, reason: string): void {

@@ -5,6 +5,7 @@ import type { Env, Hello, Steps } from '../protocol/messages.js';
 import type { HelloResult } from '../store/job-store.js';
 import { toRow, type Journal, type JournalEntry } from '../store/journal.js';
 import { applyEntry, type World } from '../store/replay.js';
+import { DEFAULT_LIMITS, type IngestLimits } from './limits.js';
 
 export interface IngestStats {
   connections: number;
@@ -12,7 +13,10 @@ export interface IngestStats {
   frames: number;
   records: number;
   duplicates: number;
+  /** Connections closed for a bad frame or a limit, by close code. */
   rejected: Record<string, number>;
+  /** Connections closed for a limit, by limit. */
+  limited: Record<string, number>;
 }
 
 /**
@@ -27,23 +31,42 @@ export class Ingest {
     records: 0,
     duplicates: 0,
     rejected: {},
+    limited: {},
   };
 
   private readonly now: () => number;
   /** What the hooks are asked to forward, in `welcome`. */
   readonly wants: { nvml: boolean; interval_ms: number; process: boolean };
+  readonly limits: IngestLimits;
 
   constructor(
     readonly world: World,
     private readonly journal: Journal | null,
-    options: { now?: () => number; gpuIntervalMs?: number } = {},
+    options: { now?: () => number; gpuIntervalMs?: number; limits?: Partial<IngestLimits> } = {},
   ) {
     this.now = options.now ?? Date.now;
+    this.limits = { ...DEFAULT_LIMITS, ...options.limits };
     this.wants = { nvml: world.hookGpu, interval_ms: options.gpuIntervalMs ?? 500, process: true };
   }
 
   get store() {
     return this.world.jobs;
+  }
+
+  /** The limit this hello would pass (a new job or rank past the limits), or null. */
+  refusal(hello: Hello): { limit: 'jobs' | 'ranks'; reason: string } | null {
+    const jobs = this.store;
+    if (!jobs.hasJob(hello.job) && jobs.jobCount >= this.limits.maxJobs) {
+      return { limit: 'jobs', reason: `too many jobs: this sidecar takes ${this.limits.maxJobs}` };
+    }
+    if (!jobs.hasRank(hello.job, hello.rank) && jobs.rankCount(hello.job) >= this.limits.maxRanksPerJob) {
+      return { limit: 'ranks', reason: `too many ranks: a job may have ${this.limits.maxRanksPerJob}` };
+    }
+    return null;
+  }
+
+  limited(limit: string): void {
+    this.stats.limited[limit] = (this.stats.limited[limit] ?? 0) + 1;
   }
 
   hello(hello: Hello): Promise<HelloResult> {

@@ -5,10 +5,13 @@ export const PROTOCOL_VERSION = 1;
 
 export const CloseCode = {
   goingAway: 1001,
+  protocolError: 1002,
   unsupportedData: 1003,
   invalidPayload: 1007,
   policyViolation: 1008,
   tooBig: 1009,
+  internalError: 1011,
+  tryAgainLater: 1013,
 } as const;
 
 export class ProtocolError extends Error {

@@ -276,6 +276,18 @@ export class JobStore {
     return this.jobs.size;
   }
 
+  hasJob(job: string): boolean {
+    return this.jobs.has(job);
+  }
+
+  hasRank(job: string, rank: number): boolean {
+    return this.jobs.get(job)?.ranks.has(rank) ?? false;
+  }
+
+  rankCount(job: string): number {
+    return this.jobs.get(job)?.ranks.size ?? 0;
+  }
+
   allEnded(): boolean {
     return this.jobs.size > 0 && [...this.jobs.values()].every((job) => job.endedAt !== null);
   }
