@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { fakeNvidiaSmiEnv } from './support/fake-gpu.js';
 import { findPython } from './support/python.js';
 import { fixture, runPython } from './support/run-python.js';
-import { startSidecar, waitFor } from './support/sidecar.js';
+import { ROOT, startSidecar, waitFor } from './support/sidecar.js';
 
 const plain = findPython();
 const INTERVAL_MS = 500;
@@ -91,6 +91,27 @@ describe.skipIf(!plain.python)('GPU counters matched to ranks, with a stand-in n
     const run = await loop;
     expect(run.code, run.stderr).toBe(0);
     expect(run.result.steps).toBe(600);
+    await sidecar.stop();
+  });
+
+  it("takes the GPU counters the hook reads through NVML when the sidecar sees no GPU (--gpu-source hook)", async () => {
+    const sidecar = await startSidecar(['--gpu-source', 'hook', '--gpu-interval', '250']);
+    // The stand-in binding plays an H100 held at 1100 of 1980 MHz by HwThermalSlowdown.
+    const pythonPath = [path.join(ROOT, 'test', 'fixtures', 'fake_pynvml'), path.join(ROOT, 'python-hook')].join(path.delimiter);
+    const loop = runPython(plain.python!, fixture('plain_loop.py'), ['--steps', '400', '--data-ms', '9'], {
+      ...rankEnv(sidecar.ingestUrl, 'hook-nvml', 0),
+      WORLD_SIZE: '1',
+      PYTHONPATH: pythonPath,
+    });
+    const state = await waitFor(async () => {
+      const s = await sidecar.state();
+      return s.jobs[0]?.ranks[0]?.window.gpu ? s : null;
+    }, 15_000);
+    expect(state.counters.gpu_source).toBe('hook');
+    expect(state.counters.gpus[0]).toMatchObject({ uuid: 'GPU-3f1c2b7e-9a41-4e0b-8d7a-5c6e2f9a1b30', name: 'NVIDIA H100 80GB HBM3', sm_clock_mhz: 1100, throttle_reasons: ['HwThermalSlowdown'], power_w: 612.345 });
+    expect(state.jobs[0].ranks[0].window.gpu).toMatchObject({ index: 0, sm_clock_max_mhz: 1980, temp_c_max: 89, throttle_share: { HwThermalSlowdown: 1 } });
+    const run = await loop;
+    expect(run.code, run.stderr).toBe(0);
     await sidecar.stop();
   });
 });
