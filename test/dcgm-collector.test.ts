@@ -2,11 +2,10 @@ import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import { Writable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DcgmCollector, type DcgmCollectorOptions } from '../src/counters/dcgm.js';
 import type { GpuSample } from '../src/counters/types.js';
-import { createLogger } from '../src/log.js';
+import { capturedLogger } from './support/logger.js';
 import { ROOT, waitFor, type LogLine } from './support/sidecar.js';
 
 const H100_PODS = readFileSync(path.join(ROOT, 'test/fixtures/dcgm/3.x-h100-pods.txt'), 'utf8');
@@ -57,16 +56,6 @@ class StandInExporter {
   }
 }
 
-function capturedLogger() {
-  const lines: LogLine[] = [];
-  const stream = new Writable({
-    write(chunk, _encoding, done) {
-      for (const line of String(chunk).split('\n').filter(Boolean)) lines.push(JSON.parse(line) as LogLine);
-      done();
-    },
-  });
-  return { log: createLogger('debug', stream), lines };
-}
 
 async function unusedPort(): Promise<number> {
   const probe = new StandInExporter();

@@ -1,25 +1,14 @@
 import { cpSync, mkdirSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Writable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { HostCollector, type HostCollectorOptions, type HostSample } from '../src/counters/host.js';
-import { createLogger } from '../src/log.js';
+import { capturedLogger } from './support/logger.js';
 import { ROOT, tempDir, waitFor, type LogLine } from './support/sidecar.js';
 
 const RATES = path.join(ROOT, 'test/fixtures/proc/rates');
 const GIB = 1024 ** 3;
 
-function capturedLogger() {
-  const lines: LogLine[] = [];
-  const stream = new Writable({
-    write(chunk, _encoding, done) {
-      for (const line of String(chunk).split('\n').filter(Boolean)) lines.push(JSON.parse(line) as LogLine);
-      done();
-    },
-  });
-  return { log: createLogger('debug', stream), lines };
-}
 
 const percent = (value: number | null) => value !== null && value >= 0 && value <= 100;
 const rateOrNothing = (value: number | null) => value === null || value >= 0;

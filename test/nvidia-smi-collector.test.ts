@@ -1,10 +1,9 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { Writable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { NvidiaSmiCollector, type NvidiaSmiOptions } from '../src/counters/nvidia-smi.js';
 import type { GpuSample } from '../src/counters/types.js';
-import { createLogger } from '../src/log.js';
+import { capturedLogger } from './support/logger.js';
 import { pathWithFakeNvidiaSmi } from './support/fake-gpu.js';
 import { tempDir, waitFor, type LogLine } from './support/sidecar.js';
 const FAST_BACKOFF = { initialMs: 50, maxMs: 400, resetAfterMs: 5_000 };
@@ -22,26 +21,17 @@ afterEach(async () => {
   await Promise.all(running.splice(0).map((collector) => collector.stop()));
 });
 
-function capturingLogger(logs: LogLine[]) {
-  const stream = new Writable({
-    write(chunk, _encoding, done) {
-      for (const line of String(chunk).split('\n')) if (line.trim()) logs.push(JSON.parse(line) as LogLine);
-      done();
-    },
-  });
-  return createLogger('debug', stream);
-}
 
 /** `scenario` is the stand-in's (see the top of fake-nvidia-smi.mjs); a function gets the test's directory. */
 function harness(scenario: object | ((dir: string) => object), options: Partial<NvidiaSmiOptions> = {}): Harness {
   const dir = tempDir('stepscope-nvidia-smi-');
   const scenarioFile = path.join(dir, 'scenario.json');
   writeFileSync(scenarioFile, JSON.stringify(typeof scenario === 'function' ? scenario(dir) : scenario));
-  const logs: LogLine[] = [];
+  const { log, lines: logs } = capturedLogger();
   const collector = new NvidiaSmiCollector({
     intervalMs: 100,
     backoff: FAST_BACKOFF,
-    log: capturingLogger(logs),
+    log,
     env: { ...process.env, PATH: pathWithFakeNvidiaSmi(dir), FAKE_NVIDIA_SMI_SCENARIO: scenarioFile },
     ...options,
   });

@@ -3,6 +3,7 @@
  * One scrape at a time on a fixed interval; a failing exporter is retried for as long as we run.
  */
 import { performance } from 'node:perf_hooks';
+import { Poller } from './poller.js';
 import type { Logger } from '../log.js';
 import { describeNoMatch, describeSelector, matchesSelector, parseDcgmSeries, toGpuSamples, type DcgmSelector } from './dcgm-parse.js';
 import type { CollectorHealth, CollectorState, GpuCollector, GpuSample, GpuSink } from './types.js';
@@ -36,13 +37,13 @@ export class DcgmCollector implements GpuCollector {
   private lastError: string | null = null;
   private loggedError: { message: string; at: number } | null = null;
   private sink: GpuSink | null = null;
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<void> | null = null;
+  private readonly poller: Poller;
   private readonly stopping = new AbortController();
 
   constructor(private readonly options: DcgmCollectorOptions) {
     this.intervalMs = options.intervalMs ?? DEFAULT_INTERVAL_MS;
     this.timeoutMs = options.timeoutMs ?? Math.max(DEFAULT_TIMEOUT_MS, this.intervalMs);
+    this.poller = new Poller(this.intervalMs, () => this.tick());
     this.now = options.now ?? Date.now;
     this.log = options.log.child({ collector: this.name });
   }
@@ -61,36 +62,25 @@ export class DcgmCollector implements GpuCollector {
     }
     this.deliver(samples);
     this.log.info({ url: this.options.url, select: describeSelector(this.options.select), gpus: samples.length }, 'scraping dcgm-exporter');
-    this.schedule(this.intervalMs);
+    this.poller.start();
   }
 
   async stop(): Promise<void> {
     this.state = 'stopped';
     this.stopping.abort();
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
-    await this.running;
+    await this.poller.stop();
   }
 
   health(): CollectorHealth {
     return { name: this.name, state: this.state, samples: this.samples, lastSampleAt: this.lastSampleAt, lastError: this.lastError, restarts: 0 };
   }
 
-  private schedule(delayMs: number): void {
-    if (this.state === 'stopped') return;
-    this.timer = setTimeout(() => {
-      this.running = this.tick();
-    }, delayMs);
-  }
-
   private async tick(): Promise<void> {
-    const startedAt = performance.now();
     try {
       this.deliver(await this.scrape());
     } catch (error) {
       if (this.state !== 'stopped') this.warnOfFailure(describeError(error, this.timeoutMs));
     }
-    this.schedule(Math.max(0, this.intervalMs - (performance.now() - startedAt)));
   }
 
   private async scrape(): Promise<GpuSample[]> {

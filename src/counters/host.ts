@@ -7,6 +7,7 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { Poller } from './poller.js';
 import type { Logger } from '../log.js';
 import {
   cpuPercentages,
@@ -80,7 +81,6 @@ interface Reading {
 
 export class HostCollector {
   readonly name = 'host';
-  private readonly intervalMs: number;
   private readonly procRoot: string;
   private readonly now: () => number;
   private readonly log: Logger;
@@ -91,11 +91,10 @@ export class HostCollector {
   private reportedUnreadable = '';
   private previous: Reading | null = null;
   private sink: HostSink | null = null;
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<void> | null = null;
+  private readonly poller: Poller;
 
   constructor(options: HostCollectorOptions) {
-    this.intervalMs = options.intervalMs ?? 1000;
+    this.poller = new Poller(options.intervalMs ?? 1000, () => this.tick());
     this.procRoot = options.procRoot ?? '/proc';
     this.now = options.now ?? Date.now;
     this.log = options.log.child({ collector: this.name });
@@ -109,33 +108,21 @@ export class HostCollector {
     if (this.sink) throw new Error('host collector already started');
     this.sink = sink;
     this.take(await this.read());
-    this.schedule(this.intervalMs);
+    this.poller.start();
   }
 
   async stop(): Promise<void> {
     this.state = 'stopped';
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
-    await this.running;
+    await this.poller.stop();
   }
 
   health(): CollectorHealth {
     return { name: this.name, state: this.state, samples: this.samples, lastSampleAt: this.lastSampleAt, lastError: this.lastError, restarts: 0 };
   }
 
-  private schedule(delayMs: number): void {
-    if (this.state === 'stopped') return;
-    this.timer = setTimeout(() => {
-      this.running = this.tick();
-    }, delayMs);
-  }
-
   private async tick(): Promise<void> {
-    const startedAt = performance.now();
     const reading = await this.read();
-    if (this.state === 'stopped') return;
-    this.take(reading);
-    this.schedule(Math.max(0, this.intervalMs - (performance.now() - startedAt)));
+    if (this.state !== 'stopped') this.take(reading);
   }
 
   private async read(): Promise<Reading> {
