@@ -23,10 +23,8 @@ export class Analyst {
 
   tick(at: number): VerdictEvent[] {
     const events: VerdictEvent[] = [];
-    for (const job of this.world.jobs.snapshot(at)) {
-      if (job.ended) continue;
-      const analysis = this.analysisOf(job.job)!;
-      events.push(...analysis.evaluate(this.rankInputs(job.job, at), at));
+    for (const { job } of this.world.jobs.liveJobs()) {
+      events.push(...this.analysisOf(job)!.evaluate(this.rankInputs(job, at), at));
     }
     return events;
   }
@@ -34,9 +32,9 @@ export class Analyst {
   analysisOf(jobId: string): JobAnalysis | null {
     let analysis = this.analyses.get(jobId);
     if (!analysis) {
-      const job = this.world.jobs.snapshot(Date.now()).find((j) => j.job === jobId);
-      if (!job) return null;
-      analysis = new JobAnalysis(jobId, Date.parse(job.started_at), this.options.holdMs);
+      const startedAt = this.world.jobs.startedAt(jobId);
+      if (startedAt === null) return null;
+      analysis = new JobAnalysis(jobId, startedAt, this.options.holdMs);
       this.analyses.set(jobId, analysis);
     }
     return analysis;
@@ -49,24 +47,21 @@ export class Analyst {
 
   private rankInputs(jobId: string, at: number): RankInput[] {
     const hostCores = this.hostCores();
-    return this.world.jobs
-      .rankViews()
-      .filter((view) => view.job === jobId)
-      .map((view) => {
-        const last = view.lastStepEndAt();
-        return {
-          rank: view.rank,
-          window: windowFor(view, this.world.counters, at, this.options.windowMs),
-          context: { totalSteps: view.steps(), sinceLastStepMs: last === null ? null : Math.max(0, at - last), env: view.env, hostCores },
-        };
-      });
+    return this.world.jobs.rankViews(jobId).map((view) => {
+      const last = view.lastStepEndAt();
+      return {
+        rank: view.rank,
+        window: windowFor(view, this.world.counters, at, this.options.windowMs),
+        context: { totalSteps: view.steps(), sinceLastStepMs: last === null ? null : Math.max(0, at - last), env: view.env, hostCores },
+      };
+    });
   }
 
   /** The GPUs the job's ranks ran on, with their figures over the job. */
   private gpusOf(jobId: string, from: number, to: number): GpuSummary[] {
     const gpus = this.world.counters.knownGpus();
     const byKey = new Map<string, GpuSummary>();
-    for (const view of this.world.jobs.rankViews().filter((v) => v.job === jobId)) {
+    for (const view of this.world.jobs.rankViews(jobId)) {
       const match = matchGpu(deviceHint(view.env, view.localRank), gpus);
       if (!match) continue;
       const known = match.gpu;
@@ -84,12 +79,12 @@ export class Analyst {
   }
 
   summary(jobId: string, at: number): Summary | null {
-    const job = this.world.jobs.snapshot(at).find((j) => j.job === jobId);
+    const job = this.world.jobs.jobSnapshot(jobId, at);
     const analysis = this.analysisOf(jobId);
     if (!job || !analysis) return null;
     const summary = buildSummary({
       job,
-      views: this.world.jobs.rankViews().filter((v) => v.job === jobId),
+      views: this.world.jobs.rankViews(jobId),
       analysis,
       gpus: this.gpusOf(jobId, Date.parse(job.started_at), at),
       at,

@@ -191,9 +191,11 @@ export class JobStore {
     return batch.samples.map((sample) => nvmlToGpuSample(sample, toSidecarMs(session, sample.at_ns)));
   }
 
-  rankViews(): RankView[] {
+  /** Every rank's view, or one job's. */
+  rankViews(jobId?: string): RankView[] {
     const views: RankView[] = [];
-    for (const job of this.jobs.values()) {
+    const jobs = jobId === undefined ? [...this.jobs.values()] : [this.jobs.get(jobId)].filter((job) => job !== undefined);
+    for (const job of jobs) {
       for (const rank of job.ranks.values()) {
         views.push({
           job: job.id,
@@ -292,8 +294,23 @@ export class JobStore {
     return this.jobs.size > 0 && [...this.jobs.values()].every((job) => job.endedAt !== null);
   }
 
+  /** One job as of `at`, or null if unknown. */
+  jobSnapshot(jobId: string, at: number): JobSnapshot | null {
+    const job = this.jobs.get(jobId);
+    return job ? this.describeJob(job, at) : null;
+  }
+
+  /** Jobs still running, with when they started. */
+  liveJobs(): Array<{ job: string; startedAt: number }> {
+    return [...this.jobs.values()].filter((job) => job.endedAt === null).map((job) => ({ job: job.id, startedAt: job.startedAt }));
+  }
+
+  startedAt(jobId: string): number | null {
+    return this.jobs.get(jobId)?.startedAt ?? null;
+  }
+
   snapshot(at: number): JobSnapshot[] {
-    return [...this.jobs.values()].map((job) => this.jobSnapshot(job, at));
+    return [...this.jobs.values()].map((job) => this.describeJob(job, at));
   }
 
   private endReason(job: Job, at: number, graceMs: number): EndReason | null {
@@ -356,7 +373,7 @@ export class JobStore {
     return rank;
   }
 
-  private jobSnapshot(job: Job, at: number): JobSnapshot {
+  private describeJob(job: Job, at: number): JobSnapshot {
     const ranks = [...job.ranks.values()].sort((a, b) => a.rank - b.rank).map((rank) => rankSnapshot(rank));
     const sum = (pick: (r: RankSnapshot) => number) => ranks.reduce((total, r) => total + pick(r), 0);
     return {
