@@ -150,7 +150,7 @@ describe('the verdict rules', () => {
   it('says warming-up for the first steps and idle when steps stop', () => {
     expect(judge(window({ data: 0.5 }), context({ totalSteps: 5 })).verdict).toBe('warming-up');
     expect(judge(window({ data: 0.5 }), context({ sinceLastStepMs: 30_000 })).verdict).toBe('idle');
-    expect(judge(window({ data: 0.5 }), context({ sinceLastStepMs: null })).verdict).toBe('idle');
+    expect(judge(window({ data: 0.5 }), context({ sinceLastStepMs: null, totalSteps: 0 })).verdict).toBe('warming-up');
   });
 });
 
@@ -164,6 +164,16 @@ describe('VerdictTracker', () => {
     expect(tracker.update(j('input-bound'), 3_000)).toBeNull();
     const change = tracker.update(j('input-bound'), 4_000);
     expect(change).toMatchObject({ from: 'compute-bound', to: 'input-bound', since: 1_000, at: 4_000 });
+  });
+
+  it('does not restart the hold when only the cause of the pending verdict settles', () => {
+    const tracker = new VerdictTracker(2_000);
+    tracker.update(j('compute-bound'), 0);
+    const fewWorkers = judge(window({ data: 0.5 }), context({ env: { loader: { num_workers: 0 } } }));
+    const saturated = judge(window({ data: 0.5 }, { host: { samples: 4, cpu_pct_mean: 97, iowait_pct_mean: 0, steal_pct_mean: 0, load1: 9, mem_used_frac: 0.3 } }), context());
+    expect(tracker.update(fewWorkers, 1_000)).toBeNull();
+    expect(tracker.update(saturated, 2_000)).toBeNull();
+    expect(tracker.update(saturated, 3_000)).toMatchObject({ to: 'input-bound', cause: 'cpu-saturated', since: 1_000 });
   });
 
   it('ignores a blip shorter than the hold time', () => {

@@ -117,7 +117,8 @@ export function buildSummary({ job, views, analysis, gpus, at }: SummaryInput): 
   const dominant = analysis.dominant(endedAt);
   const current = analysis.jobVerdict()?.judgement ?? null;
   const verdict: Verdict = dominant?.verdict ?? current?.verdict ?? 'idle';
-  const cause: Cause = dominant?.cause ?? current?.cause ?? null;
+  // The dominant verdict's own cause, even when it has none: not the cause of whatever held last.
+  const cause: Cause = dominant ? dominant.cause : (current?.cause ?? null);
   const activeSeconds = timeline.filter((s) => s.verdict !== 'warming-up' && s.verdict !== 'idle').reduce((a, s) => a + s.end_s - s.start_s, 0);
   const share = dominant && activeSeconds > 0 ? round(dominant.seconds / activeSeconds) : null;
   const evidence = dominant?.judgement?.evidence ?? current?.evidence ?? null;
@@ -141,7 +142,7 @@ export function buildSummary({ job, views, analysis, gpus, at }: SummaryInput): 
         breakdown: roundBreakdown(breakdownOf(view.totals)),
         step_ms: stepMs(view.histogram, view.totals.steps ? view.totals.durNs / view.totals.steps / 1e6 : null),
         verdict: rankDominant?.verdict ?? held?.verdict ?? 'idle',
-        cause: rankDominant?.cause ?? held?.cause ?? null,
+        cause: rankDominant ? rankDominant.cause : (held?.cause ?? null),
         straggler: straggler?.rank === view.rank,
       };
     });

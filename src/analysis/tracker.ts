@@ -42,7 +42,8 @@ export class VerdictTracker {
       this.pending = null;
       return null;
     }
-    if (!this.pending || !sameState(this.pending.judgement, judgement)) {
+    // A pending verdict whose cause is still settling keeps its start: the verdict has held since then.
+    if (!this.pending || this.pending.judgement.verdict !== judgement.verdict) {
       this.pending = { judgement, since: at };
       if (this.holdMs > 0) return null;
     }

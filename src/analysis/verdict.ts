@@ -140,10 +140,9 @@ export function judge(window: RankWindow, context: RankContext): Judgement {
     recommendations: recommendationsFor(verdict, cause, { window, env: context.env, hostCores: context.hostCores }),
   });
 
+  if (context.sinceLastStepMs === null) return done('warming-up', null, 'no step has ended yet');
   const idleAfter = Math.max(THRESHOLDS.idleMs, 3 * (window.step_ms_p50 ?? 0));
-  if (context.sinceLastStepMs === null || context.sinceLastStepMs > idleAfter) {
-    return done('idle', null, context.sinceLastStepMs === null ? 'no steps yet' : `no step for ${(context.sinceLastStepMs / 1000).toFixed(1)} s`);
-  }
+  if (context.sinceLastStepMs > idleAfter) return done('idle', null, `no step for ${(context.sinceLastStepMs / 1000).toFixed(1)} s`);
   if (context.totalSteps < THRESHOLDS.warmupSteps) return done('warming-up', null, `${context.totalSteps} of ${THRESHOLDS.warmupSteps} steps seen`);
   const shares = window.breakdown;
   if (!shares || window.steps === 0) return done(context.current ?? 'warming-up', null, 'no step in the window; keeping the verdict');

@@ -1,0 +1,113 @@
+import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { fakeNvidiaSmiEnv } from './support/fake-gpu.js';
+import { startFakeProc } from './support/fake-proc.js';
+import { findPython } from './support/python.js';
+import { fixture, runPython } from './support/run-python.js';
+import { startSidecar, tempDir } from './support/sidecar.js';
+
+/**
+ * A real two-rank data-parallel job (torch.distributed, gloo on CPU) in which rank 1's loader is
+ * slow: rank 0 waits for it in the all-reduce, so both ranks' steps take the same time, and only
+ * the ranks' own delays (data wait) show who holds the job back.
+ */
+
+const torch = findPython(['torch', 'torch.distributed']);
+
+const cleanups: Array<() => unknown> = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) {
+    try {
+      await cleanup();
+    } catch {
+      // keep cleaning up
+    }
+  }
+});
+
+function killByPidFile(pidFile: string) {
+  if (!existsSync(pidFile)) return;
+  try {
+    process.kill(Number(readFileSync(pidFile, 'utf8')), 'SIGKILL');
+  } catch {
+    // already gone
+  }
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+describe.skipIf(!torch.python)(`straggler in a real torch.distributed job${torch.python ? '' : ` (skipped: ${torch.why})`}`, () => {
+  it("names rank 1, whose loader is slow, though both ranks' steps take the same time", async () => {
+    const proc = startFakeProc({ cpuPct: 30 });
+    cleanups.push(() => proc.stop());
+    const out = tempDir();
+    const gpu = fakeNvidiaSmiEnv({ gpus: 2 });
+    cleanups.push(() => rmSync(out, { recursive: true, force: true }));
+    cleanups.push(() => rmSync(gpu.dir, { recursive: true, force: true }));
+    const sidecar = await startSidecar(['--gpu-source', 'nvidia-smi', '--proc-root', proc.root, '--out', out, '--exit-on-end', '--end-grace', '1', '--hold', '1'], gpu.env);
+    cleanups.push(() => sidecar.stop('SIGKILL'));
+
+    const port = await freePort();
+    const job = 'ddp-slow-loader';
+    const ranks = [0, 1].map((rank) => {
+      const pidFile = path.join(out, `rank${rank}.pid`);
+      cleanups.push(() => killByPidFile(pidFile));
+      return runPython(
+        torch.python!,
+        fixture('ddp_loop.py'),
+        ['--port', String(port), '--steps', '200', '--data-ms', '1', '--slow-rank', '1', '--slow-data-ms', '30', '--compute-ms', '5', '--pid-file', pidFile],
+        { STEPSCOPE_URL: sidecar.ingestUrl, STEPSCOPE_JOB: job, RANK: String(rank), WORLD_SIZE: '2', LOCAL_RANK: String(rank), MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port) },
+        90_000,
+      );
+    });
+    const runs = await Promise.all(ranks);
+    for (const run of runs) {
+      expect(run.code, run.stderr).toBe(0);
+      expect(run.result).toMatchObject({ steps: 200, closed: true });
+    }
+    // The fast rank waited in the all-reduce: the two ranks took the same time.
+    const [fast, slow] = runs.map((run) => run.result);
+    expect(Math.abs(fast.elapsed_s - slow.elapsed_s) / slow.elapsed_s).toBeLessThan(0.05);
+    expect(slow.data_s).toBeGreaterThan(5 * fast.data_s);
+
+    const exit = await Promise.race([sidecar.exited, new Promise<null>((resolve) => setTimeout(() => resolve(null), 20_000))]);
+    expect(exit, 'the sidecar exits once the job has ended (--exit-on-end)').toEqual({ code: 0, signal: null });
+    const summary = JSON.parse(readFileSync(path.join(out, 'summary.json'), 'utf8'));
+    expect(summary).toMatchObject({ job, world_size: 2, steps: 400 });
+
+    // Equal step times: the step time alone cannot tell the ranks apart.
+    const [r0, r1] = summary.ranks;
+    expect(Math.abs(r0.step_ms.mean - r1.step_ms.mean) / r1.step_ms.mean).toBeLessThan(0.05);
+    // Rank 1's own delay is its data wait; rank 0's wait for it lands in its compute.
+    expect(r1.breakdown.data).toBeGreaterThan(0.6);
+    expect(r0.breakdown.data).toBeLessThan(0.15);
+    expect(r0.breakdown.compute).toBeGreaterThan(0.7);
+
+    expect(summary.straggler, summary.headline).toMatchObject({ rank: 1, reason: 'data' });
+    expect(summary.straggler.excess_ms).toBeGreaterThan(20);
+    expect(summary.straggler.seconds).toBeGreaterThan(0);
+    expect(summary.ranks.map((r: any) => [r.rank, r.straggler])).toEqual([
+      [0, false],
+      [1, true],
+    ]);
+    // The job is held back by its straggler, so the job's verdict is the straggler's.
+    expect(r1).toMatchObject({ verdict: 'input-bound' });
+    expect([summary.verdict, summary.cause], summary.headline).toEqual([r1.verdict, r1.cause]);
+    expect(r0.verdict).toBe('compute-bound');
+    expect(summary.gpus.map((g: any) => [g.index, g.ranks])).toEqual([
+      [0, [0]],
+      [1, [1]],
+    ]);
+  });
+});
