@@ -7,6 +7,9 @@ import { renderSummary } from './outputs/summary-render.js';
 import { LOG_LEVELS } from './log.js';
 import { serve, type ServeOptions } from './serve.js';
 import { VERSION } from './server.js';
+import { DemoError } from './demo/children.js';
+import { runDemo } from './demo/demo.js';
+import { startWatch } from './viewer/watch.js';
 
 function integer(min: number, max: number) {
   return (value: string): number => {
@@ -26,6 +29,12 @@ function seconds(min: number, max: number) {
     }
     return n;
   };
+}
+
+function rate(value: string): number {
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isFinite(n) || n < 0.2 || n > 50) throw new InvalidArgumentError('must be a number of updates a second from 0.2 to 50');
+  return n;
 }
 
 function httpUrl(value: string): string {
@@ -75,6 +84,7 @@ program
   .addOption(new Option('--window <seconds>', 'length of the window that matches steps with counters and decides verdicts').default(4).argParser(seconds(1, 600)).env('STEPSCOPE_WINDOW'))
   .addOption(new Option('--hold <seconds>', 'a new verdict takes over once it has held this long').default(2).argParser(seconds(0, 600)).env('STEPSCOPE_HOLD'))
   .addOption(new Option('--baseline <summary.json>', "a good run's summary: compare against it live and in the summary").env('STEPSCOPE_BASELINE'))
+  .addOption(new Option('--stream-rate <n>', 'state updates a second sent to each viewer on ws /v1/stream').default(4).argParser(rate).env('STEPSCOPE_STREAM_RATE'))
   .action(async (options) => {
     const sidecar = await serve({
       host: options.host,
@@ -96,6 +106,7 @@ program
       windowS: options.window,
       holdS: options.hold,
       baseline: options.baseline,
+      streamRateHz: options.streamRate,
       handleSignals: true,
     } satisfies ServeOptions);
     process.exitCode = await sidecar.stopped;
@@ -120,6 +131,39 @@ program
   .action(async (baselineFile: string, currentFile: string, options: { json?: boolean }) => {
     const comparison = compare(await readSummary(baselineFile), await readSummary(currentFile));
     process.stdout.write(options.json ? JSON.stringify(comparison, null, 2) + '\n' : comparison.text + '\n');
+  });
+
+program
+  .command('watch')
+  .description('the live viewer: verdicts, ranks, GPUs and history of the jobs the sidecars see')
+  .argument('[sidecars...]', 'sidecar addresses, one per node of the job (ws://HOST:PORT)', ['ws://127.0.0.1:9477'])
+  .option('--plain', 'one plain line per update instead of the full-screen view (the default when stdout is not a terminal)')
+  .addOption(new Option('--token <token>', 'sent as Authorization: Bearer <token>').env('STEPSCOPE_TOKEN'))
+  .action(async (targets: string[], options: { plain?: boolean; token?: string }) => {
+    let quit: () => void = () => undefined;
+    const stop = new Promise<void>((resolve) => (quit = resolve));
+    for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => quit());
+    const { done } = startWatch({ targets, token: options.token, plain: options.plain, stop });
+    await done;
+    process.exit(0);
+  });
+
+program
+  .command('demo')
+  .description('see stepscope at work without a GPU: a training loop through three bottlenecks, live, then its summary')
+  .option('--fast', 'regimes of 8 s instead of 20 (about 30 s in all)')
+  .option('--real', 'train a real model on the GPU with its real counters (needs PyTorch with CUDA)')
+  .option('--out <dir>', 'where the summary and logs go (default ./stepscope-demo-<time>)')
+  .option('--plain', 'plain lines instead of the full-screen viewer')
+  .action(async (options: { fast?: boolean; real?: boolean; out?: string; plain?: boolean }) => {
+    try {
+      await runDemo(options);
+      process.exit(0);
+    } catch (error) {
+      if (!(error instanceof DemoError)) throw error;
+      process.stderr.write(`stepscope demo: ${error.message}\n`);
+      process.exit(1);
+    }
   });
 
 program.parseAsync().catch((error: Error) => {

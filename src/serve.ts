@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import type { VerdictEvent } from './analysis/job-analysis.js';
 import type { Summary } from './analysis/summary.js';
 import { Analyst } from './analyst.js';
 import { renderSummary } from './outputs/summary-render.js';
@@ -12,8 +13,9 @@ import { GpuSourceError, startGpuSource, type GpuSourceChoice, type GpuSourceOpt
 import { SimCollector } from './counters/sim.js';
 import { Ingest } from './ingest/ingest.js';
 import { createLogger, type Logger, type LogLevel } from './log.js';
+import type { StreamLimits } from './outputs/stream-viewer.js';
+import { stepDurationHistogram, StepTimedJobStore } from './outputs/metrics.js';
 import { buildServer } from './server.js';
-import { JobStore } from './store/job-store.js';
 import { Journal } from './store/journal.js';
 import { applyEntry, type World } from './store/replay.js';
 
@@ -37,6 +39,9 @@ export interface ServeOptions {
   windowS: number;
   holdS: number;
   baseline?: string;
+  /** Frames a second on ws /v1/stream (default 4), and its per-viewer limits. */
+  streamRateHz?: number;
+  streamLimits?: Partial<StreamLimits>;
   /** Stop cleanly, writing summaries, on SIGTERM and SIGINT. */
   handleSignals?: boolean;
 }
@@ -96,8 +101,9 @@ function collectorFactories(options: ServeOptions, log: Logger) {
 export async function serve(options: ServeOptions): Promise<Sidecar> {
   const log = createLogger(options.logLevel);
   const baseline = await loadBaseline(options.baseline);
+  const stepDurations = stepDurationHistogram();
   const world: World = {
-    jobs: new JobStore(),
+    jobs: new StepTimedJobStore(stepDurations),
     counters: new CounterStore<HostSample>(),
     hookGpu: options.gpuSource === 'hook',
   };
@@ -121,13 +127,16 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
   await host.start((sample) => void ingest.hostSample(sample).catch(fail('host sample')));
 
   const analyst = new Analyst(world, { windowMs: options.windowS * 1000, holdMs: options.holdS * 1000, baseline });
+  const verdictListeners = new Set<(events: VerdictEvent[]) => void>();
   const analysisTimer = setInterval(() => {
-    for (const event of analyst.tick(Date.now())) {
+    const events = analyst.tick(Date.now());
+    for (const event of events) {
       log.info(
         { job: event.job, rank: event.rank, from: event.from, to: event.to, cause: event.cause, since: new Date(event.since).toISOString(), rule: event.judgement.evidence.rule },
         event.rank === null ? 'job verdict changed' : 'rank verdict changed',
       );
     }
+    if (events.length > 0) for (const listener of verdictListeners) listener(events);
   }, ANALYSIS_INTERVAL_MS);
 
   const writeUp = async (jobId: string, at: number) => {
@@ -144,6 +153,14 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
     maxFrameBytes: options.maxFrameBytes,
     windowMs: options.windowS * 1000,
     sources: () => ({ gpu: { source: gpu.source, reason: gpu.reason, health: gpu.health() }, host: host.health() }),
+    stepDurations,
+    // Hooks learn in `welcome` whether to forward GPU readings, so not before the source is chosen.
+    ready: () => gpu !== undefined && stopping === null,
+    stream: {
+      rateHz: options.streamRateHz,
+      limits: options.streamLimits,
+      verdictEvents: (listener) => (verdictListeners.add(listener), () => verdictListeners.delete(listener)),
+    },
   });
   let settling = Promise.resolve();
   let resolveStopped: (code: number) => void = () => undefined;
@@ -177,7 +194,7 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
     const ended = world.jobs.settle(at, options.endGraceS * 1000);
     settling = settling.then(async () => {
       for (const id of ended) {
-        const job = world.jobs.snapshot(at).find((j) => j.job === id);
+        const job = world.jobs.jobSnapshot(id, at);
         log.info({ job: id, reason: job?.end_reason, steps: job?.steps, dropped: job?.dropped }, 'job ended');
         await writeUp(id, at);
       }

@@ -5,6 +5,9 @@ import { HookConnection } from './ingest/connection.js';
 import type { Analyst } from './analyst.js';
 import type { Ingest } from './ingest/ingest.js';
 import { CloseCode } from './protocol/messages.js';
+import { registerMetrics, type StepDurationHistogram } from './outputs/metrics.js';
+import { registerStream, type StreamOptions } from './outputs/stream.js';
+import { streamHistory } from './outputs/stream-history.js';
 import { sidecarState, type SourceStatus } from './state.js';
 
 export interface ServerOptions {
@@ -15,6 +18,11 @@ export interface ServerOptions {
   windowMs: number;
   sources: () => SourceStatus;
   now?: () => number;
+  stream?: Pick<StreamOptions, 'rateHz' | 'limits' | 'verdictEvents'>;
+  /** Fed with every step by the StepTimedJobStore of `ingest.world`; exposed on GET /metrics. */
+  stepDurations: StepDurationHistogram;
+  /** Whether the sidecar is ready for hooks once listening (its GPU counter source chosen, not stopping). */
+  ready?: () => boolean;
 }
 
 export const VERSION = '0.1.0';
@@ -38,8 +46,12 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   });
 
   app.get('/healthz', async () => ({ status: 'ok' }));
+  app.get('/readyz', async (_request, reply) => {
+    const ready = app.server.listening && (options.ready?.() ?? true);
+    return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'not ready' });
+  });
 
-  app.get('/v1/state', async () =>
+  const stateAt = (at: number) =>
     sidecarState({
       world: ingest.world,
       analyst: options.analyst,
@@ -47,10 +59,22 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
       sources: options.sources(),
       version: VERSION,
       startedAt,
-      at: now(),
+      at,
       windowMs: options.windowMs,
-    }),
-  );
+    });
+  app.get('/v1/state', async () => stateAt(now()));
+  const stream = registerStream(app, { ...options.stream, state: stateAt, history: (from, to, sliceMs) => streamHistory(ingest.world, from, to, sliceMs), log, now });
+  registerMetrics(app, {
+    world: ingest.world,
+    analyst: options.analyst,
+    ingest: ingest.stats,
+    sources: options.sources,
+    stepDurations: options.stepDurations,
+    windowMs: options.windowMs,
+    version: VERSION,
+    viewers: () => stream.viewers,
+    now,
+  });
 
   app.get('/v1/ingest', { websocket: true }, (socket, request) => {
     const hook = new HookConnection(socket, ingest, log, `${request.socket.remoteAddress}:${request.socket.remotePort}`);

@@ -1,0 +1,136 @@
+#!/usr/bin/env node
+// Step end → viewer update latency on loopback, through the real sidecar.
+//
+//   node scripts/bench-stream.mjs [--seconds 20] [--viewers 1] [--rate 4] [--steps-per-s 50]
+//
+// A hook (speaking the wire protocol from here) sends each step the moment it ends; viewers on
+// ws /v1/stream note when a state frame first shows it. Prints the latencies as JSON. With one state
+// frame every 1/rate s the expected p50 is about half that interval and p99 just above it; the
+// Python hook adds up to its batch interval (0.1 s) before a step leaves the training process.
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import WebSocket from 'ws';
+import { encode, decode } from '../dist/protocol/codec.js';
+import { STEP_FIELDS } from '../dist/protocol/messages.js';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const { values } = parseArgs({
+  options: {
+    seconds: { type: 'string', default: '20' },
+    viewers: { type: 'string', default: '1' },
+    rate: { type: 'string', default: '4' },
+    'steps-per-s': { type: 'string', default: '50' },
+  },
+});
+const seconds = Number(values.seconds);
+const viewerCount = Number(values.viewers);
+const rate = Number(values.rate);
+const stepMs = 1000 / Number(values['steps-per-s']);
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+const quantile = (sorted, q) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+
+async function startSidecar() {
+  const child = spawn(process.execPath, [path.join(ROOT, 'dist', 'cli.js'), 'serve', '--port', '0', '--gpu-source', 'none', '--stream-rate', String(rate)], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const port = await new Promise((resolve, reject) => {
+    let buffered = '';
+    child.stdout.setEncoding('utf8').on('data', (chunk) => {
+      buffered += chunk;
+      for (const line of buffered.split('\n')) {
+        try {
+          const entry = JSON.parse(line);
+          if (entry.msg === 'listening') resolve(entry.port);
+        } catch {
+          // a partial line
+        }
+      }
+      buffered = buffered.slice(buffered.lastIndexOf('\n') + 1);
+    });
+    child.once('exit', (code) => reject(new Error(`sidecar exited with ${code}`)));
+  });
+  return { child, port };
+}
+
+function open(url) {
+  const socket = new WebSocket(url);
+  return new Promise((resolve, reject) => socket.once('open', () => resolve(socket)).once('error', reject));
+}
+
+const { child, port } = await startSidecar();
+try {
+  const endedAt = new Map();
+  const hook = await open(`ws://127.0.0.1:${port}/v1/ingest`);
+  const helloAt = Date.now();
+  hook.send(
+    encode({ v: 1, type: 'hello', job: 'bench', rank: 0, local_rank: 0, world_size: 1, session: `bench-${helloAt}`, pid: process.pid, host: 'bench', clock: { wall_ns: BigInt(helloAt) * 1_000_000n, mono_ns: 0 }, env: {} }),
+  );
+  hook.on('message', (data) => decode(data));
+
+  const latencies = [];
+  let frames = 0;
+  let frameBytes = 0;
+  let measuring = false;
+  const viewers = await Promise.all(Array.from({ length: viewerCount }, () => open(`ws://127.0.0.1:${port}/v1/stream`)));
+  viewers.forEach((viewer, i) => {
+    let seen = -1;
+    viewer.on('message', (data) => {
+      const at = Date.now();
+      const frame = JSON.parse(data.toString());
+      if (frame.type === 'verdict') return;
+      frames += 1;
+      frameBytes += data.length;
+      const last = frame.state.jobs.find((job) => job.job === 'bench')?.ranks[0]?.last_step ?? -1;
+      for (let step = seen + 1; step <= last; step++) {
+        if (measuring && endedAt.has(step)) latencies.push({ viewer: i, ms: at - endedAt.get(step) });
+      }
+      seen = Math.max(seen, last);
+    });
+  });
+
+  let step = 0;
+  const send = () => {
+    const now = Date.now();
+    const ns = (ms) => Math.round(ms * 1e6);
+    endedAt.set(step, now);
+    hook.send(encode({ v: 1, type: 'steps', fields: [...STEP_FIELDS], rows: [[step + 1, step, ns(now - helloAt), ns(stepMs), 0, 0, ns(stepMs * 0.9), 32, null, null, null]], dropped: 0 }));
+    step += 1;
+  };
+  const timer = setInterval(send, stepMs);
+  await sleep(2_000); // past the first snapshot and warm-up
+  measuring = true;
+  await sleep(seconds * 1000);
+  measuring = false;
+  clearInterval(timer);
+  await sleep(1000 / rate + 200);
+
+  const sorted = latencies.map((l) => l.ms).sort((a, b) => a - b);
+  const round = (x) => Math.round(x * 10) / 10;
+  process.stdout.write(
+    JSON.stringify(
+      {
+        what: 'step end -> first state frame showing it, per viewer, loopback',
+        stream_rate_hz: rate,
+        viewers: viewerCount,
+        seconds,
+        steps_measured: sorted.length / viewerCount,
+        p50_ms: round(quantile(sorted, 0.5)),
+        p90_ms: round(quantile(sorted, 0.9)),
+        p99_ms: round(quantile(sorted, 0.99)),
+        max_ms: round(sorted.at(-1)),
+        frames_per_viewer_per_s: round(frames / viewerCount / (seconds + 3)),
+        frame_bytes_mean: Math.round(frameBytes / Math.max(1, frames)),
+        p99_under_300_ms: quantile(sorted, 0.99) < 300,
+      },
+      null,
+      2,
+    ) + '\n',
+  );
+  viewers.forEach((v) => v.terminate());
+  hook.terminate();
+} finally {
+  child.kill('SIGTERM');
+}

@@ -1,0 +1,135 @@
+import type { Registry } from 'prom-client';
+import { counterFamily, gaugeFamily } from './metrics-family.js';
+import type { JobScrape, RankScrape, Scrape } from './metrics-scrape.js';
+import { VERDICT_CODES, verdictStateSet } from './metrics-verdicts.js';
+
+/** Per job and rank: where step time goes, the verdicts, the straggler. */
+
+type RankLabel = 'training_job' | 'rank';
+
+function* eachRank(scrape: Scrape): Generator<{ job: JobScrape; rank: RankScrape; labels: Record<RankLabel, string> }> {
+  for (const job of scrape.jobs) for (const rank of job.ranks) yield { job, rank, labels: { training_job: job.job, rank: String(rank.rank) } };
+}
+
+const PHASES = [
+  ['data', 'dataNs'],
+  ['h2d', 'h2dNs'],
+  ['compute', 'computeNs'],
+  ['other', 'otherNs'],
+] as const;
+
+export function registerJobFamilies(registry: Registry, scrape: () => Scrape): void {
+  counterFamily(registry, {
+    name: 'stepscope_phase_seconds_total',
+    help: 'Wall-clock seconds of training steps spent in each phase (data wait, host-to-device copy, compute, other), per job and rank.',
+    labelNames: ['training_job', 'rank', 'phase'],
+    *samples() {
+      for (const { rank, labels } of eachRank(scrape())) {
+        for (const [phase, field] of PHASES) yield [{ ...labels, phase }, rank.totals[field] / 1e9];
+      }
+    },
+  });
+
+  counterFamily(registry, {
+    name: 'stepscope_samples_total',
+    help: 'Samples processed, as the training loop reported them with scope.step(samples=...), per job and rank.',
+    labelNames: ['training_job', 'rank'],
+    *samples() {
+      for (const { rank, labels } of eachRank(scrape())) if (rank.totals.samplesSteps > 0) yield [labels, rank.totals.samples];
+    },
+  });
+
+  counterFamily(registry, {
+    name: 'stepscope_hook_dropped_records_total',
+    help: "Step records the hook dropped because its buffer was full (the sidecar was away too long), per job and rank.",
+    labelNames: ['training_job', 'rank'],
+    *samples() {
+      for (const { rank, labels } of eachRank(scrape())) yield [labels, rank.snapshot.dropped];
+    },
+  });
+
+  gaugeFamily(registry, {
+    name: 'stepscope_rank_verdict',
+    help: "The rank's verdict as a state set: 1 for the verdict and cause in force, 0 for the others. Running jobs only.",
+    labelNames: ['training_job', 'rank', 'verdict', 'cause'],
+    *samples() {
+      for (const { rank, labels } of eachRank(scrape())) {
+        if (!rank.live) continue;
+        for (const { verdict, cause, value } of verdictStateSet(rank.live.verdict)) yield [{ ...labels, verdict, cause }, value];
+      }
+    },
+  });
+
+  gaugeFamily(registry, {
+    name: 'stepscope_rank_verdict_code',
+    help: "The rank's verdict as a number, for state timelines: 0 compute-bound, 1 input-bound, 2 transfer-bound, 3 host-bound, 4 throttled, 5 warming-up, 6 idle. Running jobs only.",
+    labelNames: ['training_job', 'rank'],
+    *samples() {
+      for (const { rank, labels } of eachRank(scrape())) {
+        if (rank.live?.verdict) yield [labels, VERDICT_CODES[rank.live.verdict.verdict]];
+      }
+    },
+  });
+
+  gaugeFamily(registry, {
+    name: 'stepscope_rank_straggler',
+    help: 'Whether the rank is the straggler that holds the other ranks of its job back (1) or not (0). Running jobs only.',
+    labelNames: ['training_job', 'rank'],
+    *samples() {
+      for (const { rank, labels } of eachRank(scrape())) if (rank.live) yield [labels, rank.live.straggler ? 1 : 0];
+    },
+  });
+
+  gaugeFamily(registry, {
+    name: 'stepscope_cgroup_cpu_throttled_ratio',
+    help: "Share of CFS periods in which the training container was CPU-throttled, between the hook's last two process samples, per job and rank.",
+    labelNames: ['training_job', 'rank'],
+    *samples() {
+      for (const { rank, labels } of eachRank(scrape())) yield [labels, rank.live?.cgroupThrottledShare ?? null];
+    },
+  });
+
+  gaugeFamily(registry, {
+    name: 'stepscope_rank_gpu_info',
+    help: 'The GPU a rank runs on (join the stepscope_gpu_* series on instance and gpu), and how it was matched. Running jobs only.',
+    labelNames: ['training_job', 'rank', 'gpu', 'gpu_uuid', 'matched_by'],
+    *samples() {
+      for (const { rank, labels } of eachRank(scrape())) {
+        const match = rank.live?.gpu;
+        if (match) yield [{ ...labels, gpu: match.gpu.index, gpu_uuid: match.gpu.uuid ?? '', matched_by: match.by }, 1];
+      }
+    },
+  });
+
+  gaugeFamily(registry, {
+    name: 'stepscope_job_verdict',
+    help: "The job's verdict as a state set (the straggler's verdict, else the one most ranks hold): 1 for the verdict and cause in force, 0 for the others. Running jobs only.",
+    labelNames: ['training_job', 'verdict', 'cause'],
+    *samples() {
+      for (const job of scrape().jobs) {
+        if (job.ended) continue;
+        for (const { verdict, cause, value } of verdictStateSet(job.verdict)) yield [{ training_job: job.job, verdict, cause }, value];
+      }
+    },
+  });
+
+  gaugeFamily(registry, {
+    name: 'stepscope_job_verdict_code',
+    help: "The job's verdict as a number (as in stepscope_rank_verdict_code). Running jobs only.",
+    labelNames: ['training_job'],
+    *samples() {
+      for (const job of scrape().jobs) if (!job.ended && job.verdict) yield [{ training_job: job.job }, VERDICT_CODES[job.verdict.verdict]];
+    },
+  });
+
+  gaugeFamily(registry, {
+    name: 'stepscope_job_straggler_excess_seconds',
+    help: "Seconds per step the job's straggler loses to its own delays beyond the other ranks' median, with the main reason; absent while there is none.",
+    labelNames: ['training_job', 'rank', 'reason'],
+    *samples() {
+      for (const { job, straggler } of scrape().jobs) {
+        if (straggler) yield [{ training_job: job, rank: String(straggler.rank), reason: straggler.reason }, straggler.excess_ms / 1000];
+      }
+    },
+  });
+}

@@ -1,0 +1,56 @@
+import type { Cause, Verdict } from '../analysis/verdict.js';
+
+/**
+ * The numbers of stepscope_rank_verdict_code and stepscope_job_verdict_code. Dashboards map them
+ * back to names (deploy/grafana/stepscope.json), so a verdict's number never changes.
+ */
+export const VERDICT_CODES = {
+  'compute-bound': 0,
+  'input-bound': 1,
+  'transfer-bound': 2,
+  'host-bound': 3,
+  throttled: 4,
+  'warming-up': 5,
+  idle: 6,
+} as const satisfies Record<Verdict, number>;
+
+/** Every cause each verdict can have (null: none), so that the verdict state set keeps the same series. */
+export const VERDICT_CAUSES = {
+  'compute-bound': [null],
+  'input-bound': ['cgroup-throttled', 'io-wait', 'cpu-saturated', 'few-workers', 'unknown'],
+  'transfer-bound': [null],
+  'host-bound': ['outside-phases', 'gpu-idle-in-compute'],
+  throttled: ['thermal', 'power', 'hw-slowdown', 'clocks-low'],
+  'warming-up': [null],
+  idle: [null],
+} as const satisfies Record<Verdict, readonly Cause[]>;
+
+// Fails to compile when src/analysis/verdict.ts gains a cause that is not listed above.
+type Unlisted = Exclude<NonNullable<Cause>, (typeof VERDICT_CAUSES)[Verdict][number]>;
+const everyCauseListed: [Unlisted] extends [never] ? true : Unlisted = true;
+void everyCauseListed;
+
+export interface VerdictSeries {
+  verdict: Verdict;
+  cause: string;
+  value: 0 | 1;
+}
+
+/**
+ * The verdict as a state set: one series per verdict and cause, 1 for the one in force and 0 for
+ * the others. A pair outside the list (a verdict kept through a window without steps has no cause)
+ * still gets its series while it holds.
+ */
+export function verdictStateSet(current: { verdict: Verdict; cause: Cause } | null): VerdictSeries[] {
+  const series: VerdictSeries[] = [];
+  let listed = false;
+  for (const [verdict, causes] of Object.entries(VERDICT_CAUSES) as [Verdict, readonly Cause[]][]) {
+    for (const cause of causes) {
+      const on = current !== null && current.verdict === verdict && current.cause === cause;
+      listed ||= on;
+      series.push({ verdict, cause: cause ?? '', value: on ? 1 : 0 });
+    }
+  }
+  if (current && !listed) series.push({ verdict: current.verdict, cause: current.cause ?? '', value: 1 });
+  return series;
+}

@@ -1,0 +1,76 @@
+import type { FastifyInstance } from 'fastify';
+import { collectDefaultMetrics, Registry } from 'prom-client';
+import { CloseCode } from '../protocol/messages.js';
+import { registerCounterFamilies } from './metrics-counters.js';
+import { counterFamily, gaugeFamily } from './metrics-family.js';
+import { registerJobFamilies } from './metrics-jobs.js';
+import { readScrape, type MetricsInputs, type Scrape } from './metrics-scrape.js';
+import type { StepDurationHistogram } from './metrics-steps.js';
+
+export type { MetricsInputs } from './metrics-scrape.js';
+export { stepDurationHistogram, StepTimedJobStore, type StepDurationHistogram } from './metrics-steps.js';
+
+// Reported from zero, so that rate() and increase() see the first refusal.
+const REFUSAL_CODES = [CloseCode.protocolError, CloseCode.unsupportedData, CloseCode.invalidPayload, CloseCode.policyViolation, CloseCode.tooBig, CloseCode.tryAgainLater];
+const LIMITS = ['connections', 'frame-rate', 'jobs', 'ranks'];
+
+/** Counts by key, the known keys from zero, in a stable order. */
+function* byKey(counts: Record<string, number>, known: readonly (string | number)[]): Generator<[string, number]> {
+  for (const key of [...new Set([...known.map(String), ...Object.keys(counts)])].sort()) yield [key, counts[key] ?? 0];
+}
+
+function registerIngestFamilies(registry: Registry, inputs: MetricsInputs): void {
+  const stats = inputs.ingest;
+  const single = (value: number) => [[{}, value] as const];
+  gaugeFamily(registry, { name: 'stepscope_build_info', help: 'The running stepscope version.', labelNames: ['version'], samples: () => [[{ version: inputs.version }, 1]] });
+  gaugeFamily(registry, { name: 'stepscope_ingest_open_connections', help: 'Hook websocket connections open now.', labelNames: [], samples: () => single(stats.connections) });
+  counterFamily(registry, { name: 'stepscope_ingest_connections_total', help: 'Hook websocket connections accepted.', labelNames: [], samples: () => single(stats.connectionsTotal) });
+  counterFamily(registry, { name: 'stepscope_ingest_frames_total', help: 'Websocket frames received from hooks, refused ones included.', labelNames: [], samples: () => single(stats.frames) });
+  counterFamily(registry, { name: 'stepscope_ingest_records_total', help: 'Step records received and kept (duplicates left out).', labelNames: [], samples: () => single(stats.records) });
+  counterFamily(registry, {
+    name: 'stepscope_ingest_duplicate_records_total',
+    help: 'Step records received again after a reconnect and dropped as duplicates.',
+    labelNames: [],
+    samples: () => single(stats.duplicates),
+  });
+  counterFamily(registry, {
+    name: 'stepscope_ingest_rejected_frames_total',
+    help: 'Frames refused, by the websocket close code the connection was closed with (see docs/protocol.md).',
+    labelNames: ['close_code'],
+    *samples() {
+      for (const [code, count] of byKey(stats.rejected, REFUSAL_CODES)) yield [{ close_code: code }, count];
+    },
+  });
+  counterFamily(registry, {
+    name: 'stepscope_ingest_limited_connections_total',
+    help: 'Hook connections closed for passing a limit (connections, frame rate, jobs, ranks per job), by limit.',
+    labelNames: ['limit'],
+    *samples() {
+      for (const [limit, count] of byKey(stats.limited, LIMITS)) yield [{ limit }, count];
+    },
+  });
+  gaugeFamily(registry, { name: 'stepscope_viewer_open_connections', help: 'Viewer connections (ws /v1/stream) open now.', labelNames: [], samples: () => single(inputs.viewers()) });
+}
+
+/**
+ * GET /metrics in the Prometheus text format, from a registry of this sidecar's own. Every family
+ * is read at scrape time from one reading of the state; only the step-duration histogram is fed as
+ * steps arrive (see StepTimedJobStore).
+ */
+export function registerMetrics(app: FastifyInstance, inputs: MetricsInputs & { stepDurations: StepDurationHistogram }): void {
+  const now = inputs.now ?? Date.now;
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, prefix: 'stepscope_' });
+  let scrape: Scrape | null = null;
+  const current = () => (scrape ??= readScrape(inputs, now()));
+  registerIngestFamilies(registry, inputs);
+  registry.registerMetric(inputs.stepDurations);
+  registerJobFamilies(registry, current);
+  registerCounterFamilies(registry, current);
+
+  app.get('/metrics', async (_request, reply) => {
+    scrape = null;
+    const text = await registry.metrics();
+    return reply.type(registry.contentType).send(text);
+  });
+}

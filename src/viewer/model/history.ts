@@ -1,0 +1,82 @@
+import type { StreamHistory } from '../../outputs/stream-frames.js';
+
+/** Values per slice from `from` (ms since the epoch) on, oldest first. */
+export interface Series {
+  from: number;
+  values: Array<number | null>;
+}
+
+/** The sparkline figures a viewer holds for one sidecar, by rank and by GPU. */
+export interface HistoryState {
+  sliceMs: number;
+  /** Slices kept per series: the length of the sidecar's snapshot history. */
+  keep: number;
+  /** Key: `job\u0000rank`. */
+  stepMs: ReadonlyMap<string, Series>;
+  /** Key: GPU uuid, else `index:N`. */
+  gpuUtil: ReadonlyMap<string, Series>;
+  gpuClockPct: ReadonlyMap<string, Series>;
+}
+
+export const rankKey = (job: string, rank: number) => `${job}\u0000${rank}`;
+export const gpuKey = (gpu: { uuid: string | null; index: number }) => gpu.uuid ?? `index:${gpu.index}`;
+
+/** `incoming` written over `held` slice by slice (the newer figures win), keeping the last `keep` slices. */
+export function mergeSeries(held: Series | undefined, incoming: Series, sliceMs: number, keep: number): Series {
+  if (!held) return trim(incoming, sliceMs, keep);
+  const from = Math.min(held.from, incoming.from);
+  const values: Array<number | null> = [];
+  const put = (series: Series) => {
+    const offset = Math.round((series.from - from) / sliceMs);
+    while (values.length < offset + series.values.length) values.push(null);
+    series.values.forEach((value, i) => (values[offset + i] = value));
+  };
+  put(held);
+  put(incoming);
+  return trim({ from, values }, sliceMs, keep);
+}
+
+function trim(series: Series, sliceMs: number, keep: number): Series {
+  const drop = Math.max(0, series.values.length - keep);
+  return drop === 0 ? series : { from: series.from + drop * sliceMs, values: series.values.slice(drop) };
+}
+
+function entries(history: StreamHistory) {
+  const from = Date.parse(history.from);
+  return {
+    stepMs: history.ranks.map((r) => [rankKey(r.job, r.rank), { from, values: r.step_ms }] as const),
+    gpuUtil: history.gpus.map((g) => [gpuKey(g), { from, values: g.util }] as const),
+    gpuClockPct: history.gpus.map((g) => [gpuKey(g), { from, values: g.sm_clock_pct }] as const),
+  };
+}
+
+/** The history of a snapshot: it replaces whatever was held. */
+export function historyFromSnapshot(history: StreamHistory): HistoryState {
+  const sliceMs = history.slice_s * 1000;
+  const e = entries(history);
+  const keep = Math.max(1, ...history.ranks.map((r) => r.step_ms.length), ...history.gpus.map((g) => g.util.length));
+  return { sliceMs, keep, stepMs: new Map(e.stepMs), gpuUtil: new Map(e.gpuUtil), gpuClockPct: new Map(e.gpuClockPct) };
+}
+
+/** An update's few newest slices merged into the history held. */
+export function mergeHistory(held: HistoryState, update: StreamHistory): HistoryState {
+  const e = entries(update);
+  const merge = (maps: ReadonlyMap<string, Series>, incoming: ReadonlyArray<readonly [string, Series]>) => {
+    const next = new Map(maps);
+    for (const [key, series] of incoming) next.set(key, mergeSeries(next.get(key), series, held.sliceMs, held.keep));
+    return next;
+  };
+  return { ...held, stepMs: merge(held.stepMs, e.stepMs), gpuUtil: merge(held.gpuUtil, e.gpuUtil), gpuClockPct: merge(held.gpuClockPct, e.gpuClockPct) };
+}
+
+/** The values of `series` for the `count` slices starting at `from`, null where it has none. */
+export function valuesBetween(series: Series | undefined, from: number, count: number, sliceMs: number): Array<number | null> {
+  const out = new Array<number | null>(count).fill(null);
+  if (!series) return out;
+  const offset = Math.round((series.from - from) / sliceMs);
+  series.values.forEach((value, i) => {
+    const at = offset + i;
+    if (at >= 0 && at < count) out[at] = value;
+  });
+  return out;
+}

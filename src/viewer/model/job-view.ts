@@ -1,0 +1,168 @@
+import type { TimelineSegment } from '../../analysis/job-analysis.js';
+import type { Straggler } from '../../analysis/straggler.js';
+import type { Cause, Verdict } from '../../analysis/verdict.js';
+import { banner, type Banner } from './banner.js';
+import { combineVerdicts } from './combine.js';
+import { historyView, type HistoryPart, type HistoryView } from './history-view.js';
+import { gpuRows, rankRow, uniqueRanks, type Breakdown, type GpuRow, type Part, type RankRow } from './rows.js';
+import type { ConnectionStatus, SourceState } from './source.js';
+
+export type { Banner, Breakdown, GpuRow, RankRow };
+
+/** What the viewer shows, built from what each sidecar sent. Pure: no terminal, no clock of its own. */
+
+export interface EventRow {
+  at: string;
+  who: string;
+  from: Verdict | null;
+  to: Verdict;
+  cause: Cause;
+}
+
+export interface JobView {
+  id: string;
+  worldSize: number;
+  nodes: string[];
+  steps: number;
+  durationS: number;
+  startedAt: number;
+  ended: boolean;
+  endReason: string | null;
+  banner: Banner | null;
+  straggler: Straggler | null;
+  /** Slowest rank's p50 and p90, summed samples/s, mean breakdown: the job at a glance. */
+  stepP50: number | null;
+  stepP90: number | null;
+  samplesPerS: number | null;
+  breakdown: Breakdown | null;
+  ranks: RankRow[];
+  gpus: GpuRow[];
+  history: HistoryView | null;
+  timelines: Array<{ label: string | null; segments: TimelineSegment[] }>;
+  events: EventRow[];
+}
+
+export interface SourceLine {
+  url: string;
+  label: string;
+  status: ConnectionStatus;
+  attempt: number;
+  error: string | null;
+  retryInMs: number | null;
+  rateHz: number | null;
+  gpuSource: string | null;
+}
+
+export interface WatchView {
+  sources: SourceLine[];
+  jobs: Array<{ id: string; ended: boolean }>;
+  job: JobView | null;
+}
+
+const EVENTS_SHOWN = 8;
+const RANK_EVENTS_UP_TO = 4;
+
+const urlHost = (url: string) => {
+  try {
+    return new URL(url).host;
+  } catch {
+    return url;
+  }
+};
+
+/** Each sidecar's name: the host its ranks run on, or its address where that does not tell sidecars apart. */
+export function sourceLabels(sources: readonly SourceState[]): string[] {
+  const byHost = sources.map((source) => {
+    const hosts = new Set(source.state?.jobs.flatMap((job) => job.ranks.map((rank) => rank.host)) ?? []);
+    return hosts.size === 1 ? [...hosts][0]! : urlHost(source.url);
+  });
+  return byHost.map((label, i) => (byHost.indexOf(label) !== byHost.lastIndexOf(label) ? urlHost(sources[i]!.url) : label));
+}
+
+function jobView(id: string, parts: Part[]): JobView {
+  const ranks = uniqueRanks(parts.flatMap((part) => part.job.ranks.map((rank) => ({ part, rank }))));
+  const single = parts.length === 1 ? parts[0]! : null;
+  const combined = single ? { verdict: single.job.verdict, rank: null, straggler: single.job.straggler } : combineVerdicts(ranks.map((r) => r.rank));
+  const at = Math.max(...parts.map((p) => Date.parse(p.state.now)));
+  const rows = ranks.map(({ part, rank }) => rankRow(part, rank, combined.straggler?.rank ?? null));
+  const windows = ranks.map((r) => r.rank.window);
+  const withBreakdown = windows.filter((w) => w.breakdown !== null);
+  const maxOf = (xs: Array<number | null>) => (xs.some((x) => x !== null) ? Math.max(...xs.filter((x): x is number => x !== null)) : null);
+  const rates = windows.map((w) => w.samples_per_s).filter((x): x is number => x !== null);
+  const mean = (pick: (b: Breakdown) => number) => withBreakdown.reduce((sum, w) => sum + pick(w.breakdown!), 0) / withBreakdown.length;
+  const historyParts: HistoryPart[] = parts
+    .filter((p) => p.source.history !== null)
+    .map((p) => ({
+      history: p.source.history!,
+      at: Date.parse(p.state.now),
+      job: id,
+      jobStartedAt: Date.parse(p.job.started_at),
+      timeline: p.job.timeline,
+      ranks: p.job.ranks.map((r) => ({ rank: r.rank, label: `rank ${r.rank}` })),
+      gpus: p.state.counters.gpus.map((g) => ({ index: g.index, uuid: g.uuid, label: parts.length > 1 ? `${p.label} gpu ${g.index}` : `gpu ${g.index}` })),
+    }));
+  // A big job's ranks change verdict together: there, only the job's own changes are worth the lines.
+  const rankEvents = ranks.length <= RANK_EVENTS_UP_TO;
+  const events = parts
+    .flatMap((p) => p.source.events.filter((e) => e.job === id && (rankEvents || e.rank === null)).map((e) => ({ e, node: parts.length > 1 ? `${p.label} ` : '' })))
+    .sort((a, b) => a.e.at.localeCompare(b.e.at))
+    .slice(-EVENTS_SHOWN)
+    .map(({ e, node }): EventRow => ({ at: e.at, who: e.rank === null ? `${node}job` : `${node}rank ${e.rank}`, from: e.from, to: e.to, cause: e.cause }));
+  return {
+    id,
+    worldSize: Math.max(...parts.map((p) => p.job.world_size)),
+    nodes: [...new Set(ranks.map((r) => r.rank.host))],
+    steps: ranks.reduce((sum, r) => sum + r.rank.steps, 0),
+    durationS: Math.max(...parts.map((p) => p.job.duration_s)),
+    startedAt: Math.min(...parts.map((p) => Date.parse(p.job.started_at))),
+    ended: parts.every((p) => p.job.ended),
+    endReason: parts.find((p) => p.job.end_reason)?.job.end_reason ?? null,
+    banner: combined.verdict ? banner(combined.verdict, at, combined.rank) : null,
+    straggler: combined.straggler,
+    stepP50: maxOf(windows.map((w) => w.step_ms_p50)),
+    stepP90: maxOf(windows.map((w) => w.step_ms_p90)),
+    samplesPerS: rates.length ? rates.reduce((a, b) => a + b, 0) : null,
+    breakdown: withBreakdown.length ? { data: mean((b) => b.data), h2d: mean((b) => b.h2d), compute: mean((b) => b.compute), other: mean((b) => b.other) } : null,
+    ranks: rows,
+    gpus: parts.flatMap(gpuRows),
+    history: historyView(historyParts),
+    timelines: parts.map((p) => ({ label: parts.length > 1 ? p.label : null, segments: p.job.timeline })),
+    events,
+  };
+}
+
+/** Live jobs first, the newest first. */
+function jobOrder(sources: readonly SourceState[]): Array<{ id: string; ended: boolean; startedAt: number }> {
+  const jobs = new Map<string, { id: string; ended: boolean; startedAt: number }>();
+  for (const job of sources.flatMap((s) => s.state?.jobs ?? [])) {
+    const held = jobs.get(job.job);
+    const startedAt = Date.parse(job.started_at);
+    jobs.set(job.job, { id: job.job, ended: (held?.ended ?? true) && job.ended, startedAt: Math.min(held?.startedAt ?? startedAt, startedAt) });
+  }
+  return [...jobs.values()].sort((a, b) => Number(a.ended) - Number(b.ended) || b.startedAt - a.startedAt);
+}
+
+export function buildView(sources: readonly SourceState[], selected: string | null, now: number): WatchView {
+  const jobs = jobOrder(sources);
+  const id = jobs.find((j) => j.id === selected)?.id ?? jobs[0]?.id ?? null;
+  const labels = sourceLabels(sources);
+  const parts: Part[] = [];
+  sources.forEach((source, i) => {
+    const job = source.state?.jobs.find((j) => j.job === id);
+    if (source.state && job) parts.push({ source, state: source.state, job, label: labels[i]! });
+  });
+  return {
+    sources: sources.map((s, i) => ({
+      url: s.url,
+      label: labels[i]!,
+      status: s.status,
+      attempt: s.attempt,
+      error: s.error,
+      retryInMs: s.retryAt === null ? null : Math.max(0, s.retryAt - now),
+      rateHz: s.rateHz,
+      gpuSource: s.state?.counters.gpu_source ?? null,
+    })),
+    jobs: jobs.map(({ id: jobId, ended }) => ({ id: jobId, ended })),
+    job: id !== null && parts.length ? jobView(id, parts) : null,
+  };
+}

@@ -1,0 +1,103 @@
+import type { Cause, Verdict } from '../../analysis/verdict.js';
+import type { SidecarState } from '../../outputs/stream-frames.js';
+import type { JobState, RankState } from '../../state.js';
+import type { SourceState } from './source.js';
+
+/** A row per rank and per GPU, from what one sidecar sent about one job. Pure. */
+
+export type Breakdown = { data: number; h2d: number; compute: number; other: number };
+
+export interface RankRow {
+  key: string;
+  rank: number;
+  host: string;
+  node: string;
+  steps: number;
+  p50: number | null;
+  p90: number | null;
+  samplesPerS: number | null;
+  breakdown: Breakdown | null;
+  verdict: Verdict | null;
+  cause: Cause;
+  straggler: boolean;
+  gpu: number | null;
+  state: 'running' | 'ended' | 'disconnected';
+  /** Its sidecar is not connected: the figures are the last it sent. */
+  stale: boolean;
+}
+
+export interface GpuRow {
+  key: string;
+  node: string;
+  index: number;
+  name: string | null;
+  util: number | null;
+  smMHz: number | null;
+  smMaxMHz: number | null;
+  throttle: string[];
+  tempC: number | null;
+  powerW: number | null;
+  powerLimitW: number | null;
+  memUsedMiB: number | null;
+  memTotalMiB: number | null;
+  ranks: number[];
+  stale: boolean;
+}
+
+/** One sidecar's view of the job. */
+export interface Part {
+  source: SourceState;
+  state: SidecarState;
+  job: JobState;
+  label: string;
+}
+
+export function rankRow(part: Part, rank: RankState, straggler: number | null): RankRow {
+  return {
+    key: `${part.source.url}#${rank.rank}`,
+    rank: rank.rank,
+    host: rank.host,
+    node: part.label,
+    steps: rank.steps,
+    p50: rank.window.step_ms_p50,
+    p90: rank.window.step_ms_p90,
+    samplesPerS: rank.window.samples_per_s,
+    breakdown: rank.window.breakdown,
+    verdict: rank.verdict?.verdict ?? null,
+    cause: rank.verdict?.cause ?? null,
+    straggler: straggler === rank.rank,
+    gpu: rank.window.gpu?.index ?? null,
+    state: rank.ended ? 'ended' : rank.connected ? 'running' : 'disconnected',
+    stale: part.source.status !== 'live',
+  };
+}
+
+export function gpuRows(part: Part): GpuRow[] {
+  return part.state.counters.gpus.map((gpu) => ({
+    key: `${part.source.url}#${gpu.uuid ?? gpu.index}`,
+    node: part.label,
+    index: gpu.index,
+    name: gpu.name,
+    util: gpu.util_gpu,
+    smMHz: gpu.sm_clock_mhz,
+    smMaxMHz: gpu.sm_clock_max_mhz,
+    throttle: gpu.throttle_reasons,
+    tempC: gpu.temp_c,
+    powerW: gpu.power_w,
+    powerLimitW: gpu.power_limit_w,
+    memUsedMiB: gpu.mem_used_mib,
+    memTotalMiB: gpu.mem_total_mib,
+    ranks: part.job.ranks.filter((r) => r.window.gpu?.index === gpu.index).map((r) => r.rank),
+    stale: part.source.status !== 'live',
+  }));
+}
+
+/** Ranks reported by more than one sidecar (a rank that moved) count once: where it stepped last. */
+export function uniqueRanks(rows: Array<{ part: Part; rank: RankState }>) {
+  const byRank = new Map<number, { part: Part; rank: RankState }>();
+  for (const row of rows) {
+    const held = byRank.get(row.rank.rank);
+    if (!held || (row.rank.last_step_at ?? '') > (held.rank.last_step_at ?? '')) byRank.set(row.rank.rank, row);
+  }
+  return [...byRank.values()].sort((a, b) => a.rank.rank - b.rank.rank);
+}

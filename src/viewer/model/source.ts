@@ -1,0 +1,58 @@
+import type { SidecarState, StreamFrame, VerdictFrame } from '../../outputs/stream-frames.js';
+import { historyFromSnapshot, mergeHistory, type HistoryState } from './history.js';
+
+export type ConnectionStatus = 'connecting' | 'live' | 'reconnecting';
+
+/** What a viewer knows of one sidecar: its connection and the newest state it sent. */
+export interface SourceState {
+  url: string;
+  status: ConnectionStatus;
+  /** Failed connection attempts since the last snapshot. */
+  attempt: number;
+  error: string | null;
+  /** When the next attempt is due (local clock, ms). */
+  retryAt: number | null;
+  rateHz: number | null;
+  seq: number | null;
+  /** Local clock, ms, of the newest frame. */
+  receivedAt: number | null;
+  state: SidecarState | null;
+  history: HistoryState | null;
+  /** Verdict changes seen on this connection, oldest first. */
+  events: VerdictFrame[];
+}
+
+const EVENTS_KEPT = 50;
+
+export function initialSource(url: string): SourceState {
+  return { url, status: 'connecting', attempt: 0, error: null, retryAt: null, rateHz: null, seq: null, receivedAt: null, state: null, history: null, events: [] };
+}
+
+/** The source after a frame. Pure. An update before any snapshot is ignored: it has only the tail of the history. */
+export function applyFrame(source: SourceState, frame: StreamFrame, receivedAt: number): SourceState {
+  switch (frame.type) {
+    case 'snapshot':
+      return {
+        ...source,
+        status: 'live',
+        attempt: 0,
+        error: null,
+        retryAt: null,
+        rateHz: frame.rate_hz,
+        seq: frame.seq,
+        receivedAt,
+        state: frame.state,
+        history: historyFromSnapshot(frame.history),
+      };
+    case 'update':
+      if (!source.history) return source;
+      return { ...source, seq: frame.seq, receivedAt, state: frame.state, history: mergeHistory(source.history, frame.history) };
+    case 'verdict':
+      return { ...source, receivedAt, events: [...source.events, frame].slice(-EVENTS_KEPT) };
+  }
+}
+
+/** The source after its connection was lost or refused; what it last showed is kept, marked stale. */
+export function disconnected(source: SourceState, error: string, retryAt: number): SourceState {
+  return { ...source, status: 'reconnecting', attempt: source.attempt + 1, error, retryAt };
+}

@@ -1,0 +1,63 @@
+import type { StreamFrame } from '../../outputs/stream-frames.js';
+import { buildView, type WatchView } from './job-view.js';
+import { applyFrame, disconnected, initialSource, type SourceState } from './source.js';
+
+/** What changed: a frame from a sidecar, a connection's status, or the job looked at. */
+export type Change = { kind: 'frame'; source: number; frame: StreamFrame } | { kind: 'connecting' | 'lost'; source: number } | { kind: 'selected' };
+type Listener = (change: Change) => void;
+
+/** The viewer's state: one SourceState per sidecar and the job looked at. Whoever draws subscribes. */
+export class WatchStore {
+  private sources: SourceState[];
+  private selected: string | null = null;
+  private readonly listeners = new Set<Listener>();
+
+  constructor(urls: readonly string[]) {
+    this.sources = urls.map(initialSource);
+  }
+
+  subscribe(listener: Listener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  frame(source: number, frame: StreamFrame, at: number): void {
+    this.replace(source, applyFrame(this.sources[source]!, frame, at), { kind: 'frame', source, frame });
+  }
+
+  connecting(source: number): void {
+    const held = this.sources[source]!;
+    this.replace(source, { ...held, status: held.status === 'live' ? 'reconnecting' : held.status, retryAt: null }, { kind: 'connecting', source });
+  }
+
+  lost(source: number, error: string, retryAt: number): void {
+    this.replace(source, disconnected(this.sources[source]!, error, retryAt), { kind: 'lost', source });
+  }
+
+  /** Looks at the next job in the list (live jobs first). */
+  nextJob(now: number): void {
+    const view = this.view(now);
+    const ids = view.jobs.map((j) => j.id);
+    if (ids.length < 2) return;
+    const at = view.job ? ids.indexOf(view.job.id) : -1;
+    this.selected = ids[(at + 1) % ids.length]!;
+    this.notify({ kind: 'selected' });
+  }
+
+  view(now: number): WatchView {
+    return buildView(this.sources, this.selected, now);
+  }
+
+  get sourceStates(): readonly SourceState[] {
+    return this.sources;
+  }
+
+  private replace(index: number, next: SourceState, change: Change): void {
+    this.sources = this.sources.map((s, i) => (i === index ? next : s));
+    this.notify(change);
+  }
+
+  private notify(change: Change): void {
+    for (const listener of this.listeners) listener(change);
+  }
+}

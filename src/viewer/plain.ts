@@ -1,0 +1,73 @@
+import type { VerdictFrame } from '../outputs/stream-frames.js';
+import { fmtMs, fmtPct, fmtRate, fmtShare, DASH } from './format.js';
+import type { GpuRow, WatchView } from './model/job-view.js';
+
+/** One line per update for logs, pipes and tests: key=value pairs, the job first, then its GPUs. Pure. */
+
+const stamp = (at: number) => new Date(at).toISOString().replace(/\.\d{3}Z$/, 'Z');
+const value = (text: string) => (text === DASH ? '-' : text.replace(/\s+/g, '_'));
+const pair = (key: string, text: string) => `${key}=${value(text)}`;
+
+function gpuPart(gpu: GpuRow, multiNode: boolean): string {
+  const name = multiNode ? `${gpu.node}/gpu${gpu.index}` : `gpu${gpu.index}`;
+  const sm = gpu.smMHz !== null && gpu.smMaxMHz ? fmtPct((100 * gpu.smMHz) / gpu.smMaxMHz) : DASH;
+  const power = gpu.powerW !== null ? `${Math.round(gpu.powerW)}/${gpu.powerLimitW === null ? '-' : Math.round(gpu.powerLimitW)}W` : DASH;
+  const mem = gpu.memUsedMiB !== null ? `${Math.round(gpu.memUsedMiB)}/${gpu.memTotalMiB === null ? '-' : Math.round(gpu.memTotalMiB)}MiB` : DASH;
+  return [
+    name,
+    pair('util', fmtPct(gpu.util)),
+    pair('sm', sm),
+    pair('temp', gpu.tempC === null ? DASH : `${Math.round(gpu.tempC)}C`),
+    pair('power', power),
+    pair('thr', gpu.throttle.length ? gpu.throttle.join(',') : DASH),
+    pair('mem', mem),
+  ].join(' ');
+}
+
+export function plainLine(view: WatchView, at: number): string {
+  const out = [stamp(at)];
+  for (const source of view.sources) {
+    if (source.status === 'live') continue;
+    out.push(pair('source', `${source.url}:${source.status}`));
+    if (source.error) out.push(pair('source_error', source.error));
+  }
+  const job = view.job;
+  if (!job) {
+    out.push('job=-', 'status=waiting-for-a-job');
+    return out.join(' ');
+  }
+  const b = job.breakdown;
+  out.push(
+    pair('job', job.id),
+    pair('verdict', job.banner?.verdict ?? DASH),
+    pair('cause', job.banner?.cause ?? DASH),
+    pair('steps', String(job.steps)),
+    pair('step_p50', job.stepP50 === null ? DASH : `${fmtMs(job.stepP50)}ms`),
+    pair('step_p90', job.stepP90 === null ? DASH : `${fmtMs(job.stepP90)}ms`),
+    pair('samples_s', fmtRate(job.samplesPerS)),
+    pair('data', fmtShare(b?.data)),
+    pair('h2d', fmtShare(b?.h2d)),
+    pair('compute', fmtShare(b?.compute)),
+    pair('other', fmtShare(b?.other)),
+  );
+  if (job.ranks.length > 1) {
+    out.push(pair('ranks', job.ranks.map((r) => `${r.rank}:${r.verdict ?? DASH}`).join(',')));
+    out.push(pair('straggler', job.straggler ? `rank${job.straggler.rank}` : DASH));
+  }
+  if (job.ended) out.push(pair('ended', job.endReason ?? 'yes'));
+  const multiNode = new Set(job.gpus.map((g) => g.node)).size > 1;
+  for (const gpu of job.gpus) out.push(gpuPart(gpu, multiNode));
+  return out.join(' ');
+}
+
+export function plainEvent(event: VerdictFrame): string {
+  return [
+    stamp(Date.parse(event.at)),
+    'event=verdict',
+    pair('job', event.job),
+    pair('rank', event.rank === null ? DASH : String(event.rank)),
+    pair('from', event.from ?? DASH),
+    pair('to', event.to),
+    pair('cause', event.cause ?? DASH),
+  ].join(' ');
+}

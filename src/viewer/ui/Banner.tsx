@@ -1,0 +1,56 @@
+import { Box, Text } from 'ink';
+import React from 'react';
+import { fmtClock, fmtDuration, withCause } from '../format.js';
+import type { SourceLine, WatchView } from '../model/job-view.js';
+import { Paint, useColour, VERDICT_COLOUR } from './theme.js';
+
+function waiting(sources: SourceLine[]): [string, string] {
+  const down = sources.find((s) => s.status !== 'live');
+  if (down && sources.every((s) => s.status !== 'live')) {
+    return [down.status === 'connecting' ? `Connecting to ${down.url}…` : `Sidecar unreachable: reconnecting… (${down.error ?? 'no answer'})`, 'The viewer keeps trying; start the sidecar with `stepscope serve`.'];
+  }
+  return ['Waiting for a training job.', 'In the loop: scope = stepscope.init() with STEPSCOPE_URL=ws://HOST:PORT/v1/ingest (see README).'];
+}
+
+/** The job's verdict, why, and what to do first, in a box the colour of the verdict. */
+export function Banner({ view, width }: { view: WatchView; width: number }) {
+  const colourOn = useColour();
+  const banner = view.job?.banner ?? null;
+  const stale = view.sources.some((s) => s.status !== 'live');
+  const colour = banner ? VERDICT_COLOUR[banner.verdict] : 'gray';
+  let lines: React.ReactNode[];
+  if (!banner) {
+    const [first, second] = view.job ? ['Waiting for the first verdict…', 'Verdicts start after 20 steps (warm-up).'] : waiting(view.sources);
+    lines = [<Text key="a" bold>{first}</Text>, <Text key="b">{second}</Text>, <Text key="c"> </Text>, <Text key="d"> </Text>];
+  } else {
+    const pending = banner.pending ? `   next? ${withCause(banner.pending.verdict, banner.pending.cause)} (holding ${banner.pending.forS.toFixed(1)} s)` : '';
+    const whose = banner.rank !== null ? `   (rank ${banner.rank}${view.job?.straggler?.rank === banner.rank ? ', the straggler' : ''})` : '';
+    lines = [
+      <Text key="a" wrap="truncate-end">
+        <Paint colour={colour} bold>
+          {banner.verdict.toUpperCase()}
+        </Paint>
+        {banner.cause ? <Paint bold> {banner.cause}</Paint> : null}
+        <Text>
+          {'   '}since {fmtClock(banner.since)} ({fmtDuration(banner.heldS)}){whose}
+        </Text>
+        <Paint dim>{pending}</Paint>
+        {stale ? <Paint colour="red"> · stale: reconnecting…</Paint> : null}
+      </Text>,
+      <Text key="b" wrap="truncate-end">
+        {banner.rule}
+      </Text>,
+      <Text key="c" wrap="truncate-end">
+        <Paint dim>{banner.figures}</Paint>
+      </Text>,
+      <Text key="d" wrap="truncate-end">
+        {banner.recommendation ? `→ ${banner.recommendation}` : ' '}
+      </Text>,
+    ];
+  }
+  return (
+    <Box flexDirection="column" borderStyle="round" borderColor={colourOn ? colour : undefined} paddingX={1} width={width}>
+      {lines}
+    </Box>
+  );
+}

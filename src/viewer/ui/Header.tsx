@@ -1,0 +1,60 @@
+import { Box, Text } from 'ink';
+import React from 'react';
+import { fmtClock, fmtDuration, fmtMs, fmtRate } from '../format.js';
+import type { JobView, SourceLine, WatchView } from '../model/job-view.js';
+import { Paint } from './theme.js';
+
+function jobSummary(job: JobView): string {
+  const parts = [
+    `job ${job.id}`,
+    `${job.ranks.length}/${job.worldSize} ranks`,
+    `${job.nodes.length} node${job.nodes.length === 1 ? '' : 's'}`,
+    `${job.steps} steps`,
+    job.ended ? `ended after ${fmtDuration(job.durationS)} (${job.endReason ?? 'ended'})` : `up ${fmtDuration(job.durationS)}`,
+  ];
+  if (job.stepP50 !== null) parts.push(`step p50 ${fmtMs(job.stepP50)} ms`);
+  if (job.samplesPerS !== null) parts.push(`${fmtRate(job.samplesPerS)} samples/s`);
+  return parts.join(' · ');
+}
+
+export function Header({ view, now }: { view: WatchView; now: number }) {
+  return (
+    <Box justifyContent="space-between" height={1}>
+      <Text wrap="truncate-end">
+        <Text bold>stepscope</Text> {view.job ? jobSummary(view.job) : 'no job yet'}
+      </Text>
+      <Text> {fmtClock(now)}</Text>
+    </Box>
+  );
+}
+
+function sourceText(source: SourceLine): { text: string; colour: string } {
+  switch (source.status) {
+    case 'live':
+      return { text: `● live ${source.rateHz ?? '?'}/s${source.gpuSource ? ` · GPU counters: ${source.gpuSource}` : ''}`, colour: 'green' };
+    case 'connecting':
+      return { text: '○ connecting…', colour: 'yellow' };
+    case 'reconnecting': {
+      const retry = source.retryInMs === null ? 'now' : `in ${(source.retryInMs / 1000).toFixed(1)} s`;
+      return { text: `○ reconnecting… (attempt ${source.attempt}, ${retry}${source.error ? `: ${source.error}` : ''})`, colour: 'red' };
+    }
+  }
+}
+
+export function Footer({ view }: { view: WatchView }) {
+  const more = view.jobs.length > 1 ? `  tab next job (${view.jobs.length})` : '';
+  return (
+    <Text wrap="truncate-end">
+      <Text inverse> q </Text> quit{more}
+      {view.sources.map((source) => {
+        const { text, colour } = sourceText(source);
+        return (
+          <Text key={source.url}>
+            {'  │ '}
+            {source.url.replace(/\/v1\/stream$/, '')} <Paint colour={colour}>{text}</Paint>
+          </Text>
+        );
+      })}
+    </Text>
+  );
+}

@@ -1,0 +1,274 @@
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import WebSocket from 'ws';
+import { decode, encode } from '../src/protocol/codec.js';
+import { STEP_FIELDS } from '../src/protocol/messages.js';
+import type { ServeOptions } from '../src/serve.js';
+import { startFakeProc } from './support/fake-proc.js';
+import { ROOT, startSidecar, waitFor, type LogLine } from './support/sidecar.js';
+
+/**
+ * ws /v1/stream on the real sidecar: many viewers at once, a viewer that stops reading, a viewer that
+ * never answers a ping, while hooks keep sending steps and counting how fast they are acknowledged.
+ */
+
+const cleanups: Array<() => unknown> = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A hook speaking the wire protocol that sends one step every `everyMs`, and times each acknowledgement. */
+class StepDriver {
+  readonly sentAt = new Map<number, number>();
+  readonly ackedAt = new Map<number, number>();
+  private seq = 0;
+  private timer: NodeJS.Timeout | null = null;
+
+  private constructor(private readonly socket: WebSocket, private readonly helloAt: number) {
+    socket.on('message', (data: Buffer) => {
+      const message = decode(data) as { type: string; ack?: number };
+      if (message.type !== 'ack') return;
+      const now = Date.now();
+      for (const [seq] of this.sentAt) if (seq <= message.ack! && !this.ackedAt.has(seq)) this.ackedAt.set(seq, now);
+    });
+  }
+
+  static async start(ingestUrl: string, job: string, rank: number, worldSize: number, everyMs = 20): Promise<StepDriver> {
+    const socket = new WebSocket(ingestUrl);
+    await new Promise((resolve, reject) => socket.once('open', resolve).once('error', reject));
+    const helloAt = Date.now();
+    socket.send(
+      encode({ v: 1, type: 'hello', job, rank, local_rank: rank, world_size: worldSize, session: `${job}-${rank}-${helloAt}`, pid: 1000 + rank, host: 'node-1', clock: { wall_ns: BigInt(helloAt) * 1_000_000n, mono_ns: 0 }, env: {} }),
+    );
+    const driver = new StepDriver(socket, helloAt);
+    driver.timer = setInterval(() => driver.send(everyMs), everyMs);
+    return driver;
+  }
+
+  private send(durMs: number): void {
+    if (this.socket.readyState !== WebSocket.OPEN) return;
+    this.seq += 1;
+    const now = Date.now();
+    const ns = (ms: number) => Math.round(ms * 1e6);
+    const row = [this.seq, this.seq - 1, ns(now - this.helloAt), ns(durMs), ns(durMs * 0.3), ns(durMs * 0.05), ns(durMs * 0.6), 32, null, null, null];
+    this.sentAt.set(this.seq, now);
+    this.socket.send(encode({ v: 1, type: 'steps', fields: [...STEP_FIELDS], rows: [row], dropped: 0 }));
+  }
+
+  /** Acknowledgement delays (ms) of the steps sent in [from, to). */
+  ackDelays(from: number, to: number): { sent: number; acked: number; delays: number[] } {
+    const sent = [...this.sentAt].filter(([, at]) => at >= from && at < to);
+    const delays = sent.filter(([seq]) => this.ackedAt.has(seq)).map(([seq, at]) => this.ackedAt.get(seq)! - at);
+    return { sent: sent.length, acked: delays.length, delays };
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.socket.terminate();
+  }
+}
+
+interface Viewer {
+  socket: WebSocket;
+  frames: Array<{ at: number; bytes: number; frame: any }>;
+  closed: Promise<{ code: number; reason: string; at: number }>;
+}
+
+async function connectViewer(streamUrl: string, options: { autoPong?: boolean; onFirst?: (socket: WebSocket) => void } = {}): Promise<Viewer> {
+  const socket = new WebSocket(streamUrl, { autoPong: options.autoPong ?? true });
+  const frames: Viewer['frames'] = [];
+  socket.on('message', (data: Buffer) => {
+    frames.push({ at: Date.now(), bytes: data.length, frame: JSON.parse(data.toString()) });
+    if (frames.length === 1) options.onFirst?.(socket);
+  });
+  const closed = new Promise<Viewer['closed'] extends Promise<infer T> ? T : never>((resolve) =>
+    socket.once('close', (code, reason) => resolve({ code, reason: reason.toString(), at: Date.now() })),
+  );
+  await new Promise((resolve, reject) => socket.once('open', resolve).once('error', reject));
+  cleanups.push(() => socket.terminate());
+  return { socket, frames, closed };
+}
+
+/** The underlying TCP socket, to stop reading from it as a stuck viewer does. */
+const tcp = (socket: WebSocket) => (socket as unknown as { _socket: import('node:net').Socket })._socket;
+
+interface ScriptedSidecar {
+  streamUrl: string;
+  ingestUrl: string;
+  logs: LogLine[];
+  waitForLog(predicate: (line: LogLine) => boolean, timeoutMs?: number): Promise<LogLine>;
+}
+
+/** The real sidecar (serve() from dist, in its own process) with options the CLI does not offer, such as short stream limits. */
+async function startScriptedSidecar(options: Partial<ServeOptions>): Promise<ScriptedSidecar> {
+  const full = {
+    host: '127.0.0.1', port: 0, exitOnEnd: false, endGraceS: 10, logLevel: 'info', maxFrameBytes: 1024 * 1024, gpuSource: 'sim', nvidiaSmi: 'nvidia-smi',
+    gpuIntervalMs: 500, hostIntervalMs: 1000, procRoot: '/proc', windowS: 4, holdS: 2, handleSignals: true, ...options,
+  } satisfies ServeOptions;
+  const script = `import { serve } from ${JSON.stringify(path.join(ROOT, 'dist', 'serve.js'))}; await serve(${JSON.stringify(full)});`;
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
+  cleanups.push(() => {
+    child.kill('SIGKILL');
+  });
+  const logs: LogLine[] = [];
+  let stderr = '';
+  let buffered = '';
+  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
+  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+    buffered += chunk;
+    const lines = buffered.split('\n');
+    buffered = lines.pop()!;
+    for (const line of lines) if (line.trim()) logs.push(JSON.parse(line) as LogLine);
+  });
+  const waitForLog = (predicate: (line: LogLine) => boolean, timeoutMs = 20_000) => waitFor(() => logs.find(predicate), timeoutMs, 20).catch((error: Error) => Promise.reject(new Error(`${error.message}; stderr: ${stderr}`)));
+  const listening = await waitForLog((line) => line.msg === 'listening');
+  const base = `ws://127.0.0.1:${listening.port as number}`;
+  return { streamUrl: `${base}/v1/stream`, ingestUrl: `${base}/v1/ingest`, logs, waitForLog };
+}
+
+const contiguous = (seqs: number[]) => seqs.every((seq, i) => i === 0 || seq === seqs[i - 1]! + 1);
+/** Snapshots and updates, leaving out verdict events (which carry no seq). */
+const stateFrames = <T extends { frame: any }>(frames: T[]) => frames.filter((f) => f.frame.type !== 'verdict');
+const quantile = (xs: number[], q: number) => xs.slice().sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))] ?? NaN;
+
+describe('ws /v1/stream on the real sidecar', () => {
+  it('serves 50 viewers at once: a snapshot each, then every update at the steady rate, the same bytes for all', async () => {
+    const sidecar = await startSidecar(['--gpu-source', 'sim', '--stream-rate', '4']);
+    cleanups.push(() => sidecar.stop('SIGKILL'));
+    const driver = await StepDriver.start(sidecar.ingestUrl, 'fifty', 0, 1);
+    cleanups.push(() => driver.stop());
+    await waitFor(async () => ((await sidecar.state()).jobs[0]?.steps ?? 0) > 20);
+    const viewers = await Promise.all(Array.from({ length: 50 }, () => connectViewer(`ws://127.0.0.1:${sidecar.port}/v1/stream`)));
+    await sleep(3_000);
+    for (const viewer of viewers) {
+      const frames = stateFrames(viewer.frames);
+      expect(frames[0]!.frame).toMatchObject({ v: 1, type: 'snapshot', rate_hz: 4, state: { jobs: [{ job: 'fifty' }] } });
+      expect(frames[0]!.frame.history.ranks).toEqual([expect.objectContaining({ job: 'fifty', rank: 0 })]);
+      const updates = frames.slice(1).map((f) => f.frame);
+      expect(updates.every((f) => f.type === 'update')).toBe(true);
+      // 3 s at 4 a second, with room for a loaded machine.
+      expect(updates.length).toBeGreaterThanOrEqual(8);
+      expect(contiguous(frames.map((f) => f.frame.seq))).toBe(true);
+      expect(updates.at(-1)!.state.jobs[0].steps).toBeGreaterThan(frames[0]!.frame.state.jobs[0].steps);
+    }
+    // One encoding per tick, sent to all: for a tick every viewer got, the same bytes at about the same time.
+    const seq = stateFrames(viewers[0]!.frames)[4]!.frame.seq;
+    const copies = viewers.map((v) => v.frames.find((f) => f.frame.seq === seq)!);
+    expect(new Set(copies.map((c) => JSON.stringify(c.frame))).size).toBe(1);
+    expect(Math.max(...copies.map((c) => c.at)) - Math.min(...copies.map((c) => c.at))).toBeLessThan(250);
+  });
+
+  it('sends verdict changes the moment the sidecar decides them', async () => {
+    // A scripted, idle host: the cause stays "unknown" whatever else this machine runs.
+    const proc = startFakeProc({ cpuPct: 10 });
+    cleanups.push(() => proc.stop());
+    const sidecar = await startSidecar(['--gpu-source', 'sim', '--stream-rate', '1', '--hold', '0', '--proc-root', proc.root]);
+    cleanups.push(() => sidecar.stop('SIGKILL'));
+    const viewer = await connectViewer(`ws://127.0.0.1:${sidecar.port}/v1/stream`);
+    const driver = await StepDriver.start(sidecar.ingestUrl, 'events', 0, 1);
+    cleanups.push(() => driver.stop());
+    const logged = await sidecar.waitForLog((line) => line.msg === 'job verdict changed' && line.to === 'input-bound', 15_000);
+    const event = await waitFor(() => viewer.frames.find((f) => f.frame.type === 'verdict' && f.frame.rank === null && f.frame.to === 'input-bound'));
+    expect(event.frame).toMatchObject({ v: 1, job: 'events', rank: null, cause: 'unknown', rule: logged.rule, since: logged.since });
+    expect(event.frame.recommendation).toMatch(/num_workers/);
+    // At one state frame a second, the event did not wait for one.
+    expect(event.at - Date.parse(event.frame.at)).toBeLessThan(500);
+    // The first verdict is warming-up, unless 20 steps were in before the sidecar's first judgement.
+    const changes = (rank: number | null) => viewer.frames.filter((f) => f.frame.type === 'verdict' && f.frame.rank === rank).map((f) => [f.frame.from, f.frame.to]);
+    for (const rank of [0, null]) {
+      expect([
+        [[null, 'warming-up'], ['warming-up', 'input-bound']],
+        [[null, 'input-bound']],
+      ]).toContainEqual(changes(rank));
+    }
+  });
+});
+
+describe('ws /v1/stream with a viewer that stops reading', () => {
+  // 50 frames a second from 8 ranks fill the kernel's socket buffers (a few MiB) within seconds.
+  const RANKS = 8;
+  const limits = { highWaterBytes: 256 * 1024, maxBufferedBytes: 8 * 1024 * 1024, maxStallMs: 3_000, heartbeatMs: 60_000, closeGraceMs: 10_000 };
+
+  async function busyJob(sidecar: ScriptedSidecar): Promise<StepDriver[]> {
+    const drivers = await Promise.all(Array.from({ length: RANKS }, (_, rank) => StepDriver.start(sidecar.ingestUrl, 'busy', rank, RANKS)));
+    cleanups.push(() => drivers.forEach((d) => d.stop()));
+    await waitFor(() => drivers.every((d) => d.ackedAt.size > 20), 10_000);
+    return drivers;
+  }
+
+  it('keeps acknowledging steps at full rate and other viewers updated, coalesces the stuck viewer, then closes it with 4008', async () => {
+    const sidecar = await startScriptedSidecar({ streamRateHz: 50, streamLimits: limits });
+    const drivers = await busyJob(sidecar);
+    const healthy = await connectViewer(sidecar.streamUrl);
+    let pausedAt = 0;
+    const stuck = await connectViewer(sidecar.streamUrl, { onFirst: (socket) => (tcp(socket).pause(), (pausedAt = Date.now())) });
+    await waitFor(() => pausedAt > 0);
+
+    const behind = await sidecar.waitForLog((line) => line.msg === 'viewer behind; sending it the newest state once it catches up', 30_000);
+    const closing = await sidecar.waitForLog((line) => line.msg === 'closing viewer', 15_000);
+    const closedAt = closing.time as number;
+    expect(closing).toMatchObject({ code: 4008, reason: expect.stringMatching(/^viewer too slow: nothing taken for [34] s$/) });
+    expect(closing.coalesced as number).toBeGreaterThan(20);
+    expect(closedAt - (behind.time as number)).toBeGreaterThanOrEqual(2_500);
+
+    // Ingest did not notice: every step sent while the viewer was stuck was acknowledged, promptly.
+    for (const driver of drivers) {
+      const { sent, acked, delays } = driver.ackDelays(pausedAt, closedAt - 200);
+      expect(sent).toBeGreaterThan(((closedAt - pausedAt) / 20) * 0.6);
+      expect(acked).toBe(sent);
+      expect(quantile(delays, 0.99)).toBeLessThan(300);
+    }
+    // Nor did the other viewer: every tick, in order, about 50 a second.
+    const during = stateFrames(healthy.frames).filter((f) => f.at >= pausedAt && f.at < closedAt);
+    expect(contiguous(during.map((f) => f.frame.seq))).toBe(true);
+    expect(during.length).toBeGreaterThan(((closedAt - pausedAt) / 20) * 0.5);
+
+    // Reading again, the stuck viewer finds what was queued before it fell behind, then the close.
+    const received = stuck.frames.length;
+    tcp(stuck.socket).resume();
+    const closed = await stuck.closed;
+    expect(closed).toMatchObject({ code: 4008, reason: closing.reason });
+    const seqs = stateFrames(stuck.frames).map((f) => f.frame.seq);
+    expect(stuck.frames.length).toBeGreaterThan(received);
+    expect(seqs.at(-1)!).toBeLessThan(during.at(-1)!.frame.seq - 50);
+    expect(healthy.socket.readyState).toBe(WebSocket.OPEN);
+  });
+
+  it('sends a viewer that fell behind and caught up the newest state whole, not the updates it missed', async () => {
+    const sidecar = await startScriptedSidecar({ streamRateHz: 50, streamLimits: limits });
+    await busyJob(sidecar);
+    const lagging = await connectViewer(sidecar.streamUrl, { onFirst: (socket) => tcp(socket).pause() });
+    await sidecar.waitForLog((line) => line.msg === 'viewer behind; sending it the newest state once it catches up', 30_000);
+    tcp(lagging.socket).resume();
+    const caughtUp = await sidecar.waitForLog((line) => line.msg === 'viewer caught up', 10_000);
+    expect(caughtUp.coalesced as number).toBeGreaterThan(0);
+    await waitFor(() => lagging.frames.filter((f) => f.frame.type === 'snapshot').length === 2);
+    await sleep(500);
+    const frames = stateFrames(lagging.frames).map((f) => f.frame);
+    const second = frames.findIndex((f, i) => i > 0 && f.type === 'snapshot');
+    // Up to the gap, the updates it had been sent; then the newest state whole; then updates again, in order.
+    expect(frames.slice(1, second).every((f) => f.type === 'update')).toBe(true);
+    expect(contiguous(frames.slice(0, second).map((f) => f.seq))).toBe(true);
+    expect(frames[second].seq - frames[second - 1].seq).toBeGreaterThan(1);
+    expect(frames[second].history.ranks).toHaveLength(RANKS);
+    expect(frames.slice(second + 1).length).toBeGreaterThan(5);
+    expect(contiguous(frames.slice(second).map((f) => f.seq))).toBe(true);
+    expect(lagging.socket.readyState).toBe(WebSocket.OPEN);
+  });
+
+  it('drops a viewer that answers no ping', async () => {
+    const sidecar = await startScriptedSidecar({ streamRateHz: 4, streamLimits: { heartbeatMs: 500 } });
+    const silent = await connectViewer(sidecar.streamUrl, { autoPong: false });
+    const answering = await connectViewer(sidecar.streamUrl);
+    const connectedAt = Date.now();
+    const closed = await silent.closed;
+    expect(closed.code).toBe(1006);
+    expect(closed.at - connectedAt).toBeLessThan(2_500);
+    expect(sidecar.logs.some((line) => line.msg === 'viewer gone: no pong; dropping it')).toBe(true);
+    await sleep(1_000);
+    expect(answering.socket.readyState).toBe(WebSocket.OPEN);
+  });
+});
