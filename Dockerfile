@@ -1,27 +1,38 @@
 # syntax=docker/dockerfile:1
+# The stepscope sidecar, and the Python hook beside it for an init container to copy into a volume
+# shared with the training container (deploy/kubernetes/README.md).
+
 FROM node:20-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --ignore-scripts
 COPY tsconfig.json ./
 COPY src ./src
-RUN npm run build && npm prune --omit=dev
+RUN npm run build && chmod +x dist/cli.js
+
+FROM node:20-bookworm-slim AS production-deps
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --ignore-scripts && npm cache clean --force
 
 FROM node:20-bookworm-slim
-ENV NODE_ENV=production
+# A sidecar is reached from outside its container: by kubelet's probes, Prometheus, port-forward.
+ENV NODE_ENV=production \
+    STEPSCOPE_HOST=0.0.0.0 \
+    STEPSCOPE_PORT=9477
 WORKDIR /app
-COPY --from=build /app/node_modules ./node_modules
+COPY --from=production-deps /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 COPY package.json ./
 COPY docs ./docs
-# The hook travels with the image so an init step can copy it into a volume shared with the
-# training container, for training images that cannot pip install.
 COPY python-hook ./python-hook
-USER node
+RUN ln -s /app/dist/cli.js /usr/local/bin/stepscope
+# Numeric, so that Kubernetes can check runAsNonRoot (it is the image's `node` user).
+USER 1000:1000
 EXPOSE 9477
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s \
   CMD ["node", "-e", "fetch('http://127.0.0.1:'+(process.env.STEPSCOPE_PORT||9477)+'/healthz').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
-# PID 1 gets no default signal handlers; stepscope installs its own for SIGTERM and SIGINT,
-# so the journal is flushed and the job ended when the pod stops.
-ENTRYPOINT ["node", "dist/cli.js"]
-CMD ["serve", "--host", "127.0.0.1", "--port", "9477"]
+# Node runs as PID 1 with no default signal handlers; stepscope serve installs its own for SIGTERM
+# and SIGINT: it ends the open jobs, writes their summaries to --out and the log, and exits 0.
+ENTRYPOINT ["node", "/app/dist/cli.js"]
+CMD ["serve"]

@@ -1,0 +1,220 @@
+import { spawnSync } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { parseAllDocuments } from 'yaml';
+import { describe, expect, it } from 'vitest';
+import { CLI, ROOT } from './support/sidecar.js';
+
+/**
+ * The manifests in deploy/kubernetes, read as YAML and checked for what running stepscope beside a
+ * training job needs. No cluster and no schema validator here: kubeconform is neither on the npm
+ * registry nor in Debian's archive.
+ */
+
+const DIR = path.join(ROOT, 'deploy', 'kubernetes');
+const PORT = 9477;
+
+interface EnvVar {
+  name: string;
+  value?: string;
+  valueFrom?: { fieldRef?: { fieldPath: string } };
+}
+interface Probe {
+  httpGet?: { path: string; port: number | string };
+}
+interface Container {
+  name: string;
+  image: string;
+  command?: string[];
+  args?: string[];
+  env?: EnvVar[];
+  ports?: Array<{ name?: string; containerPort: number }>;
+  restartPolicy?: string;
+  resources?: { requests?: Record<string, string | number>; limits?: Record<string, string | number> };
+  securityContext?: Record<string, any>;
+  volumeMounts?: Array<{ name: string; mountPath: string; readOnly?: boolean }>;
+  livenessProbe?: Probe;
+  readinessProbe?: Probe;
+  startupProbe?: Probe;
+}
+interface PodSpec {
+  initContainers?: Container[];
+  containers: Container[];
+  volumes?: Array<{ name: string; emptyDir?: object }>;
+  terminationGracePeriodSeconds?: number;
+}
+interface Manifest {
+  file: string;
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; labels?: Record<string, string> };
+  spec: any;
+}
+
+const manifests: Manifest[] = readdirSync(DIR)
+  .filter((file) => /\.ya?ml$/.test(file))
+  .flatMap((file) =>
+    parseAllDocuments(readFileSync(path.join(DIR, file), 'utf8')).map((doc) => {
+      if (doc.errors.length || doc.warnings.length) throw new Error(`${file}: ${[...doc.errors, ...doc.warnings].map((e) => e.message).join('; ')}`);
+      return { file, ...(doc.toJS() as Omit<Manifest, 'file'>) };
+    }),
+  );
+const jobs = manifests.filter((m) => m.kind === 'Job');
+const podMonitors = manifests.filter((m) => m.kind === 'PodMonitor');
+
+/** Every variable `stepscope serve` reads, from its own --help. */
+const serveHelp = spawnSync(process.execPath, [CLI, 'serve', '--help'], { encoding: 'utf8' }).stdout.replace(/\s+/g, ' ');
+const SERVE_ENV = new Set([...serveHelp.matchAll(/env: (STEPSCOPE_[A-Z_]+)\)/g)].map((m) => m[1]!));
+/** What the sidecar reads besides its own: Node, the NVIDIA runtime, the downward API for DCGM. */
+const OTHER_SIDECAR_ENV = new Set(['NODE_OPTIONS', 'NVIDIA_VISIBLE_DEVICES', 'NVIDIA_DRIVER_CAPABILITIES', 'POD_NAME', 'POD_NAMESPACE', 'NODE_IP']);
+
+const envOf = (container: Container, name: string) => container.env?.find((e) => e.name === name);
+const valueOf = (container: Container, name: string) => envOf(container, name)?.value;
+const cpu = (q: string | number) => (typeof q === 'number' ? q : q.endsWith('m') ? Number(q.slice(0, -1)) / 1000 : Number(q));
+const mib = (q: string | number) => {
+  const [, n, unit] = /^(\d+)(Mi|Gi)?$/.exec(String(q))!;
+  return Number(n) * (unit === 'Gi' ? 1024 : unit === 'Mi' ? 1 : 1 / 1024 / 1024);
+};
+
+function pod(job: Manifest) {
+  const spec = job.spec.template.spec as PodSpec;
+  const all = [...(spec.initContainers ?? []), ...spec.containers];
+  const sidecar = all.find((c) => c.name === 'stepscope');
+  const copier = spec.initContainers?.find((c) => c.command?.some((word) => word.startsWith('/app/python-hook')));
+  const trainers = spec.containers.filter((c) => c !== sidecar);
+  if (!sidecar || !copier || trainers.length === 0) throw new Error(`${job.file}: a stepscope container, a hook-copying init container and a training container`);
+  return { spec, sidecar, copier, trainers, native: spec.initContainers?.includes(sidecar) ?? false };
+}
+
+/** Where `container` sees the file that `source` has at `file`, through a volume both mount. */
+function seenBy(source: Container, file: string, container: Container, volume: string): string {
+  const from = source.volumeMounts!.find((m) => m.name === volume)!.mountPath;
+  const to = container.volumeMounts!.find((m) => m.name === volume)!.mountPath;
+  return path.posix.join(to, path.posix.relative(from, file));
+}
+
+const restricted = (container: Container) => {
+  const security = container.securityContext ?? {};
+  expect(security.runAsNonRoot, container.name).toBe(true);
+  expect(security.runAsUser, container.name).toBeGreaterThan(0);
+  expect(security.allowPrivilegeEscalation, container.name).toBe(false);
+  expect(security.readOnlyRootFilesystem, container.name).toBe(true);
+  expect(security.capabilities?.drop, container.name).toContain('ALL');
+};
+
+describe('Kubernetes manifests', () => {
+  it('parse as YAML: training Jobs and a PodMonitor', () => {
+    expect(SERVE_ENV.size).toBeGreaterThan(10);
+    expect(jobs.length).toBeGreaterThanOrEqual(3);
+    expect(podMonitors).toHaveLength(1);
+    for (const m of manifests) expect(m.apiVersion, m.file).toMatch(/^(batch\/v1|monitoring\.coreos\.com\/v1)$/);
+  });
+
+  it('run stepscope as a native sidecar (restartPolicy: Always), or for older clusters as a container that exits on its own', () => {
+    const kinds = jobs.map((job) => {
+      const { sidecar, native, spec } = pod(job);
+      if (native) {
+        expect(sidecar.restartPolicy, job.file).toBe('Always');
+        // Started before the training container, which starts once this passes.
+        expect(sidecar.startupProbe?.httpGet, job.file).toMatchObject({ path: '/readyz', port: PORT });
+      } else {
+        expect(sidecar.restartPolicy, job.file).toBeUndefined();
+        expect(valueOf(sidecar, 'STEPSCOPE_EXIT_ON_END'), `${job.file}: else the Job never completes`).toBe('true');
+        expect(job.spec.activeDeadlineSeconds, job.file).toBeGreaterThan(0);
+      }
+      expect(spec.terminationGracePeriodSeconds, `${job.file}: time for the training's own shutdown and stepscope's summary`).toBeGreaterThanOrEqual(30);
+      return native;
+    });
+    expect(kinds).toContain(true);
+    expect(kinds).toContain(false);
+  });
+
+  it('share an emptyDir: the hook copied in for the training container, --out for the sidecar', () => {
+    for (const job of jobs) {
+      const { spec, sidecar, copier, trainers } = pod(job);
+      expect(copier.image, job.file).toBe(sidecar.image);
+      const shared = spec.volumes!.filter((v) => v.emptyDir && [sidecar, copier, ...trainers].every((c) => c.volumeMounts?.some((m) => m.name === v.name)));
+      expect(shared, job.file).toHaveLength(1);
+      const volume = shared[0]!.name;
+      const hookDir = copier.command!.at(-1)!;
+      const out = valueOf(sidecar, 'STEPSCOPE_OUT')!;
+      expect(out.startsWith(sidecar.volumeMounts!.find((m) => m.name === volume)!.mountPath + '/'), `${job.file}: --out ${out} on the shared volume`).toBe(true);
+      for (const trainer of trainers) {
+        expect(valueOf(trainer, 'PYTHONPATH')?.split(':'), job.file).toContain(seenBy(copier, hookDir, trainer, volume));
+        expect(trainer.volumeMounts!.find((m) => m.name === volume)!.readOnly, `${job.file}: the training container only reads the hook`).toBe(true);
+      }
+    }
+  });
+
+  it('point the training container at the sidecar, which listens on the pod network for probes and Prometheus', () => {
+    for (const job of jobs) {
+      const { sidecar, trainers } = pod(job);
+      expect(sidecar.ports, job.file).toEqual([{ name: 'stepscope', containerPort: PORT }]);
+      expect(valueOf(sidecar, 'STEPSCOPE_PORT') ?? String(PORT), job.file).toBe(String(PORT));
+      expect(valueOf(sidecar, 'STEPSCOPE_HOST'), job.file).toBe('0.0.0.0');
+      expect(sidecar.args?.[0] ?? 'serve', job.file).toBe('serve');
+      for (const trainer of trainers) {
+        expect(valueOf(trainer, 'STEPSCOPE_URL'), job.file).toBe(`ws://127.0.0.1:${PORT}/v1/ingest`);
+        expect(envOf(trainer, 'STEPSCOPE_JOB'), `${job.file}: every pod of the Job reports one job`).toBeDefined();
+      }
+    }
+  });
+
+  it('keep the sidecar small, capped, non-root, and probed on /healthz and /readyz', () => {
+    for (const job of jobs) {
+      const { sidecar, copier } = pod(job);
+      const { requests, limits } = sidecar.resources ?? {};
+      expect(cpu(requests!.cpu!), job.file).toBeLessThanOrEqual(0.25);
+      expect(cpu(limits!.cpu!), job.file).toBeLessThanOrEqual(1);
+      expect(mib(requests!.memory!), job.file).toBeLessThanOrEqual(256);
+      expect(mib(limits!.memory!), job.file).toBeLessThanOrEqual(512);
+      expect(copier.resources?.limits, job.file).toBeDefined();
+      restricted(sidecar);
+      restricted(copier);
+      expect(sidecar.livenessProbe?.httpGet, job.file).toMatchObject({ path: '/healthz', port: PORT });
+      expect(sidecar.readinessProbe?.httpGet, job.file).toMatchObject({ path: '/readyz', port: PORT });
+    }
+  });
+
+  it("set only variables the sidecar reads, and refer only to variables defined before", () => {
+    for (const job of jobs) {
+      const { sidecar } = pod(job);
+      const defined: string[] = [];
+      for (const variable of sidecar.env ?? []) {
+        expect(SERVE_ENV.has(variable.name) || OTHER_SIDECAR_ENV.has(variable.name), `${job.file}: ${variable.name}`).toBe(true);
+        for (const [, name] of (variable.value ?? '').matchAll(/\$\(([A-Z_]+)\)/g)) expect(defined, `${job.file}: $(${name})`).toContain(name);
+        defined.push(variable.name);
+      }
+    }
+  });
+
+  it('show each way of giving the sidecar GPU counters: the NVIDIA runtime, the node’s DCGM exporter, the hooks', () => {
+    const sidecars = jobs.map((job) => pod(job).sidecar);
+    expect(sidecars.some((s) => valueOf(s, 'NVIDIA_VISIBLE_DEVICES') === 'all')).toBe(true);
+    expect(sidecars.some((s) => valueOf(s, 'STEPSCOPE_GPU_SOURCE') === 'hook')).toBe(true);
+    const dcgm = sidecars.find((s) => valueOf(s, 'STEPSCOPE_DCGM_URL'))!;
+    expect(valueOf(dcgm, 'STEPSCOPE_DCGM_URL')).toBe('http://$(NODE_IP):9400/metrics');
+    expect(envOf(dcgm, 'NODE_IP')?.valueFrom?.fieldRef?.fieldPath).toBe('status.hostIP');
+    expect(envOf(dcgm, 'POD_NAME')?.valueFrom?.fieldRef?.fieldPath).toBe('metadata.name');
+    expect(envOf(dcgm, 'POD_NAMESPACE')?.valueFrom?.fieldRef?.fieldPath).toBe('metadata.namespace');
+  });
+
+  it('run a torchrun job with one process per GPU it asks for', () => {
+    const torchrun = jobs.flatMap((job) => pod(job).trainers).find((c) => c.command?.[0] === 'torchrun')!;
+    const perNode = torchrun.command!.find((word) => word.startsWith('--nproc-per-node='))!;
+    expect(Number(perNode.split('=')[1])).toBe(Number(torchrun.resources!.limits!['nvidia.com/gpu']));
+    expect(Number(perNode.split('=')[1])).toBeGreaterThan(1);
+  });
+
+  it('are scraped by the PodMonitor, on the sidecar’s port', () => {
+    const [monitor] = podMonitors;
+    const endpoint = monitor!.spec.podMetricsEndpoints[0];
+    expect(endpoint).toMatchObject({ port: 'stepscope', path: '/metrics' });
+    for (const job of jobs) {
+      const labels = job.spec.template.metadata.labels as Record<string, string>;
+      expect(labels, job.file).toMatchObject(monitor!.spec.selector.matchLabels);
+      const annotations = job.spec.template.metadata.annotations as Record<string, string> | undefined;
+      if (annotations?.['prometheus.io/scrape']) expect(annotations['prometheus.io/port']).toBe(String(PORT));
+    }
+  });
+});

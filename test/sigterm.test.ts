@@ -1,0 +1,77 @@
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { findPython } from './support/python.js';
+import { fixture, runPython } from './support/run-python.js';
+import { startSidecar, tempDir, waitFor } from './support/sidecar.js';
+
+/**
+ * Kubernetes stops a native sidecar with SIGTERM once the training container is done, or the whole
+ * pod at once, and kills it terminationGracePeriodSeconds later. The end-of-job summary must be on
+ * the shared volume well before that.
+ */
+
+const plain = findPython();
+
+const cleanups: Array<() => unknown> = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+function killByPidFile(pidFile: string) {
+  if (!existsSync(pidFile)) return;
+  try {
+    process.kill(Number(readFileSync(pidFile, 'utf8')), 'SIGKILL');
+  } catch {
+    // already gone
+  }
+}
+
+/** The summary once it is there: the sidecar renames it into place whole. */
+function summaryIn(out: string) {
+  const file = path.join(out, 'summary.json');
+  return existsSync(file) ? JSON.parse(readFileSync(file, 'utf8')) : null;
+}
+
+describe.skipIf(!plain.python)(`SIGTERM to a sidecar in the middle of a job${plain.python ? '' : ` (skipped: ${plain.why})`}`, () => {
+  it('leaves a complete summary.json in --out within 5 s, logs it, and exits 0', async () => {
+    const out = tempDir();
+    const sidecar = await startSidecar(['--gpu-source', 'none', '--out', out]);
+    cleanups.push(() => sidecar.stop('SIGKILL'));
+    const pidFile = path.join(tempDir(), 'loop.pid');
+    const job = 'stopped-mid-job';
+    const loop = runPython(plain.python!, fixture('verdict_loop.py'), ['--seconds', '60', '--data-ms', '1', '--compute-ms', '4', '--pid-file', pidFile], {
+      STEPSCOPE_URL: sidecar.ingestUrl,
+      STEPSCOPE_JOB: job,
+      RANK: '0',
+      WORLD_SIZE: '1',
+      LOCAL_RANK: '0',
+    });
+    cleanups.push(async () => {
+      killByPidFile(pidFile);
+      await loop;
+    });
+
+    await waitFor(async () => ((await sidecar.state()).jobs[0]?.steps ?? 0) >= 100, 30_000);
+    const held = (await sidecar.state()).jobs[0].steps;
+    expect(summaryIn(out), 'no summary while the job runs').toBeNull();
+
+    const sentAt = Date.now();
+    sidecar.process.kill('SIGTERM');
+    const summary = await waitFor(() => summaryIn(out), 5_000, 20);
+    expect(Date.now() - sentAt).toBeLessThan(5_000);
+    expect(summary).toMatchObject({ schema: 'stepscope.summary/v1', job, end_reason: 'shutdown', world_size: 1 });
+    expect(summary.steps).toBeGreaterThanOrEqual(held);
+    expect(summary.ranks).toMatchObject([{ rank: 0 }]);
+    expect(summary.breakdown.compute).toBeGreaterThan(0.5);
+    expect(existsSync(path.join(out, `summary-${job}.json`))).toBe(true);
+    expect(existsSync(path.join(out, 'summary.md'))).toBe(true);
+
+    const exit = await Promise.race([sidecar.exited, new Promise((resolve) => setTimeout(() => resolve('still running'), 5_000 - (Date.now() - sentAt)))]);
+    expect(exit).toEqual({ code: 0, signal: null });
+    // The summary is in the log too, for `kubectl logs` once the pod's volumes are gone.
+    const logged = sidecar.logs.find((line) => Array.isArray(line.files) && line.files.includes(path.join(out, 'summary.json')));
+    expect(logged).toMatchObject({ job, verdict: summary.verdict, steps: summary.steps });
+    expect(logged!.msg).toContain(summary.headline);
+  });
+});
