@@ -16,7 +16,10 @@ COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --ignore-scripts && npm cache clean --force
 
 FROM node:20-bookworm-slim
-# A sidecar is reached from outside its container: by kubelet's probes, Prometheus, port-forward.
+# A sidecar is reached from outside its container: by Prometheus and port-forward. Listening beyond
+# loopback, serve refuses to start without a token: docker run -e STEPSCOPE_TOKEN=... (every request,
+# /healthz and /metrics included, must then carry Authorization: Bearer <token>), or, on a network
+# you trust, `serve --insecure` (-e STEPSCOPE_INSECURE=1).
 ENV NODE_ENV=production \
     STEPSCOPE_HOST=0.0.0.0 \
     STEPSCOPE_PORT=9477
@@ -30,8 +33,9 @@ RUN ln -s /app/dist/cli.js /usr/local/bin/stepscope
 # Numeric, so that Kubernetes can check runAsNonRoot (it is the image's `node` user).
 USER 1000:1000
 EXPOSE 9477
+# probe.js sends STEPSCOPE_TOKEN from the container's environment, as /healthz requires it too.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s \
-  CMD ["node", "-e", "fetch('http://127.0.0.1:'+(process.env.STEPSCOPE_PORT||9477)+'/healthz').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
+  CMD ["node", "/app/dist/probe.js", "/healthz"]
 # Node runs as PID 1 with no default signal handlers; stepscope serve installs its own for SIGTERM
 # and SIGINT: it ends the open jobs, writes their summaries to --out and the log, and exits 0.
 ENTRYPOINT ["node", "/app/dist/cli.js"]

@@ -23,6 +23,7 @@ export class Analyst {
 
   tick(at: number): VerdictEvent[] {
     const events: VerdictEvent[] = [];
+    for (const job of this.analyses.keys()) if (this.world.jobs.startedAt(job) === null) this.analyses.delete(job);
     for (const { job } of this.world.jobs.liveJobs()) {
       events.push(...this.analysisOf(job)!.evaluate(this.rankInputs(job, at), at));
     }

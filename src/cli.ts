@@ -3,6 +3,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { compare } from './analysis/compare.js';
 import { readSummary } from './outputs/summary-files.js';
 import { GPU_SOURCES } from './counters/registry.js';
+import { DEFAULT_LIMITS } from './ingest/limits.js';
 import { renderSummary } from './outputs/summary-render.js';
 import { LOG_LEVELS } from './log.js';
 import { serve, type ServeOptions } from './serve.js';
@@ -35,6 +36,13 @@ function rate(value: string): number {
   const n = Number(value);
   if (value.trim() === '' || !Number.isFinite(n) || n < 0.2 || n > 50) throw new InvalidArgumentError('must be a number of updates a second from 0.2 to 50');
   return n;
+}
+
+function envBoolean(name: string): boolean {
+  const value = (process.env[name] ?? '').trim().toLowerCase();
+  if (['1', 'true', 'yes', 'on'].includes(value)) return true;
+  if (['', '0', 'false', 'no', 'off'].includes(value)) return false;
+  throw new InvalidArgumentError(`${name}=${process.env[name]} is invalid: use true or false`);
 }
 
 function httpUrl(value: string): string {
@@ -72,6 +80,12 @@ program
       .argParser(integer(1024, 64 * 1024 * 1024))
       .env('STEPSCOPE_MAX_FRAME_BYTES'),
   )
+  .addOption(new Option('--token <token>', 'require Authorization: Bearer <token> on every request and websocket (needed to listen beyond loopback)').env('STEPSCOPE_TOKEN'))
+  .addOption(new Option('--insecure', 'allow listening beyond loopback without a token').default(false).env('STEPSCOPE_INSECURE'))
+  .addOption(new Option('--max-connections <n>', 'hook connections accepted at once').default(DEFAULT_LIMITS.maxConnections).argParser(integer(1, 100_000)).env('STEPSCOPE_MAX_CONNECTIONS'))
+  .addOption(new Option('--max-frame-rate <n>', 'frames a second one hook connection may send (bursts of twice that)').default(DEFAULT_LIMITS.framesPerSecond).argParser(integer(1, 100_000)).env('STEPSCOPE_MAX_FRAME_RATE'))
+  .addOption(new Option('--max-jobs <n>', 'jobs one sidecar keeps').default(DEFAULT_LIMITS.maxJobs).argParser(integer(1, 10_000)).env('STEPSCOPE_MAX_JOBS'))
+  .addOption(new Option('--max-ranks <n>', 'ranks one job may have').default(DEFAULT_LIMITS.maxRanksPerJob).argParser(integer(1, 65_536)).env('STEPSCOPE_MAX_RANKS'))
   .addOption(new Option('--gpu-source <source>', 'where GPU counters come from; auto tries nvidia-smi, then DCGM, then the hooks').choices(GPU_SOURCES).default('auto').env('STEPSCOPE_GPU_SOURCE'))
   .addOption(new Option('--nvidia-smi <path>', 'the nvidia-smi executable').default('nvidia-smi').env('STEPSCOPE_NVIDIA_SMI'))
   .addOption(new Option('--gpu-interval <ms>', 'GPU sampling interval').default(500).argParser(integer(100, 60_000)).env('STEPSCOPE_GPU_INTERVAL'))
@@ -85,7 +99,11 @@ program
   .addOption(new Option('--hold <seconds>', 'a new verdict takes over once it has held this long').default(2).argParser(seconds(0, 600)).env('STEPSCOPE_HOLD'))
   .addOption(new Option('--baseline <summary.json>', "a good run's summary: compare against it live and in the summary").env('STEPSCOPE_BASELINE'))
   .addOption(new Option('--stream-rate <n>', 'state updates a second sent to each viewer on ws /v1/stream').default(4).argParser(rate).env('STEPSCOPE_STREAM_RATE'))
-  .action(async (options) => {
+  .action(async (options, command: Command) => {
+    // commander turns a boolean flag on for any value of its variable, "false" included.
+    for (const [key, name] of [['exitOnEnd', 'STEPSCOPE_EXIT_ON_END'], ['insecure', 'STEPSCOPE_INSECURE']] as const) {
+      if (command.getOptionValueSource(key) === 'env') options[key] = envBoolean(name);
+    }
     const sidecar = await serve({
       host: options.host,
       port: options.port,
@@ -108,6 +126,15 @@ program
       baseline: options.baseline,
       streamRateHz: options.streamRate,
       handleSignals: true,
+      token: options.token,
+      insecure: options.insecure,
+      limits: {
+        maxConnections: options.maxConnections,
+        framesPerSecond: options.maxFrameRate,
+        burst: 2 * options.maxFrameRate,
+        maxJobs: options.maxJobs,
+        maxRanksPerJob: options.maxRanks,
+      },
     } satisfies ServeOptions);
     process.exitCode = await sidecar.stopped;
   });

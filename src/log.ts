@@ -6,5 +6,7 @@ export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', '
 export type LogLevel = (typeof LOG_LEVELS)[number];
 
 export function createLogger(level: LogLevel, destination: NodeJS.WritableStream = process.stdout): Logger {
-  return pino({ level, base: { name: 'stepscope' } }, destination);
+  // A token must never reach a log, wherever a careless line might put it.
+  const redact = { paths: ['token', '*.token', 'authorization', '*.authorization', 'headers.authorization', '*.headers.authorization'], censor: '[redacted]' };
+  return pino({ level, base: { name: 'stepscope' }, redact }, destination);
 }

@@ -16,6 +16,8 @@ import { createLogger, type Logger, type LogLevel } from './log.js';
 import type { StreamLimits } from './outputs/stream-viewer.js';
 import { stepDurationHistogram, StepTimedJobStore } from './outputs/metrics.js';
 import { buildServer } from './server.js';
+import { isLoopback } from './auth.js';
+import type { IngestLimits } from './ingest/limits.js';
 import { Journal } from './store/journal.js';
 import { applyEntry, type World } from './store/replay.js';
 
@@ -44,6 +46,10 @@ export interface ServeOptions {
   streamLimits?: Partial<StreamLimits>;
   /** Stop cleanly, writing summaries, on SIGTERM and SIGINT. */
   handleSignals?: boolean;
+  token?: string;
+  /** Allow a bind beyond loopback without a token. */
+  insecure?: boolean;
+  limits?: Partial<IngestLimits>;
 }
 
 export interface Sidecar {
@@ -98,8 +104,18 @@ function collectorFactories(options: ServeOptions, log: Logger) {
   };
 }
 
+/** Refuses, before anything starts, a sidecar reachable from other machines that anyone could feed. */
+function checkExposure(options: ServeOptions, log: Logger): void {
+  if (isLoopback(options.host) || options.token) return;
+  if (!options.insecure) {
+    throw new Error(`--host ${options.host} is reachable from other machines: give --token (or STEPSCOPE_TOKEN), or --insecure to run without one`);
+  }
+  log.warn({ host: options.host }, 'listening beyond loopback without a token (--insecure): anyone who can reach this port can send steps and read the state');
+}
+
 export async function serve(options: ServeOptions): Promise<Sidecar> {
   const log = createLogger(options.logLevel);
+  checkExposure(options, log);
   const baseline = await loadBaseline(options.baseline);
   const stepDurations = stepDurationHistogram();
   const world: World = {
@@ -108,7 +124,7 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
     hookGpu: options.gpuSource === 'hook',
   };
   const journal = await openJournal(options.out, world, log);
-  const ingest = new Ingest(world, journal, { gpuIntervalMs: options.gpuIntervalMs });
+  const ingest = new Ingest(world, journal, { gpuIntervalMs: options.gpuIntervalMs, limits: options.limits });
   const fail = (what: string) => (error: Error) => log.error({ err: error.message }, `${what} not recorded`);
 
   let gpu: GpuSourceChoice;
@@ -151,6 +167,7 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
     log,
     analyst,
     maxFrameBytes: options.maxFrameBytes,
+    token: options.token,
     windowMs: options.windowS * 1000,
     sources: () => ({ gpu: { source: gpu.source, reason: gpu.reason, health: gpu.health() }, host: host.health() }),
     stepDurations,

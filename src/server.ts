@@ -9,6 +9,7 @@ import { registerMetrics, type StepDurationHistogram } from './outputs/metrics.j
 import { registerStream, type StreamOptions } from './outputs/stream.js';
 import { streamHistory } from './outputs/stream-history.js';
 import { sidecarState, type SourceStatus } from './state.js';
+import { bearerMatches } from './auth.js';
 
 export interface ServerOptions {
   ingest: Ingest;
@@ -23,6 +24,8 @@ export interface ServerOptions {
   stepDurations: StepDurationHistogram;
   /** Whether the sidecar is ready for hooks once listening (its GPU counter source chosen, not stopping). */
   ready?: () => boolean;
+  /** When set, every request and websocket upgrade must carry `Authorization: Bearer <token>`. */
+  token?: string;
 }
 
 export const VERSION = '0.1.0';
@@ -45,6 +48,18 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     },
   });
 
+  const token = options.token;
+  if (token) {
+    // onRequest runs before routing and before a websocket upgrade: nothing is done for a stranger.
+    // Added after the websocket plugin, whose own onRequest hook marks upgrades so that it closes
+    // a refused upgrade's socket once the 401 is sent.
+    app.addHook('onRequest', async (request, reply) => {
+      if (bearerMatches(request.headers.authorization, token)) return;
+      ingest.limited('unauthorized');
+      log.warn({ remote: request.socket.remoteAddress, url: request.url }, 'request without the right token refused');
+      await reply.code(401).header('www-authenticate', 'Bearer').send({ error: 'unauthorized: send Authorization: Bearer <token>' });
+    });
+  }
   app.get('/healthz', async () => ({ status: 'ok' }));
   app.get('/readyz', async (_request, reply) => {
     const ready = app.server.listening && (options.ready?.() ?? true);

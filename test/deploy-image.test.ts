@@ -2,12 +2,12 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { CLI, ROOT } from './support/sidecar.js';
+import { CLI, ROOT, startSidecar } from './support/sidecar.js';
 
 /**
  * The Dockerfile read as text, since no image can be built here: what it copies exists and is not
  * left out of the build context, its entry point is the CLI the build produces, and the image runs
- * as a non-root user with a health check. (No Dockerfile linter installs from the npm registry or
+ * as a non-root user with a health check that sends the token (probe.js, also built here). (No Dockerfile linter installs from the npm registry or
  * Debian's archive: the npm `hadolint` package downloads its binary from GitHub.)
  */
 
@@ -135,7 +135,39 @@ describe('Dockerfile', () => {
     expect(Number(group ?? user)).toBeGreaterThan(0);
     expect(instructions('EXPOSE').map((e) => e.args)).toContain('9477');
     expect(instructions('HEALTHCHECK').at(-1)?.args).toContain('/healthz');
+    // Listening beyond loopback, serve then wants STEPSCOPE_TOKEN (docker run -e) or --insecure.
     expect(instructions('ENV').map((e) => e.args).join(' ')).toMatch(/STEPSCOPE_HOST=0\.0\.0\.0/);
+    expect(instructions('ENV').map((e) => e.args).join(' '), 'a token is never baked into the image').not.toMatch(/STEPSCOPE_(TOKEN|INSECURE)/);
+  });
+
+  it('checks health with probe.js from the build, which sends the container’s token', async () => {
+    // /healthz wants the token too: the check runs the probe script, which reads STEPSCOPE_TOKEN.
+    const check = instructions('HEALTHCHECK').at(-1)!.args;
+    const command = execForm(/\bCMD\s+(\[.*\])\s*$/.exec(check)![1]!);
+    expect(command).toEqual(['node', '/app/dist/probe.js', '/healthz']);
+    const workdir = instructions('WORKDIR').at(-1)!.args;
+    const script = path.posix.relative(workdir, command[1]!);
+    expect(script).toBe('dist/probe.js');
+    // The final stage holds the build stage's dist/, where tsc puts src/probe.ts.
+    const dist = instructions('COPY')
+      .map((copy) => copyOf(copy.args))
+      .find((copy) => copy.from !== null && copy.sources.some((source) => source.replace(/\/$/, '').endsWith('/dist')));
+    expect(dist, 'dist/ comes from a build stage').toBeDefined();
+    expect(path.posix.resolve(workdir, dist!.destination)).toBe(path.posix.dirname(command[1]!));
+    expect(existsSync(path.join(ROOT, 'src', 'probe.ts'))).toBe(true);
+    expect(existsSync(path.join(ROOT, script)), 'run `npx tsc -p .` first').toBe(true);
+    // Against the real sidecar: 0 with the token, 1 without it.
+    const token = 'a-token-for-this-test-only';
+    const sidecar = await startSidecar(['--gpu-source', 'none', '--token', token]);
+    try {
+      const { STEPSCOPE_TOKEN: _left, ...env } = process.env;
+      const run = (extra: Record<string, string>) =>
+        spawnSync(process.execPath, [path.join(ROOT, script), ...command.slice(2)], { env: { ...env, STEPSCOPE_PORT: String(sidecar.port), ...extra }, timeout: 10_000 }).status;
+      expect(run({ STEPSCOPE_TOKEN: token })).toBe(0);
+      expect(run({})).toBe(1);
+    } finally {
+      await sidecar.stop();
+    }
   });
 
   it('carries the Python hook at /app/python-hook for an init container to copy', () => {

@@ -1,9 +1,9 @@
 import { spawnSync } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { describe, expect, it } from 'vitest';
-import { CLI, ROOT } from './support/sidecar.js';
+import { CLI, ROOT, startSidecar } from './support/sidecar.js';
 
 /**
  * The manifests in deploy/kubernetes, read as YAML and checked for what running stepscope beside a
@@ -13,14 +13,21 @@ import { CLI, ROOT } from './support/sidecar.js';
 
 const DIR = path.join(ROOT, 'deploy', 'kubernetes');
 const PORT = 9477;
+/** The image's WORKDIR, where its build stage's dist/ lands (test/deploy-image.test.ts checks that). */
+const APP = '/app';
+/** The probe script in the image, and what the build makes of src/probe.ts here. */
+const PROBE_IN_IMAGE = `${APP}/dist/probe.js`;
+const PROBE = path.join(ROOT, path.posix.relative(APP, PROBE_IN_IMAGE));
 
 interface EnvVar {
   name: string;
   value?: string;
-  valueFrom?: { fieldRef?: { fieldPath: string } };
+  valueFrom?: { fieldRef?: { fieldPath: string }; secretKeyRef?: { name: string; key: string; optional?: boolean } };
 }
 interface Probe {
   httpGet?: { path: string; port: number | string };
+  exec?: { command: string[] };
+  timeoutSeconds?: number;
 }
 interface Container {
   name: string;
@@ -93,6 +100,27 @@ function seenBy(source: Container, file: string, container: Container, volume: s
   return path.posix.join(to, path.posix.relative(from, file));
 }
 
+/**
+ * An exec probe running probe.js on `route`: kubelet's httpGet probes cannot take the token from a
+ * Secret into a header, and probe.js reads it (and the port) from the container's environment.
+ */
+const probesWithScript = (probe: Probe | undefined, route: string, where: string) => {
+  expect(probe?.httpGet, `${where}: an httpGet probe would get 401`).toBeUndefined();
+  expect(probe?.exec?.command, where).toEqual(['node', PROBE_IN_IMAGE, route]);
+  // Node starting under the CPU cap plus probe.js's own 2 s request timeout; kubelet's default is 1 s.
+  expect(probe?.timeoutSeconds, where).toBeGreaterThanOrEqual(3);
+};
+
+/** The Secret that `container` takes STEPSCOPE_TOKEN from, never a value written in the manifest. */
+const tokenSecret = (container: Container, where: string) => {
+  const token = envOf(container, 'STEPSCOPE_TOKEN');
+  expect(token?.value, `${where}: ${container.name} has no token written in the manifest`).toBeUndefined();
+  const ref = token?.valueFrom?.secretKeyRef;
+  expect(ref, `${where}: ${container.name} takes STEPSCOPE_TOKEN from a Secret`).toMatchObject({ name: expect.any(String), key: expect.any(String) });
+  expect(ref!.optional ?? false, `${where}: ${container.name} does not start without it`).toBe(false);
+  return { name: ref!.name, key: ref!.key };
+};
+
 const restricted = (container: Container) => {
   const security = container.securityContext ?? {};
   expect(security.runAsNonRoot, container.name).toBe(true);
@@ -108,6 +136,8 @@ describe('Kubernetes manifests', () => {
     expect(jobs.length).toBeGreaterThanOrEqual(3);
     expect(podMonitors).toHaveLength(1);
     for (const m of manifests) expect(m.apiVersion, m.file).toMatch(/^(batch\/v1|monitoring\.coreos\.com\/v1)$/);
+    // The token's Secret is created out of band (README.md): no value of it is kept here.
+    expect(manifests.filter((m) => m.kind === 'Secret')).toEqual([]);
   });
 
   it('run stepscope as a native sidecar (restartPolicy: Always), or for older clusters as a container that exits on its own', () => {
@@ -116,7 +146,7 @@ describe('Kubernetes manifests', () => {
       if (native) {
         expect(sidecar.restartPolicy, job.file).toBe('Always');
         // Started before the training container, which starts once this passes.
-        expect(sidecar.startupProbe?.httpGet, job.file).toMatchObject({ path: '/readyz', port: PORT });
+        probesWithScript(sidecar.startupProbe, '/readyz', `${job.file}: startupProbe`);
       } else {
         expect(sidecar.restartPolicy, job.file).toBeUndefined();
         expect(valueOf(sidecar, 'STEPSCOPE_EXIT_ON_END'), `${job.file}: else the Job never completes`).toBe('true');
@@ -146,7 +176,7 @@ describe('Kubernetes manifests', () => {
     }
   });
 
-  it('point the training container at the sidecar, which listens on the pod network for probes and Prometheus', () => {
+  it('point the training container at the sidecar, which listens on the pod network for Prometheus', () => {
     for (const job of jobs) {
       const { sidecar, trainers } = pod(job);
       expect(sidecar.ports, job.file).toEqual([{ name: 'stepscope', containerPort: PORT }]);
@@ -171,8 +201,59 @@ describe('Kubernetes manifests', () => {
       expect(copier.resources?.limits, job.file).toBeDefined();
       restricted(sidecar);
       restricted(copier);
-      expect(sidecar.livenessProbe?.httpGet, job.file).toMatchObject({ path: '/healthz', port: PORT });
-      expect(sidecar.readinessProbe?.httpGet, job.file).toMatchObject({ path: '/readyz', port: PORT });
+      probesWithScript(sidecar.livenessProbe, '/healthz', `${job.file}: livenessProbe`);
+      probesWithScript(sidecar.readinessProbe, '/readyz', `${job.file}: readinessProbe`);
+    }
+  });
+
+  it('give the sidecar and every training container the token from one Secret, which the README says how to create', () => {
+    const readme = readFileSync(path.join(DIR, 'README.md'), 'utf8');
+    const secrets = new Set<string>();
+    for (const job of jobs) {
+      const { sidecar, trainers } = pod(job);
+      // Listening on 0.0.0.0, serve refuses to start without a token; --insecure would drop it.
+      const own = tokenSecret(sidecar, job.file);
+      expect(envOf(sidecar, 'STEPSCOPE_INSECURE'), `${job.file}: any value of STEPSCOPE_INSECURE turns it on`).toBeUndefined();
+      // The hook sends STEPSCOPE_TOKEN from its environment, else every step gets 401.
+      for (const trainer of trainers) expect(tokenSecret(trainer, job.file), job.file).toEqual(own);
+      secrets.add(JSON.stringify(own));
+    }
+    expect(secrets.size, 'one Secret for every manifest, so one for the PodMonitor').toBe(1);
+    const { name, key } = JSON.parse([...secrets][0]!) as { name: string; key: string };
+    expect(readme).toContain(`kubectl create secret generic ${name} --from-literal=${key}=$(openssl rand -hex 32)`);
+    for (const job of jobs) {
+      expect(readFileSync(path.join(DIR, job.file), 'utf8'), `${job.file} says how to create the Secret`).toContain(`kubectl create secret generic ${name} --from-literal=${key}=`);
+    }
+  });
+
+  it('probe with a script the build produces, which passes with the container’s token and fails without it', async () => {
+    expect(existsSync(path.join(ROOT, 'src', 'probe.ts'))).toBe(true);
+    expect(existsSync(PROBE), 'run `npx tsc -p .` first').toBe(true);
+    const commands = new Map<string, string[]>();
+    for (const job of jobs) {
+      const { sidecar } = pod(job);
+      for (const probe of [sidecar.startupProbe, sidecar.readinessProbe, sidecar.livenessProbe]) {
+        if (probe?.exec) commands.set(probe.exec.command.join(' '), probe.exec.command);
+      }
+    }
+    expect([...commands.values()].map((command) => command.at(-1)).sort()).toEqual(['/healthz', '/readyz']);
+    const token = 'a-token-for-this-test-only';
+    const sidecar = await startSidecar(['--gpu-source', 'none', '--token', token]);
+    try {
+      const run = (command: string[], env: Record<string, string>) => {
+        const { STEPSCOPE_TOKEN: _left, ...rest } = process.env;
+        const [node, script, ...args] = command;
+        expect(node).toBe('node');
+        expect(script).toBe(PROBE_IN_IMAGE);
+        return spawnSync(process.execPath, [PROBE, ...args], { env: { ...rest, STEPSCOPE_PORT: String(sidecar.port), ...env }, encoding: 'utf8', timeout: 10_000 }).status;
+      };
+      for (const command of commands.values()) {
+        expect(run(command, { STEPSCOPE_TOKEN: token }), command.join(' ')).toBe(0);
+        expect(run(command, {}), `${command.join(' ')} without the token`).toBe(1);
+        expect(run(command, { STEPSCOPE_TOKEN: 'wrong' }), `${command.join(' ')} with a wrong token`).toBe(1);
+      }
+    } finally {
+      await sidecar.stop();
     }
   });
 
@@ -206,10 +287,14 @@ describe('Kubernetes manifests', () => {
     expect(Number(perNode.split('=')[1])).toBeGreaterThan(1);
   });
 
-  it('are scraped by the PodMonitor, on the sidecar’s port', () => {
+  it('are scraped by the PodMonitor, on the sidecar’s port, with the token', () => {
     const [monitor] = podMonitors;
     const endpoint = monitor!.spec.podMetricsEndpoints[0];
     expect(endpoint).toMatchObject({ port: 'stepscope', path: '/metrics' });
+    // prometheus-operator's PodMetricsEndpoint: the Secret, in the PodMonitor's namespace, that the
+    // Jobs' containers take their token from.
+    const { sidecar } = pod(jobs[0]!);
+    expect(endpoint.authorization).toEqual({ type: 'Bearer', credentials: tokenSecret(sidecar, jobs[0]!.file) });
     for (const job of jobs) {
       const labels = job.spec.template.metadata.labels as Record<string, string>;
       expect(labels, job.file).toMatchObject(monitor!.spec.selector.matchLabels);

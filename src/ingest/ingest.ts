@@ -56,7 +56,7 @@ export class Ingest {
   /** The limit this hello would pass (a new job or rank past the limits), or null. */
   refusal(hello: Hello): { limit: 'jobs' | 'ranks'; reason: string } | null {
     const jobs = this.store;
-    if (!jobs.hasJob(hello.job) && jobs.jobCount >= this.limits.maxJobs) {
+    if (!jobs.hasJob(hello.job) && jobs.jobCount >= this.limits.maxJobs && jobs.evictEndedJob() === null) {
       return { limit: 'jobs', reason: `too many jobs: this sidecar takes ${this.limits.maxJobs}` };
     }
     if (!jobs.hasRank(hello.job, hello.rank) && jobs.rankCount(hello.job) >= this.limits.maxRanksPerJob) {

@@ -278,6 +278,21 @@ export class JobStore {
     return this.jobs.size;
   }
 
+  /**
+   * Forgets the job that ended first and has no connection left, to make room; its summary is
+   * already written. Returns its id.
+   */
+  evictEndedJob(): string | null {
+    let oldest: Job | null = null;
+    for (const job of this.jobs.values()) {
+      if (job.endedAt !== null && job.connections === 0 && (!oldest || job.endedAt < oldest.endedAt!)) oldest = job;
+    }
+    if (!oldest) return null;
+    this.jobs.delete(oldest.id);
+    for (const [id, session] of this.sessions) if (session.job === oldest) this.sessions.delete(id);
+    return oldest.id;
+  }
+
   hasJob(job: string): boolean {
     return this.jobs.has(job);
   }

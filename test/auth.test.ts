@@ -1,0 +1,93 @@
+import { spawnSync } from 'node:child_process';
+import { describe, expect, it } from 'vitest';
+import WebSocket from 'ws';
+import { bearerMatches, isLoopback } from '../src/auth.js';
+import { hello, TestHook } from './support/hook-client.js';
+import { findPython } from './support/python.js';
+import { fixture, runPython } from './support/run-python.js';
+import { CLI, startSidecar, waitFor } from './support/sidecar.js';
+
+const plain = findPython();
+const TOKEN = 'f3a9c1d27b6e4e0a';
+
+function upgradeStatus(url: string, headers: Record<string, string> = {}): Promise<number> {
+  return new Promise((resolve) => {
+    const socket = new WebSocket(url, { headers });
+    socket.once('open', () => {
+      socket.close();
+      resolve(101);
+    });
+    socket.once('unexpected-response', (_request, response) => resolve(response.statusCode ?? 0));
+    socket.once('error', () => undefined);
+  });
+}
+
+describe('the token rules', () => {
+  it('with --token, refuses every request and upgrade without it (401, nothing done) and accepts them with it', async () => {
+    const sidecar = await startSidecar(['--gpu-source', 'none', '--token', TOKEN]);
+    const bearer = { authorization: `Bearer ${TOKEN}` };
+    for (const path of ['/healthz', '/readyz', '/v1/state', '/metrics']) {
+      expect((await fetch(`${sidecar.http}${path}`)).status, path).toBe(401);
+      expect((await fetch(`${sidecar.http}${path}`, { headers: { authorization: 'Bearer wrong' } })).status, path).toBe(401);
+      expect((await fetch(`${sidecar.http}${path}`, { headers: bearer })).status, path).toBe(200);
+    }
+    expect(await upgradeStatus(sidecar.ingestUrl)).toBe(401);
+    expect(await upgradeStatus(sidecar.ingestUrl.replace('/v1/ingest', '/v1/stream'))).toBe(401);
+    const hook = await TestHook.connect(sidecar.ingestUrl, bearer);
+    hook.send(hello());
+    expect((await hook.next((m) => m.type === 'welcome')).ack).toBe(0);
+    hook.close();
+    const state = (await (await fetch(`${sidecar.http}/v1/state`, { headers: bearer })).json()) as any;
+    expect(state.ingest.limited.unauthorized).toBe(10);
+    expect(state.jobs).toHaveLength(1);
+    expect(sidecar.logs.some((line) => JSON.stringify(line).includes(TOKEN))).toBe(false);
+    await sidecar.stop();
+  });
+
+  it.skipIf(!plain.python)('the hook sends STEPSCOPE_TOKEN, so its steps get in', async () => {
+    const sidecar = await startSidecar(['--gpu-source', 'none', '--token', TOKEN]);
+    const env = { STEPSCOPE_URL: sidecar.ingestUrl, STEPSCOPE_JOB: 'with-token', STEPSCOPE_TOKEN: TOKEN };
+    const run = await runPython(plain.python!, fixture('plain_loop.py'), ['--steps', '50'], env);
+    expect(run.result).toMatchObject({ steps: 50, closed: true });
+    const state = await waitFor(async () => {
+      const s = (await (await fetch(`${sidecar.http}/v1/state`, { headers: { authorization: `Bearer ${TOKEN}` } })).json()) as any;
+      return s.jobs[0]?.steps === 50 ? s : null;
+    });
+    expect(state.jobs[0].job).toBe('with-token');
+    await sidecar.stop();
+  });
+
+  it('refuses at start to listen beyond loopback without a token, with a one-line error', () => {
+    const run = spawnSync(process.execPath, [CLI, 'serve', '--host', '0.0.0.0', '--port', '0', '--gpu-source', 'none'], { encoding: 'utf8', env: { ...process.env, STEPSCOPE_TOKEN: '' } });
+    expect(run.status).toBe(1);
+    expect(run.stderr.trim().split('\n')).toEqual([
+      'stepscope: --host 0.0.0.0 is reachable from other machines: give --token (or STEPSCOPE_TOKEN), or --insecure to run without one',
+    ]);
+  });
+
+  it('reads STEPSCOPE_INSECURE as a boolean: "false" keeps the refusal, nonsense is an error', () => {
+    const serve = (value: string) =>
+      spawnSync(process.execPath, [CLI, 'serve', '--host', '0.0.0.0', '--port', '0', '--gpu-source', 'none'], { encoding: 'utf8', env: { ...process.env, STEPSCOPE_TOKEN: '', STEPSCOPE_INSECURE: value } });
+    expect(serve('false').stderr).toMatch(/reachable from other machines/);
+    const nonsense = serve('maybe');
+    expect(nonsense.status).toBe(1);
+    expect(nonsense.stderr.trim()).toBe('stepscope: STEPSCOPE_INSECURE=maybe is invalid: use true or false');
+  });
+
+  it('listens beyond loopback with --insecure, and says so in the log', async () => {
+    const sidecar = await startSidecar(['--host', '0.0.0.0', '--insecure', '--gpu-source', 'none']);
+    const warning = await sidecar.waitForLog((line) => line.level === 40 && /without a token/.test(line.msg));
+    expect(warning.host).toBe('0.0.0.0');
+    expect((await fetch(`${sidecar.http}/healthz`)).status).toBe(200);
+    await sidecar.stop();
+  });
+
+  it('tells loopback from the rest, and compares tokens exactly', () => {
+    for (const host of ['127.0.0.1', '127.0.0.53', 'localhost', '::1', '[::1]']) expect(isLoopback(host), host).toBe(true);
+    for (const host of ['0.0.0.0', '::', '10.0.0.7', '192.168.1.2', 'node-1', '128.0.0.1']) expect(isLoopback(host), host).toBe(false);
+    expect(bearerMatches(`Bearer ${TOKEN}`, TOKEN)).toBe(true);
+    expect(bearerMatches(`Bearer ${TOKEN}x`, TOKEN)).toBe(false);
+    expect(bearerMatches(`bearer ${TOKEN}`, TOKEN)).toBe(false);
+    expect(bearerMatches(undefined, TOKEN)).toBe(false);
+  });
+});
