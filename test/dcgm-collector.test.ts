@@ -6,7 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { DcgmCollector, type DcgmCollectorOptions } from '../src/counters/dcgm.js';
 import type { GpuSample } from '../src/counters/types.js';
 import { capturedLogger } from './support/logger.js';
-import { ROOT, waitFor, type LogLine } from './support/sidecar.js';
+import { ROOT, waitFor } from './support/sidecar.js';
 
 const H100_PODS = readFileSync(path.join(ROOT, 'test/fixtures/dcgm/3.x-h100-pods.txt'), 'utf8');
 const LLAMA = { pod: 'llama-ft-0', namespace: 'research' };
@@ -29,7 +29,7 @@ class StandInExporter {
   }
 
   async listen(port = 0): Promise<void> {
-    const server = http.createServer((request, response) => this.answer(response));
+    const server = http.createServer((_request, response) => this.answer(response));
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       server.listen(port, '127.0.0.1', resolve);

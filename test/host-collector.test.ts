@@ -4,7 +4,7 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { HostCollector, type HostCollectorOptions, type HostSample } from '../src/counters/host.js';
 import { capturedLogger } from './support/logger.js';
-import { ROOT, tempDir, waitFor, type LogLine } from './support/sidecar.js';
+import { ROOT, tempDir, waitFor } from './support/sidecar.js';
 
 const RATES = path.join(ROOT, 'test/fixtures/proc/rates');
 const GIB = 1024 ** 3;

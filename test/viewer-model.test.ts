@@ -6,7 +6,7 @@ import type { HostSample } from '../src/counters/host.js';
 import { Ingest } from '../src/ingest/ingest.js';
 import { emptyGpuSample, ThrottleReason, type GpuSample } from '../src/counters/types.js';
 import { streamHistory } from '../src/outputs/stream-history.js';
-import type { SnapshotFrame, StreamFrame, UpdateFrame, VerdictFrame } from '../src/outputs/stream-frames.js';
+import type { SnapshotFrame, StreamFrame, VerdictFrame } from '../src/outputs/stream-frames.js';
 import { sidecarState } from '../src/state.js';
 import { JobStore } from '../src/store/job-store.js';
 import type { World } from '../src/store/replay.js';
@@ -51,7 +51,6 @@ class SimulatedSidecar {
   readonly world: World = { jobs: new JobStore(), counters: new CounterStore<HostSample>(), hookGpu: false };
   readonly analyst = new Analyst(this.world, { windowMs: 4000, holdMs: 2000, baseline: null });
   readonly events: VerdictEvent[] = [];
-  private seq = 0;
   private readonly next = new Map<number, { t: number; seq: number; step: number }>();
   at = T0;
 

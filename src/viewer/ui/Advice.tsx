@@ -1,5 +1,4 @@
 import { Box, Text } from 'ink';
-import React from 'react';
 
 /** The verdict's other recommendations, after the first one the banner shows. */
 export function Advice({ items }: { items: string[] }) {

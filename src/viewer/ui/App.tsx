@@ -1,5 +1,5 @@
 import { Box, useApp, useInput, useStdin } from 'ink';
-import React, { useEffect, useState } from 'react';
+import { useEffect, useState } from 'react';
 import { layout } from '../layout.js';
 import type { WatchStore } from '../model/watch-store.js';
 import { Banner } from './Banner.js';

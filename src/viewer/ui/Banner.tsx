@@ -1,5 +1,4 @@
 import { Box, Text } from 'ink';
-import React from 'react';
 import { fmtClock, fmtDuration, withCause } from '../format.js';
 import type { SourceLine, WatchView } from '../model/job-view.js';
 import { Paint, useColour, VERDICT_COLOUR } from './theme.js';

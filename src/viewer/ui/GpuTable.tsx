@@ -1,5 +1,5 @@
 import { Box, Text } from 'ink';
-import React, { type ReactNode } from 'react';
+import { type ReactNode } from 'react';
 import { fit, fmtNum, fmtPct } from '../format.js';
 import { fitColumns } from '../layout.js';
 import type { GpuRow } from '../model/job-view.js';

@@ -1,5 +1,4 @@
 import { Box, Text } from 'ink';
-import React from 'react';
 import { fmtClock, fmtDuration, fmtMs, fmtRate } from '../format.js';
 import type { JobView, SourceLine, WatchView } from '../model/job-view.js';
 import { Paint } from './theme.js';

@@ -1,5 +1,4 @@
 import { Box, Text } from 'ink';
-import React from 'react';
 import type { Verdict } from '../../analysis/verdict.js';
 import { fit, fmtClock, fmtDuration, fmtMs, fmtPct, resample, runs, sparkline, VERDICT_LETTER, withCause } from '../format.js';
 import type { SparkRow } from '../model/history-view.js';

@@ -1,5 +1,5 @@
 import { Box, Text } from 'ink';
-import React, { type ReactNode } from 'react';
+import { type ReactNode } from 'react';
 import { fit, fmtMs, fmtRate, fmtShare, PARTS, withCause } from '../format.js';
 import { fitColumns } from '../layout.js';
 import type { RankRow } from '../model/job-view.js';

@@ -1,5 +1,4 @@
 import { Text } from 'ink';
-import React from 'react';
 import { PART_GLYPH, stackedCells, type Part } from '../format.js';
 import { PART_COLOUR, useColour } from './theme.js';
 

@@ -1,5 +1,4 @@
 import { render } from 'ink';
-import React from 'react';
 import type { WatchStore } from '../model/watch-store.js';
 import { App } from './App.js';
 

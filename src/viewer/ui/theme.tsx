@@ -1,5 +1,5 @@
 import { Text } from 'ink';
-import React, { createContext, useContext, type ReactNode } from 'react';
+import { createContext, useContext, type ReactNode } from 'react';
 import type { Verdict } from '../../analysis/verdict.js';
 import type { Part } from '../format.js';
 
