@@ -42,10 +42,13 @@ function printPlain(store: WatchStore, out: NodeJS.WritableStream, everyMs: numb
   };
 }
 
-/** ink renders nothing until exit when it believes it runs under CI (is-in-ci); a terminal is a person watching. */
+/**
+ * A terminal is a person watching, even inside a CI job: ink renders nothing until exit when it
+ * believes it runs under CI (is-in-ci), and Node's colour depth drops to two colours when CI is set.
+ */
 function renderLiveEvenUnderCi(): void {
   const env = process.env;
-  if ('CI' in env || 'CONTINUOUS_INTEGRATION' in env || Object.keys(env).some((key) => key.startsWith('CI_'))) env.CI = '0';
+  for (const key of Object.keys(env)) if (key === 'CI' || key === 'CONTINUOUS_INTEGRATION' || key.startsWith('CI_')) delete env[key];
 }
 
 export function startWatch(options: WatchOptions): Watching {
