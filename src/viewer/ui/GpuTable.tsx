@@ -2,6 +2,7 @@ import { Box, Text } from 'ink';
 import { type ReactNode } from 'react';
 import { fit, fmtNum, fmtPct } from '../format.js';
 import { fitColumns } from '../layout.js';
+import { TableRow } from './TableRow.js';
 import type { GpuRow } from '../model/job-view.js';
 import { HARMFUL_REASONS, levelColour, Paint, useColour } from './theme.js';
 
@@ -60,19 +61,6 @@ function cells(g: GpuRow, showNode: boolean): Record<Key, ReactNode> {
   };
 }
 
-function Row({ keys, content }: { keys: Key[]; content: Record<Key, ReactNode> }) {
-  return (
-    <>
-      {keys.map((key, i) => (
-        <Text key={key}>
-          {i > 0 ? ' ' : ''}
-          {content[key]}
-        </Text>
-      ))}
-    </>
-  );
-}
-
 /** Per GPU: utilization, SM clock against its maximum, throttle reasons, temperature, power, memory. */
 export function GpuTable({ gpus, shown, columns, showNode }: { gpus: GpuRow[]; shown: number; columns: number; showNode: boolean }) {
   const keys = fitColumns(COLUMNS, columns);
@@ -82,12 +70,12 @@ export function GpuTable({ gpus, shown, columns, showNode }: { gpus: GpuRow[]; s
   return (
     <Box flexDirection="column">
       <Text bold wrap="truncate-end">
-        <Row keys={keys} content={headers} />
+        <TableRow keys={keys} content={headers} />
       </Text>
       {gpus.length === 0 ? <Text dimColor>{"      no GPU counters (see the sidecar's --gpu-source)"}</Text> : null}
       {visible.map((g) => (
         <Text key={g.key} wrap="truncate-end" dimColor={g.stale}>
-          <Row keys={keys} content={cells(g, showNode)} />
+          <TableRow keys={keys} content={cells(g, showNode)} />
         </Text>
       ))}
       {hidden > 0 && shown > 0 ? <Text dimColor>{`      … ${gpus.length - visible.length} more GPUs`}</Text> : null}

@@ -2,6 +2,7 @@ import { Box, Text } from 'ink';
 import { type ReactNode } from 'react';
 import { fit, fmtMs, fmtRate, fmtShare, PARTS, withCause } from '../format.js';
 import { fitColumns } from '../layout.js';
+import { TableRow } from './TableRow.js';
 import type { RankRow } from '../model/job-view.js';
 import { StackedBar } from './StackedBar.js';
 import { Paint, PART_COLOUR, VERDICT_COLOUR } from './theme.js';
@@ -56,19 +57,6 @@ function cells(r: RankRow, bar: number): Record<Key, ReactNode> {
   };
 }
 
-function Row({ keys, content }: { keys: Key[]; content: Record<Key, ReactNode> }) {
-  return (
-    <>
-      {keys.map((key, i) => (
-        <Text key={key}>
-          {i > 0 ? ' ' : ''}
-          {content[key]}
-        </Text>
-      ))}
-    </>
-  );
-}
-
 /** The first `count` ranks, the straggler always among them. */
 function withStraggler(ranks: RankRow[], count: number): RankRow[] {
   const first = ranks.slice(0, count);
@@ -88,11 +76,11 @@ export function RankTable({ ranks, shown, columns }: { ranks: RankRow[]; shown: 
   return (
     <Box flexDirection="column">
       <Text bold wrap="truncate-end">
-        <Row keys={keys} content={headers} />
+        <TableRow keys={keys} content={headers} />
       </Text>
       {visible.map((r) => (
         <Text key={r.key} wrap="truncate-end" dimColor={r.stale || r.state !== 'running'}>
-          <Row keys={keys} content={cells(r, bar)} />
+          <TableRow keys={keys} content={cells(r, bar)} />
         </Text>
       ))}
       {hidden > 0 && shown > 0 ? <Text dimColor>{`      … ${ranks.length - visible.length} more ranks`}</Text> : null}
