@@ -1,6 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
+import { validate } from 'dockerfile-utils';
 import { describe, expect, it } from 'vitest';
 import { CLI, ROOT, startSidecar } from './support/sidecar.js';
 
@@ -76,6 +77,12 @@ const instructions = (keyword: string, stage = final) => stage.instructions.filt
 const execForm = (args: string): string[] => JSON.parse(args) as string[];
 
 describe('Dockerfile', () => {
+  // hadolint is not installable from npm or Debian here; the Docker language server's linter is.
+  it('passes the dockerfile-utils linter without a problem', () => {
+    const problems = validate(readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8'));
+    expect(problems.map((p) => `${p.range.start.line + 1}: ${p.message}`)).toEqual([]);
+  });
+
   it('builds in stages on Node 20 slim, and the final stage holds production dependencies only', () => {
     expect(stages.length).toBeGreaterThanOrEqual(2);
     for (const stage of stages) expect(stage.image).toMatch(/^node:20(\.\d+)*-[a-z]+-slim$/);
