@@ -1,4 +1,5 @@
 import { Ajv, type ValidateFunction } from 'ajv';
+import { emptyGpuSample, type GpuSample } from '../counters/types.js';
 
 /** Counters that only the hook can read, as sent in `counters` frames (see docs/protocol.md). */
 
@@ -102,4 +103,25 @@ export function parseCounterBatch(source: unknown, samples: unknown): CounterBat
   return source === 'nvml'
     ? { source, samples: rows.map((s) => normalise<NvmlSample>(s, [...NVML_FIGURES, ...NVML_TEXT])) }
     : { source, samples: rows.map((s) => normalise<ProcessSample>(s, PROCESS_FIGURES)) };
+}
+
+/** A GPU reading the hook took through NVML, as the sidecar's own collectors give them. */
+export function nvmlToGpuSample(s: NvmlSample, at: number): GpuSample {
+  return {
+    ...emptyGpuSample(at, s.index ?? 0),
+    uuid: s.uuid,
+    name: s.name,
+    utilGpu: s.util_gpu,
+    utilMem: s.util_mem,
+    memUsedMiB: s.mem_used_mib,
+    memTotalMiB: s.mem_total_mib,
+    tempC: s.temp_c,
+    powerW: s.power_w,
+    powerLimitW: s.power_limit_w,
+    smClockMHz: s.sm_clock_mhz,
+    smClockMaxMHz: s.sm_clock_max_mhz,
+    memClockMHz: s.mem_clock_mhz,
+    pstate: s.pstate,
+    throttleReasons: s.throttle_reasons,
+  };
 }

@@ -1,60 +1,15 @@
 import type { ProcessAt } from '../analysis/window.js';
-import type { CounterBatch, NvmlSample } from '../protocol/counters.js';
+import type { GpuSample } from '../counters/types.js';
+import { nvmlToGpuSample, type CounterBatch } from '../protocol/counters.js';
 import type { Env, Hello, StepRecord } from '../protocol/messages.js';
-import { emptyGpuSample, type GpuSample } from '../counters/types.js';
 import { LogHistogram } from './histogram.js';
-import { percentile, Ring } from './ring.js';
+import { toSidecarMs, type EndReason, type Job, type Rank, type Session, type TimedStep } from './job-records.js';
+import { describeJob, type JobSnapshot } from './job-snapshot.js';
+import { Ring } from './ring.js';
 import { addStep, emptySums, StepBuckets, type StepSums } from './step-buckets.js';
 
-/**
- * What the sidecar knows about the jobs that report to it. Pure: every method takes the
- * sidecar-clock time (`at`, ms since the epoch) it should use, so a journal replays into
- * exactly the same state.
- */
-
-export type EndReason = 'all-ranks-ended' | 'disconnected' | 'shutdown';
-
-interface Session {
-  id: string;
-  job: Job;
-  rank: Rank;
-  pid: number;
-  host: string;
-  maxSeq: number;
-  dropped: number;
-  duplicates: number;
-  connections: number;
-  ended: boolean;
-  /** Sidecar clock minus hook wall clock, measured when hello arrived (includes transit). */
-  clockOffsetMs: number;
-  /** Sidecar time and hook monotonic time at the latest hello: maps hook times onto the sidecar's clock. */
-  helloAt: number;
-  monoAtHello: number;
-}
-
-/** A step record placed on the sidecar's clock. */
-export interface TimedStep {
-  record: StepRecord;
-  endAt: number;
-}
-
-interface Rank {
-  rank: number;
-  localRank: number;
-  latest: Session;
-  sessions: Session[];
-  env: Env;
-  steps: number;
-  lastStep: number;
-  lastStepAt: number | null;
-  /** Sidecar-clock end of the newest step. */
-  lastStepEndAt: number | null;
-  totals: StepSums;
-  recent: Ring<TimedStep>;
-  buckets: StepBuckets;
-  histogram: LogHistogram;
-  process: Ring<ProcessAt>;
-}
+export type { EndReason, TimedStep } from './job-records.js';
+export { breakdownOf, type Breakdown, type JobSnapshot, type RankSnapshot } from './job-snapshot.js';
 
 /** Read-only access to one rank's recent history, for windows and verdicts. */
 export interface RankView {
@@ -69,17 +24,6 @@ export interface RankView {
   lastStepEndAt(): number | null;
   recent(): TimedStep[];
   process(): ProcessAt[];
-}
-
-interface Job {
-  id: string;
-  worldSize: number;
-  startedAt: number;
-  ranks: Map<number, Rank>;
-  connections: number;
-  disconnectedSince: number | null;
-  endedAt: number | null;
-  endReason: EndReason | null;
 }
 
 export interface HelloResult {
@@ -100,6 +44,11 @@ export interface StoreOptions {
 
 export class UnknownSessionError extends Error {}
 
+/**
+ * What the sidecar knows about the jobs that report to it. Pure: every method takes the
+ * sidecar-clock time (`at`, ms since the epoch) it should use, so a journal replays into
+ * exactly the same state.
+ */
 export class JobStore {
   private readonly jobs = new Map<string, Job>();
   private readonly sessions = new Map<string, Session>();
@@ -312,7 +261,7 @@ export class JobStore {
   /** One job as of `at`, or null if unknown. */
   jobSnapshot(jobId: string, at: number): JobSnapshot | null {
     const job = this.jobs.get(jobId);
-    return job ? this.describeJob(job, at) : null;
+    return job ? describeJob(job, at) : null;
   }
 
   /** Jobs still running, with when they started. */
@@ -325,7 +274,7 @@ export class JobStore {
   }
 
   snapshot(at: number): JobSnapshot[] {
-    return [...this.jobs.values()].map((job) => this.describeJob(job, at));
+    return [...this.jobs.values()].map((job) => describeJob(job, at));
   }
 
   private endReason(job: Job, at: number, graceMs: number): EndReason | null {
@@ -387,151 +336,5 @@ export class JobStore {
     rank.localRank = hello.local_rank;
     return rank;
   }
-
-  private describeJob(job: Job, at: number): JobSnapshot {
-    const ranks = [...job.ranks.values()].sort((a, b) => a.rank - b.rank).map((rank) => rankSnapshot(rank));
-    const sum = (pick: (r: RankSnapshot) => number) => ranks.reduce((total, r) => total + pick(r), 0);
-    return {
-      job: job.id,
-      world_size: job.worldSize,
-      started_at: new Date(job.startedAt).toISOString(),
-      duration_s: ((job.endedAt ?? at) - job.startedAt) / 1000,
-      connected: job.connections > 0,
-      ended: job.endedAt !== null,
-      end_reason: job.endReason,
-      steps: sum((r) => r.steps),
-      dropped: sum((r) => r.dropped),
-      duplicates: sum((r) => r.duplicates),
-      ranks,
-    };
-  }
 }
 
-export interface Breakdown {
-  data: number;
-  h2d: number;
-  compute: number;
-  other: number;
-}
-
-export interface RankSnapshot {
-  rank: number;
-  local_rank: number;
-  host: string;
-  pid: number;
-  sessions: number;
-  connected: boolean;
-  ended: boolean;
-  steps: number;
-  last_step: number;
-  last_step_at: string | null;
-  dropped: number;
-  duplicates: number;
-  samples: number;
-  clock_offset_ms: number;
-  phase_s: Breakdown;
-  breakdown: Breakdown;
-  gpu_phase_s: { timed_steps: number; h2d: number; compute: number; idle_steps: number; idle: number };
-  step_ms: { last: number | null; mean: number | null; p50: number | null; p90: number | null };
-  recent_step_ms: number[];
-  env: Env;
-}
-
-export interface JobSnapshot {
-  job: string;
-  world_size: number;
-  started_at: string;
-  duration_s: number;
-  connected: boolean;
-  ended: boolean;
-  end_reason: EndReason | null;
-  steps: number;
-  dropped: number;
-  duplicates: number;
-  ranks: RankSnapshot[];
-}
-
-const seconds = (ns: number) => ns / 1e9;
-const ms = (ns: number) => Math.round(ns / 1e3) / 1e3;
-const finiteOrNull = (value: number) => (Number.isFinite(value) ? value : null);
-
-export function breakdownOf(totals: StepSums): Breakdown {
-  const total = totals.dataNs + totals.h2dNs + totals.computeNs + totals.otherNs;
-  const share = (ns: number) => (total > 0 ? ns / total : 0);
-  return {
-    data: share(totals.dataNs),
-    h2d: share(totals.h2dNs),
-    compute: share(totals.computeNs),
-    other: share(totals.otherNs),
-  };
-}
-
-function nvmlToGpuSample(s: NvmlSample, at: number): GpuSample {
-  return {
-    ...emptyGpuSample(at, s.index ?? 0),
-    uuid: s.uuid,
-    name: s.name,
-    utilGpu: s.util_gpu,
-    utilMem: s.util_mem,
-    memUsedMiB: s.mem_used_mib,
-    memTotalMiB: s.mem_total_mib,
-    tempC: s.temp_c,
-    powerW: s.power_w,
-    powerLimitW: s.power_limit_w,
-    smClockMHz: s.sm_clock_mhz,
-    smClockMaxMHz: s.sm_clock_max_mhz,
-    memClockMHz: s.mem_clock_mhz,
-    pstate: s.pstate,
-    throttleReasons: s.throttle_reasons,
-  };
-}
-
-/** Hook monotonic ns -> sidecar clock ms, through the latest hello's pair of readings. */
-function toSidecarMs(session: Session, monoNs: number): number {
-  return session.helloAt + (monoNs - session.monoAtHello) / 1e6;
-}
-
-function rankSnapshot(rank: Rank): RankSnapshot {
-  const recent = rank.recent.toArray();
-  const stepMs = recent.map((step) => ms(step.record.durNs));
-  const sorted = stepMs.slice().sort((a, b) => a - b);
-  const totals = rank.totals;
-  return {
-    rank: rank.rank,
-    local_rank: rank.localRank,
-    host: rank.latest.host,
-    pid: rank.latest.pid,
-    sessions: rank.sessions.length,
-    connected: rank.sessions.some((session) => session.connections > 0),
-    ended: rank.latest.ended,
-    steps: rank.steps,
-    last_step: rank.lastStep,
-    last_step_at: rank.lastStepAt === null ? null : new Date(rank.lastStepAt).toISOString(),
-    dropped: rank.sessions.reduce((total, session) => total + session.dropped, 0),
-    duplicates: rank.sessions.reduce((total, session) => total + session.duplicates, 0),
-    samples: totals.samples,
-    clock_offset_ms: Math.round(rank.latest.clockOffsetMs * 1000) / 1000,
-    phase_s: {
-      data: seconds(totals.dataNs),
-      h2d: seconds(totals.h2dNs),
-      compute: seconds(totals.computeNs),
-      other: seconds(totals.otherNs),
-    },
-    breakdown: breakdownOf(totals),
-    gpu_phase_s: {
-      timed_steps: totals.gpuTimedSteps,
-      h2d: seconds(totals.gpuH2dNs),
-      compute: seconds(totals.gpuComputeNs),
-      idle_steps: totals.gpuIdleSteps,
-      idle: seconds(totals.gpuIdleNs),
-    },
-    step_ms: {
-      last: stepMs.at(-1) ?? null,
-      mean: finiteOrNull(stepMs.reduce((a, b) => a + b, 0) / stepMs.length),
-      p50: finiteOrNull(percentile(sorted, 50)),
-      p90: finiteOrNull(percentile(sorted, 90)),
-    },
-    recent_step_ms: stepMs.slice(-64),
-    env: rank.env,
-  };
-}

@@ -1,0 +1,128 @@
+import type { Env } from '../protocol/messages.js';
+import type { EndReason, Job, Rank } from './job-records.js';
+import { percentile } from './ring.js';
+import type { StepSums } from './step-buckets.js';
+
+/** The JSON views of jobs and ranks that /v1/state, the summary and the viewer read. */
+
+export interface Breakdown {
+  data: number;
+  h2d: number;
+  compute: number;
+  other: number;
+}
+
+export interface RankSnapshot {
+  rank: number;
+  local_rank: number;
+  host: string;
+  pid: number;
+  sessions: number;
+  connected: boolean;
+  ended: boolean;
+  steps: number;
+  last_step: number;
+  last_step_at: string | null;
+  dropped: number;
+  duplicates: number;
+  samples: number;
+  clock_offset_ms: number;
+  phase_s: Breakdown;
+  breakdown: Breakdown;
+  gpu_phase_s: { timed_steps: number; h2d: number; compute: number; idle_steps: number; idle: number };
+  step_ms: { last: number | null; mean: number | null; p50: number | null; p90: number | null };
+  recent_step_ms: number[];
+  env: Env;
+}
+
+export interface JobSnapshot {
+  job: string;
+  world_size: number;
+  started_at: string;
+  duration_s: number;
+  connected: boolean;
+  ended: boolean;
+  end_reason: EndReason | null;
+  steps: number;
+  dropped: number;
+  duplicates: number;
+  ranks: RankSnapshot[];
+}
+
+const seconds = (ns: number) => ns / 1e9;
+const ms = (ns: number) => Math.round(ns / 1e3) / 1e3;
+const finiteOrNull = (value: number) => (Number.isFinite(value) ? value : null);
+
+export function breakdownOf(totals: StepSums): Breakdown {
+  const total = totals.dataNs + totals.h2dNs + totals.computeNs + totals.otherNs;
+  const share = (ns: number) => (total > 0 ? ns / total : 0);
+  return {
+    data: share(totals.dataNs),
+    h2d: share(totals.h2dNs),
+    compute: share(totals.computeNs),
+    other: share(totals.otherNs),
+  };
+}
+
+function rankSnapshot(rank: Rank): RankSnapshot {
+  const recent = rank.recent.toArray();
+  const stepMs = recent.map((step) => ms(step.record.durNs));
+  const sorted = stepMs.slice().sort((a, b) => a - b);
+  const totals = rank.totals;
+  return {
+    rank: rank.rank,
+    local_rank: rank.localRank,
+    host: rank.latest.host,
+    pid: rank.latest.pid,
+    sessions: rank.sessions.length,
+    connected: rank.sessions.some((session) => session.connections > 0),
+    ended: rank.latest.ended,
+    steps: rank.steps,
+    last_step: rank.lastStep,
+    last_step_at: rank.lastStepAt === null ? null : new Date(rank.lastStepAt).toISOString(),
+    dropped: rank.sessions.reduce((total, session) => total + session.dropped, 0),
+    duplicates: rank.sessions.reduce((total, session) => total + session.duplicates, 0),
+    samples: totals.samples,
+    clock_offset_ms: Math.round(rank.latest.clockOffsetMs * 1000) / 1000,
+    phase_s: {
+      data: seconds(totals.dataNs),
+      h2d: seconds(totals.h2dNs),
+      compute: seconds(totals.computeNs),
+      other: seconds(totals.otherNs),
+    },
+    breakdown: breakdownOf(totals),
+    gpu_phase_s: {
+      timed_steps: totals.gpuTimedSteps,
+      h2d: seconds(totals.gpuH2dNs),
+      compute: seconds(totals.gpuComputeNs),
+      idle_steps: totals.gpuIdleSteps,
+      idle: seconds(totals.gpuIdleNs),
+    },
+    step_ms: {
+      last: stepMs.at(-1) ?? null,
+      mean: finiteOrNull(stepMs.reduce((a, b) => a + b, 0) / stepMs.length),
+      p50: finiteOrNull(percentile(sorted, 50)),
+      p90: finiteOrNull(percentile(sorted, 90)),
+    },
+    recent_step_ms: stepMs.slice(-64),
+    env: rank.env,
+  };
+}
+
+export function describeJob(job: Job, at: number): JobSnapshot {
+  const ranks = [...job.ranks.values()].sort((a, b) => a.rank - b.rank).map((rank) => rankSnapshot(rank));
+  const sum = (pick: (r: RankSnapshot) => number) => ranks.reduce((total, r) => total + pick(r), 0);
+  return {
+    job: job.id,
+    world_size: job.worldSize,
+    started_at: new Date(job.startedAt).toISOString(),
+    duration_s: ((job.endedAt ?? at) - job.startedAt) / 1000,
+    connected: job.connections > 0,
+    ended: job.endedAt !== null,
+    end_reason: job.endReason,
+    steps: sum((r) => r.steps),
+    dropped: sum((r) => r.dropped),
+    duplicates: sum((r) => r.duplicates),
+    ranks,
+  };
+}
