@@ -55,6 +55,21 @@ describe('JobStore', () => {
     expect(rank.sessions).toBe(2);
   });
 
+  it('keeps a bounded number of sessions per rank, folding the forgotten ones into its counts', () => {
+    const store = new JobStore({ sessionsPerRank: 3 });
+    for (let i = 0; i < 10; i++) {
+      store.hello(hello({ session: `restart-${i}` }), i);
+      store.steps(`restart-${i}`, [record(1), record(2)], i, i);
+      store.steps(`restart-${i}`, [record(2)], i, i);
+    }
+    const rank = store.snapshot(20)[0]!.ranks[0]!;
+    expect(rank.sessions).toBe(10);
+    expect(rank.steps).toBe(20);
+    expect(rank.duplicates).toBe(10);
+    expect(rank.dropped).toBe(45);
+    expect(store.rankViews()).toHaveLength(1);
+  });
+
   it('splits step time into data, h2d, compute and the rest', () => {
     const store = new JobStore();
     store.hello(hello(), 0);

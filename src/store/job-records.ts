@@ -36,7 +36,10 @@ export interface Rank {
   rank: number;
   localRank: number;
   latest: Session;
+  /** The newest processes of this rank (a restarted process is a new session), oldest first. */
   sessions: Session[];
+  /** What the sessions forgotten to keep `sessions` bounded had counted. */
+  forgotten: { sessions: number; dropped: number; duplicates: number };
   env: Env;
   steps: number;
   lastStep: number;

@@ -40,6 +40,8 @@ export interface StepsResult {
 export interface StoreOptions {
   /** Step records kept per rank for recent step times. */
   recentSteps?: number;
+  /** Sessions (processes) kept per rank; older ones are folded into the rank's counts. */
+  sessionsPerRank?: number;
 }
 
 export class UnknownSessionError extends Error {}
@@ -53,9 +55,11 @@ export class JobStore {
   private readonly jobs = new Map<string, Job>();
   private readonly sessions = new Map<string, Session>();
   private readonly recentSteps: number;
+  private readonly sessionsPerRank: number;
 
   constructor(options: StoreOptions = {}) {
     this.recentSteps = options.recentSteps ?? 256;
+    this.sessionsPerRank = options.sessionsPerRank ?? 16;
   }
 
   hello(hello: Hello, at: number): HelloResult {
@@ -81,6 +85,7 @@ export class JobStore {
       };
       this.sessions.set(session.id, session);
       rank.sessions.push(session);
+      this.forgetOldSessions(rank);
       rank.latest = session;
     }
     session.ended = false;
@@ -287,6 +292,23 @@ export class JobStore {
     return null;
   }
 
+  /**
+   * A crash-looping rank starts a new session with every restart: keep the newest few, folding what
+   * the others counted into the rank. A forgotten session that reconnects starts over at seq 0 and
+   * its resent records count again, which only a process dead for dozens of restarts can do.
+   */
+  private forgetOldSessions(rank: Rank): void {
+    while (rank.sessions.length > this.sessionsPerRank) {
+      const index = rank.sessions.findIndex((session) => session.connections === 0 && session !== rank.latest);
+      if (index < 0) return;
+      const [old] = rank.sessions.splice(index, 1);
+      rank.forgotten.sessions += 1;
+      rank.forgotten.dropped += old!.dropped;
+      rank.forgotten.duplicates += old!.duplicates;
+      this.sessions.delete(old!.id);
+    }
+  }
+
   private session(sessionId: string): Session {
     const session = this.sessions.get(sessionId);
     if (!session) throw new UnknownSessionError(`unknown session ${sessionId}`);
@@ -320,6 +342,7 @@ export class JobStore {
         localRank: hello.local_rank,
         latest: undefined as unknown as Session,
         sessions: [],
+        forgotten: { sessions: 0, dropped: 0, duplicates: 0 },
         env: {},
         steps: 0,
         lastStep: -1,
