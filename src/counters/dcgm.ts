@@ -6,7 +6,8 @@ import { performance } from 'node:perf_hooks';
 import { Poller } from './poller.js';
 import type { Logger } from '../log.js';
 import { describeNoMatch, describeSelector, matchesSelector, parseDcgmSeries, toGpuSamples, type DcgmSelector } from './dcgm-parse.js';
-import type { CollectorHealth, CollectorState, GpuCollector, GpuSample, GpuSink } from './types.js';
+import { HealthTracker } from './health.js';
+import type { CollectorHealth, GpuCollector, GpuSample, GpuSink } from './types.js';
 
 export interface DcgmCollectorOptions {
   /** The exporter's metrics endpoint, e.g. http://node:9400/metrics. */
@@ -31,10 +32,7 @@ export class DcgmCollector implements GpuCollector {
   private readonly timeoutMs: number;
   private readonly now: () => number;
   private readonly log: Logger;
-  private state: CollectorState = 'starting';
-  private samples = 0;
-  private lastSampleAt: number | null = null;
-  private lastError: string | null = null;
+  private readonly status = new HealthTracker('dcgm');
   private loggedError: { message: string; at: number } | null = null;
   private sink: GpuSink | null = null;
   private readonly poller: Poller;
@@ -57,7 +55,7 @@ export class DcgmCollector implements GpuCollector {
     } catch (error) {
       // No retry and no warning here: the registry falls back to another source and says why.
       const message = describeError(error, this.timeoutMs);
-      if (this.state !== 'stopped') this.markFailing(message);
+      if (!this.status.stopped) this.status.failing(message);
       throw new Error(`dcgm-exporter at ${this.options.url}: ${message}`);
     }
     this.deliver(samples);
@@ -66,20 +64,20 @@ export class DcgmCollector implements GpuCollector {
   }
 
   async stop(): Promise<void> {
-    this.state = 'stopped';
+    this.status.stop();
     this.stopping.abort();
     await this.poller.stop();
   }
 
   health(): CollectorHealth {
-    return { name: this.name, state: this.state, samples: this.samples, lastSampleAt: this.lastSampleAt, lastError: this.lastError, restarts: 0 };
+    return this.status.snapshot();
   }
 
   private async tick(): Promise<void> {
     try {
       this.deliver(await this.scrape());
     } catch (error) {
-      if (this.state !== 'stopped') this.warnOfFailure(describeError(error, this.timeoutMs));
+      if (!this.status.stopped) this.warnOfFailure(describeError(error, this.timeoutMs));
     }
   }
 
@@ -106,13 +104,10 @@ export class DcgmCollector implements GpuCollector {
   }
 
   private deliver(samples: GpuSample[]): void {
-    if (this.state === 'stopped') return;
-    if (this.state === 'failing') this.log.info({ url: this.options.url, gpus: samples.length }, 'dcgm-exporter scrapes work again');
-    this.state = 'ok';
-    this.lastError = null;
+    if (this.status.stopped) return;
+    if (this.status.state === 'failing') this.log.info({ url: this.options.url, gpus: samples.length }, 'dcgm-exporter scrapes work again');
     this.loggedError = null;
-    this.samples += samples.length;
-    this.lastSampleAt = samples[0]!.at;
+    this.status.delivered(samples.length, samples[0]!.at);
     try {
       this.sink!(samples);
     } catch (error) {
@@ -120,13 +115,8 @@ export class DcgmCollector implements GpuCollector {
     }
   }
 
-  private markFailing(message: string): void {
-    this.state = 'failing';
-    this.lastError = message;
-  }
-
   private warnOfFailure(message: string): void {
-    this.markFailing(message);
+    this.status.failing(message);
     const at = performance.now();
     if (this.loggedError?.message === message && at - this.loggedError.at < REPEAT_ERROR_LOG_MS) return;
     this.loggedError = { message, at };

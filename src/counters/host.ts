@@ -26,7 +26,8 @@ import {
   type NetCounters,
   type ProcStat,
 } from './host-parse.js';
-import type { CollectorHealth, CollectorState } from './types.js';
+import { HealthTracker } from './health.js';
+import type { CollectorHealth } from './types.js';
 
 /** One reading of the host. Rates cover the time since the previous sample, so the first has none. */
 export interface HostSample {
@@ -84,10 +85,7 @@ export class HostCollector {
   private readonly procRoot: string;
   private readonly now: () => number;
   private readonly log: Logger;
-  private state: CollectorState = 'starting';
-  private samples = 0;
-  private lastSampleAt: number | null = null;
-  private lastError: string | null = null;
+  private readonly status = new HealthTracker('host');
   private reportedUnreadable = '';
   private previous: Reading | null = null;
   private sink: HostSink | null = null;
@@ -112,17 +110,17 @@ export class HostCollector {
   }
 
   async stop(): Promise<void> {
-    this.state = 'stopped';
+    this.status.stop();
     await this.poller.stop();
   }
 
   health(): CollectorHealth {
-    return { name: this.name, state: this.state, samples: this.samples, lastSampleAt: this.lastSampleAt, lastError: this.lastError, restarts: 0 };
+    return this.status.snapshot();
   }
 
   private async tick(): Promise<void> {
     const reading = await this.read();
-    if (this.state !== 'stopped') this.take(reading);
+    if (!this.status.stopped) this.take(reading);
   }
 
   private async read(): Promise<Reading> {
@@ -154,10 +152,7 @@ export class HostCollector {
     this.reportUnreadable(reading.unreadable);
     const sample = toHostSample(this.previous, reading);
     this.previous = reading;
-    this.state = 'ok';
-    this.lastError = null;
-    this.samples += 1;
-    this.lastSampleAt = sample.at;
+    this.status.delivered(1, sample.at);
     try {
       this.sink!(sample);
     } catch (error) {
@@ -166,8 +161,7 @@ export class HostCollector {
   }
 
   private fail(reading: Reading): void {
-    this.state = 'failing';
-    this.lastError = `cannot read ${reading.unreadable.map((file) => path.join(this.procRoot, file)).join(', ')}`;
+    this.status.failing(`cannot read ${reading.unreadable.map((file) => path.join(this.procRoot, file)).join(', ')}`);
     this.reportUnreadable(reading.unreadable);
   }
 

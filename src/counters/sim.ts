@@ -1,4 +1,5 @@
 import { readFile } from 'node:fs/promises';
+import { HealthTracker } from './health.js';
 import { emptyGpuSample, type CollectorHealth, type GpuCollector, type GpuSample, type GpuSink } from './types.js';
 
 /**
@@ -74,7 +75,7 @@ export interface SimOptions {
 export class SimCollector implements GpuCollector {
   readonly name = 'sim';
   private timer: NodeJS.Timeout | null = null;
-  private readonly state: CollectorHealth = { name: 'sim', state: 'starting', samples: 0, lastSampleAt: null, lastError: null, restarts: 0 };
+  private readonly status = new HealthTracker('sim');
   private readonly now: () => number;
 
   constructor(private readonly options: SimOptions = {}) {
@@ -89,9 +90,7 @@ export class SimCollector implements GpuCollector {
     const tick = () => {
       const at = this.now();
       const samples = simulate(scenario, (at - startedAt) / 1000, at);
-      this.state.state = 'ok';
-      this.state.samples += samples.length;
-      this.state.lastSampleAt = at;
+      this.status.delivered(samples.length, at);
       sink(samples);
     };
     tick();
@@ -102,10 +101,10 @@ export class SimCollector implements GpuCollector {
   async stop(): Promise<void> {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
-    this.state.state = 'stopped';
+    this.status.stop();
   }
 
   health(): CollectorHealth {
-    return { ...this.state };
+    return this.status.snapshot();
   }
 }
