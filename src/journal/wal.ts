@@ -1,0 +1,764 @@
+import path from 'node:path';
+import {
+  MAX_CHECKPOINT_BYTES,
+  MAX_RECORD_BYTES,
+  checkpointName,
+  checkpointTmpName,
+  encodeLine,
+  listWal,
+  parseWalName,
+  segmentName,
+} from './wal-files.js';
+import { errorCode, errorMessage, nodeWalFs, type WalFileHandle, type WalFs } from './wal-fs.js';
+
+/**
+ * The write-ahead log's writer. It stores JSON values and knows nothing of what they mean.
+ *
+ * An append resolves only once its record is written in full and fdatasync'ed; appends made
+ * within `flushDelayMs` share one write and one fdatasync (group commit). A write that fails, or
+ * writes short, resolves none of its batch, and rejects every append queued before the failure
+ * was seen too: a caller that logged B assuming A was on its way must never see B durable without
+ * A. The bytes of a failed batch are cut off again, so that nothing rejected reads back.
+ *
+ * `checkpoint(state)` starts a new segment n at the moment of the call and writes
+ * `checkpoint-n.json`, which stands for every segment below n; those are then deleted. The files
+ * together never pass `maxBytes`: a batch that would is refused with WalFullError.
+ */
+
+export class WalWriteError extends Error {
+  /** The system error code ('ENOSPC', 'EIO', …) or one of the log's own ('ESHORTWRITE', 'WAL_FULL', 'WAL_CLOSED', …). */
+  readonly code: string;
+
+  constructor(code: string, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'WalWriteError';
+    this.code = code;
+  }
+}
+
+export class WalFullError extends WalWriteError {
+  constructor(maxBytes: number) {
+    super('WAL_FULL', `journal at its cap of ${maxBytes} bytes`);
+    this.name = 'WalFullError';
+  }
+}
+
+export interface WalHealth {
+  /** False from a failed write, or a batch refused at the cap, until the next write succeeds. */
+  ok: boolean;
+  reason: string | null;
+  /** Failed write attempts (appends and checkpoints), counted once each. */
+  writeErrors: number;
+  lastError: string | null;
+  /** Segment files now in the folder. */
+  segments: number;
+  /** Bytes of all the log's files (checkpoints, segments, a checkpoint being written). */
+  bytes: number;
+  maxBytes: number;
+  /** Checkpoint files now in the folder (normally 0 or 1). */
+  checkpoints: number;
+  lastCheckpointAt: number | null;
+  lastCheckpointMs: number | null;
+  lastCheckpointBytes: number | null;
+}
+
+export interface WalOptions {
+  dir: string;
+  /** Hard cap on the bytes of all checkpoint and segment files together. */
+  maxBytes: number;
+  /** A new segment is started once the current one has reached this size (default 4 MiB). */
+  segmentBytes?: number;
+  /** Appends within this delay share one write and fdatasync (default 5 ms). */
+  flushDelayMs?: number;
+  /** After a failed write, appends are refused for this long before one is tried again (default 1000 ms). */
+  retryMs?: number;
+  fs?: WalFs;
+  now?: () => number;
+  /**
+   * Called when a batch does not fit under `maxBytes`, before it is refused, at most once per
+   * `retryMs`; the batch is tried again once the returned promise settles. The owner is expected
+   * to checkpoint here (return that promise): see `checkpoint` for what its state must cover.
+   * A checkpoint must fit beside the files it replaces, so this is a last resort: checkpoint on
+   * your own well before the cap (say once bytes() passes half of maxBytes).
+   */
+  onPressure?: () => Promise<void> | void;
+  /** Called whenever `health().ok` flips. */
+  onHealthChange?: (health: WalHealth) => void;
+}
+
+const DEFAULT_SEGMENT_BYTES = 4 * 1024 * 1024;
+const DEFAULT_FLUSH_DELAY_MS = 5;
+const DEFAULT_RETRY_MS = 1000;
+
+interface Waiter {
+  resolve(): void;
+  reject(error: Error): void;
+}
+
+/** Appends that go out in one write. */
+interface Batch {
+  kind: 'batch';
+  lines: Buffer[];
+  bytes: number;
+  waiters: Waiter[];
+  /** onPressure was called for it already: the next time it does not fit, it is refused. */
+  pressured: boolean;
+}
+
+/** The place in the order of appends where a checkpoint call was made: the segment changes here. */
+interface Cut {
+  kind: 'cut';
+  id: number;
+  job: CheckpointJob;
+}
+
+type Task = Batch | Cut;
+
+interface CheckpointJob {
+  /** A value is serialized at the call; a function is called at the cut (see `checkpoint`). */
+  source: { json: string } | { thunk: () => unknown };
+  waiters: Waiter[];
+  /** The latest cut made for this job (coalesced calls each make one): only it decides the number. */
+  cutId: number;
+  number: number | null;
+  line: Buffer | null;
+  error: Error | null;
+}
+
+interface Segment {
+  number: number;
+  name: string;
+  handle: WalFileHandle | null;
+  /** An open was tried: if it failed half-way, the retry may empty what it left. */
+  attempted: boolean;
+  dirSynced: boolean;
+  /** Bytes written and fdatasync'ed: where the next write goes, and what a failed one is cut back to. */
+  size: number;
+}
+
+export class Wal {
+  private readonly fs: WalFs;
+  private readonly dir: string;
+  private readonly maxBytes: number;
+  private readonly segmentBytes: number;
+  private readonly flushDelayMs: number;
+  private readonly retryMs: number;
+  private readonly now: () => number;
+  private readonly onPressure: (() => Promise<void> | void) | null;
+  private readonly onHealthChange: ((health: WalHealth) => void) | null;
+
+  /** Every file of the log and its size (an upper bound where a failed write left bytes). */
+  private readonly files = new Map<string, number>();
+  private total = 0;
+  private segment: Segment;
+  /** The segment was left in a state it must not be written in again (a failed write not cut off). */
+  private abandoned = false;
+
+  private open: Batch | null = null;
+  private flushTimer: NodeJS.Timeout | null = null;
+  private tasks: Task[] = [];
+  private pumping = false;
+  /** Waiting on onPressure: batches hold still, checkpoint cuts still go through. */
+  private pressure = false;
+  private lastPressureAt: number | null = null;
+  private cutIds = 0;
+
+  /** Set by a failed write until one succeeds; appends are refused with it until `failedUntil`. */
+  private failure: WalWriteError | null = null;
+  private failedUntil = 0;
+  private ok = true;
+  private reason: string | null = null;
+  private writeErrors = 0;
+  private lastError: string | null = null;
+  private lastCheckpointAt: number | null = null;
+  private lastCheckpointMs: number | null = null;
+  private lastCheckpointBytes: number | null = null;
+
+  private checkpointRunning: CheckpointJob | null = null;
+  /** The checkpoint waiting to run; further calls join it (the latest state wins). */
+  private checkpointNext: CheckpointJob | null = null;
+
+  private closed = false;
+  private closing: Promise<void> | null = null;
+  private idleWaiters: Array<() => void> = [];
+
+  private constructor(options: WalOptions, fs: WalFs, files: Map<string, number>, firstSegment: number) {
+    this.fs = fs;
+    this.dir = options.dir;
+    this.maxBytes = options.maxBytes;
+    this.segmentBytes = options.segmentBytes ?? DEFAULT_SEGMENT_BYTES;
+    this.flushDelayMs = options.flushDelayMs ?? DEFAULT_FLUSH_DELAY_MS;
+    this.retryMs = options.retryMs ?? DEFAULT_RETRY_MS;
+    this.now = options.now ?? Date.now;
+    this.onPressure = options.onPressure ?? null;
+    this.onHealthChange = options.onHealthChange ?? null;
+    for (const [name, size] of files) this.setFile(name, size);
+    this.segment = newSegment(firstSegment);
+  }
+
+  /**
+   * Opens the log in `options.dir`, creating the folder if needed. Writing always starts in a new
+   * segment, numbered after every existing file, so a segment torn by a crash is never appended to.
+   */
+  static async open(options: WalOptions): Promise<Wal> {
+    checkOptions(options);
+    const fs = options.fs ?? nodeWalFs;
+    const dir = options.dir;
+    let info;
+    try {
+      info = await fs.stat(dir);
+    } catch (error) {
+      throw new Error(`cannot open journal directory ${dir}: ${errorMessage(error)}`, { cause: error });
+    }
+    if (info && !info.isDirectory) throw new Error(`journal directory ${dir} exists and is not a directory`);
+    if (!info) {
+      try {
+        await fs.mkdir(dir);
+      } catch (error) {
+        throw new Error(`cannot create journal directory ${dir}: ${errorMessage(error)}`, { cause: error });
+      }
+    }
+    const listing = await listWal(fs, dir);
+    const files = new Map<string, number>();
+    // A .tmp is a checkpoint that was never renamed into place: incomplete by definition.
+    for (const tmp of listing['checkpoint-tmp']) {
+      const removed = await fs.unlink(path.join(dir, tmp.name)).then(
+        () => true,
+        () => false,
+      );
+      if (!removed) listing.checkpoint.push(tmp);
+    }
+    for (const found of [...listing.segment, ...listing.checkpoint]) {
+      const size = (await fs.stat(path.join(dir, found.name)))?.size;
+      if (size !== undefined) files.set(found.name, size);
+    }
+    // Checkpoint n stands for segments below n: the next segment is at least n.
+    const highest = Math.max(0, ...listing.segment.map((s) => s.number), ...listing.checkpoint.map((c) => c.number - 1));
+    const wal = new Wal(options, fs, files, highest + 1);
+    try {
+      await wal.ensureCreated(wal.segment);
+    } catch (error) {
+      await wal.close();
+      throw new Error(`cannot start journal segment in ${dir}: ${errorMessage(error)}`, { cause: error });
+    }
+    return wal;
+  }
+
+  /**
+   * Resolves once the record is written in full and fdatasync'ed. Never throws; rejects with a
+   * WalWriteError (WalFullError at the cap). The appends of one batch resolve in append order in
+   * one synchronous loop, and batches resolve in order.
+   */
+  append(value: unknown): Promise<void> {
+    if (this.closed) return Promise.reject(closedError());
+    if (this.failure && this.now() < this.failedUntil) return Promise.reject(this.failure);
+    let line: Buffer;
+    try {
+      line = encodeLine(serialize(value));
+    } catch (error) {
+      return Promise.reject(new WalWriteError('WAL_BAD_VALUE', `journal value cannot be stored: ${errorMessage(error)}`, { cause: error }));
+    }
+    if (line.length > MAX_RECORD_BYTES) {
+      return Promise.reject(new WalWriteError('WAL_TOO_LARGE', `journal record of ${line.length} bytes is over the ${MAX_RECORD_BYTES} byte limit`));
+    }
+    return new Promise<void>((resolve, reject) => {
+      const batch = (this.open ??= newBatch());
+      batch.lines.push(line);
+      batch.bytes += line.length;
+      batch.waiters.push({ resolve, reject });
+      this.flushTimer ??= setTimeout(() => {
+        this.flushTimer = null;
+        this.cutOpen();
+        this.kick();
+      }, this.flushDelayMs);
+    });
+  }
+
+  /**
+   * Writes `state` as checkpoint n, where n is the segment started at this call, then deletes the
+   * segments below n and older checkpoints.
+   *
+   * What `state` must cover: every append made before this call, resolved or not (they all go to
+   * segments below n). If the owner applies entries only as their appends resolve, pass a
+   * function instead: it is called once, after every append made before this call has settled
+   * and its `.then` callbacks have run, and before any later append resolves.
+   * One exception: a checkpoint called while a batch waits on `onPressure` goes before that
+   * batch, so that batch (unresolved) and later appends go to segment n and are not covered.
+   *
+   * One checkpoint runs at a time. Calls made while one runs are coalesced: they share one
+   * follow-up checkpoint, written with the state of the latest call (an earlier call's function
+   * is then never called), and all resolve or reject with it.
+   */
+  checkpoint(state: unknown): Promise<void> {
+    if (this.closed) return Promise.reject(closedError());
+    let source: CheckpointJob['source'];
+    if (typeof state === 'function') {
+      source = { thunk: state as () => unknown };
+    } else {
+      try {
+        source = { json: serialize(state) };
+      } catch (error) {
+        return Promise.reject(new WalWriteError('WAL_BAD_VALUE', `journal checkpoint cannot be stored: ${errorMessage(error)}`, { cause: error }));
+      }
+    }
+    return new Promise<void>((resolve, reject) => {
+      const id = ++this.cutIds;
+      let job = this.checkpointNext;
+      if (job) {
+        job.source = source;
+        job.waiters.push({ resolve, reject });
+        job.cutId = id;
+        job.number = null;
+        job.line = null;
+        job.error = null;
+      } else {
+        job = { source, waiters: [{ resolve, reject }], cutId: id, number: null, line: null, error: null };
+        this.checkpointNext = job;
+      }
+      const cut: Cut = { kind: 'cut', id, job };
+      if (this.pressure) {
+        this.tasks.unshift(cut);
+      } else {
+        this.cutOpen();
+        this.tasks.push(cut);
+      }
+      this.kick();
+    });
+  }
+
+  /** Bytes of all the log's files now, kept up to date as they are written and deleted. */
+  bytes(): number {
+    return this.total;
+  }
+
+  health(): WalHealth {
+    let segments = 0;
+    let checkpoints = 0;
+    for (const name of this.files.keys()) {
+      const kind = parseWalName(name)?.kind;
+      if (kind === 'segment') segments += 1;
+      else if (kind === 'checkpoint') checkpoints += 1;
+    }
+    return {
+      ok: this.ok,
+      reason: this.reason,
+      writeErrors: this.writeErrors,
+      lastError: this.lastError,
+      segments,
+      bytes: this.total,
+      maxBytes: this.maxBytes,
+      checkpoints,
+      lastCheckpointAt: this.lastCheckpointAt,
+      lastCheckpointMs: this.lastCheckpointMs,
+      lastCheckpointBytes: this.lastCheckpointBytes,
+    };
+  }
+
+  /** Writes what is pending, lets a running checkpoint finish, and closes. Appends after this are refused. */
+  close(): Promise<void> {
+    if (this.closing) return this.closing;
+    this.closed = true;
+    this.closing = (async () => {
+      this.cutOpen();
+      this.kick();
+      await new Promise<void>((resolve) => {
+        this.idleWaiters.push(resolve);
+        this.checkIdle();
+      });
+      const handle = this.segment.handle;
+      this.segment.handle = null;
+      await handle?.close().catch(() => undefined);
+    })();
+    return this.closing;
+  }
+
+  // --- the write loop -------------------------------------------------------------------------
+
+  private cutOpen(): void {
+    if (this.flushTimer) {
+      clearTimeout(this.flushTimer);
+      this.flushTimer = null;
+    }
+    if (!this.open) return;
+    this.tasks.push(this.open);
+    this.open = null;
+  }
+
+  private kick(): void {
+    if (!this.pumping) void this.pump();
+  }
+
+  /** The one loop that writes: tasks in order, one at a time, so batches complete in order. */
+  private async pump(): Promise<void> {
+    this.pumping = true;
+    try {
+      for (;;) {
+        const task = this.tasks[0];
+        if (!task) break;
+        if (task.kind === 'cut') {
+          this.tasks.shift();
+          await this.applyCut(task);
+          continue;
+        }
+        if (this.pressure) break;
+        await this.writeBatch(this.takeBatch());
+        // Group commit: what arrived during that write has waited long enough.
+        if (this.open && !this.pressure) this.cutOpen();
+      }
+    } catch (error) {
+      // Not expected (each step handles its own errors); still, no append may hang or go unhandled.
+      this.fail(null, new WalWriteError('WAL_INTERNAL', `journal write loop failed: ${errorMessage(error)}`, { cause: error }), false);
+    } finally {
+      this.pumping = false;
+      this.checkIdle();
+    }
+  }
+
+  /** The batch at the front, with the batches right behind it merged in (one write, one fdatasync). */
+  private takeBatch(): Batch {
+    const first = this.tasks.shift() as Batch;
+    if (first.pressured) return first;
+    for (;;) {
+      const next = this.tasks[0];
+      if (!next || next.kind !== 'batch' || next.pressured) return first;
+      this.tasks.shift();
+      first.lines.push(...next.lines);
+      first.waiters.push(...next.waiters);
+      first.bytes += next.bytes;
+    }
+  }
+
+  private async writeBatch(batch: Batch): Promise<void> {
+    if (this.total + batch.bytes > this.maxBytes) {
+      if (this.callPressure(batch)) return;
+      this.fail(batch, new WalFullError(this.maxBytes), false);
+      return;
+    }
+    let segment: Segment;
+    try {
+      segment = await this.readySegment();
+    } catch (error) {
+      this.fail(batch, writeError(error), true);
+      return;
+    }
+    const handle = segment.handle;
+    if (!handle) {
+      this.fail(batch, new WalWriteError('WAL_INTERNAL', 'journal segment is not open'), true);
+      return;
+    }
+    const data = batch.lines.length === 1 ? batch.lines[0]! : Buffer.concat(batch.lines, batch.bytes);
+    // Counted before the first byte lands, so bytes() never understates the folder.
+    this.setFile(segment.name, segment.size + data.length);
+    let written = 0;
+    try {
+      written = await handle.write(data, segment.size);
+      if (written < data.length) throw shortWrite(written, data.length);
+      await handle.datasync();
+    } catch (error) {
+      await this.cutBack(segment, handle, written);
+      this.fail(batch, writeError(error), true);
+      return;
+    }
+    segment.size += data.length;
+    if (this.failure || !this.ok) {
+      this.failure = null;
+      this.setHealth(true, null);
+    }
+    for (const waiter of batch.waiters) waiter.resolve();
+  }
+
+  /** Puts the batch back and asks the owner to make room; false if onPressure is not to be called now. */
+  private callPressure(batch: Batch): boolean {
+    const onPressure = this.onPressure;
+    if (!onPressure || batch.pressured) return false;
+    const now = this.now();
+    if (this.lastPressureAt !== null && now - this.lastPressureAt < this.retryMs) return false;
+    this.lastPressureAt = now;
+    batch.pressured = true;
+    this.tasks.unshift(batch);
+    this.pressure = true;
+    const settle = (): void => {
+      this.pressure = false;
+      this.kick();
+    };
+    try {
+      Promise.resolve(onPressure()).then(settle, settle);
+    } catch {
+      settle();
+    }
+    return true;
+  }
+
+  /**
+   * After a failed write: cut the file back to its last good size, so that no byte of the failed
+   * batch reads back. If that fails, blank what was written instead and never write this segment
+   * again (a later batch would otherwise follow a torn line and be lost with it).
+   */
+  private async cutBack(segment: Segment, handle: WalFileHandle, written: number): Promise<void> {
+    let truncated = false;
+    try {
+      await handle.truncate(segment.size);
+      truncated = true;
+      await handle.datasync();
+      this.setFile(segment.name, segment.size);
+      return;
+    } catch {
+      this.abandoned = true;
+    }
+    if (truncated) {
+      this.setFile(segment.name, segment.size);
+      return;
+    }
+    // A write that throws wrote nothing; a short one wrote `written`, and a failed fdatasync all of it.
+    if (written > 0) {
+      const blank = Buffer.alloc(written, 0x20);
+      blank[written - 1] = 0x0a;
+      await handle
+        .write(blank, segment.size)
+        .then(() => handle.datasync())
+        .catch(() => undefined);
+    }
+    this.setFile(segment.name, segment.size + written);
+  }
+
+  /**
+   * Rejects `batch` and everything queued behind it (the failure's epoch). A counted failure is a
+   * failed write: appends are then refused until `retryMs` has passed.
+   */
+  private fail(batch: Batch | null, error: WalWriteError, counted: boolean): void {
+    if (counted) {
+      this.writeErrors += 1;
+      this.lastError = error.message;
+      this.failure = error;
+      this.failedUntil = this.now() + this.retryMs;
+    }
+    this.setHealth(false, error.message);
+    const rejected: Waiter[] = batch ? [...batch.waiters] : [];
+    for (const task of this.tasks) if (task.kind === 'batch') rejected.push(...task.waiters);
+    this.tasks = this.tasks.filter((task) => task.kind === 'cut');
+    if (this.flushTimer) clearTimeout(this.flushTimer);
+    this.flushTimer = null;
+    if (this.open) rejected.push(...this.open.waiters);
+    this.open = null;
+    for (const waiter of rejected) waiter.reject(error);
+  }
+
+  private setHealth(ok: boolean, reason: string | null): void {
+    const flipped = ok !== this.ok;
+    this.ok = ok;
+    this.reason = reason;
+    if (!flipped || !this.onHealthChange) return;
+    try {
+      this.onHealthChange(this.health());
+    } catch {
+      // The owner's callback must not break the write loop.
+    }
+  }
+
+  // --- segments -------------------------------------------------------------------------------
+
+  /** The segment the next batch goes to: a new one if this one is full or was abandoned. */
+  private async readySegment(): Promise<Segment> {
+    if (this.abandoned || this.segment.size >= this.segmentBytes) await this.rotate();
+    await this.ensureCreated(this.segment);
+    return this.segment;
+  }
+
+  /** Moves on to the next segment number, unless the current segment was never created (then it is as good as new). */
+  private async rotate(): Promise<void> {
+    const old = this.segment;
+    if (!old.handle && !this.files.has(old.name)) return;
+    this.segment = newSegment(old.number + 1);
+    this.abandoned = false;
+    if (old.handle) {
+      const handle = old.handle;
+      old.handle = null;
+      await handle.close().catch(() => undefined);
+    }
+  }
+
+  /** Creates the segment file and makes its name durable (fsync of the folder) before anything is acknowledged in it. */
+  private async ensureCreated(segment: Segment): Promise<void> {
+    if (!segment.handle) {
+      const flags = segment.attempted ? 'w' : 'wx';
+      segment.attempted = true;
+      segment.handle = await this.fs.open(path.join(this.dir, segment.name), flags);
+      this.setFile(segment.name, 0);
+    }
+    if (!segment.dirSynced) {
+      await this.fs.syncDir(this.dir);
+      segment.dirSynced = true;
+    }
+  }
+
+  // --- checkpoints ----------------------------------------------------------------------------
+
+  /** Reached in the write loop once everything appended before the checkpoint call is settled. */
+  private async applyCut(cut: Cut): Promise<void> {
+    await this.rotate();
+    // Created now so that checkpoint n always has a segment n after it; if this fails, the next write retries.
+    await this.ensureCreated(this.segment).catch(() => undefined);
+    const job = cut.job;
+    if (job.cutId !== cut.id) return;
+    job.number = this.segment.number;
+    const source = job.source;
+    if ('thunk' in source) {
+      // Lets the `.then` callbacks of the appends resolved just now run before the state is taken.
+      await new Promise<void>((resolve) => setImmediate(resolve));
+      if (job.cutId !== cut.id) return;
+      try {
+        job.line = encodeLine(serialize(source.thunk()));
+      } catch (error) {
+        job.error = new WalWriteError('WAL_BAD_VALUE', `journal checkpoint cannot be stored: ${errorMessage(error)}`, { cause: error });
+      }
+    } else {
+      job.line = encodeLine(source.json);
+    }
+    this.startCheckpoint();
+  }
+
+  private startCheckpoint(): void {
+    const job = this.checkpointNext;
+    if (this.checkpointRunning || !job || (job.line === null && job.error === null)) return;
+    this.checkpointNext = null;
+    this.checkpointRunning = job;
+    void this.runCheckpoint(job).then(() => {
+      this.checkpointRunning = null;
+      this.startCheckpoint();
+      this.checkIdle();
+    });
+  }
+
+  /** Never rejects: the outcome goes to the job's waiters. */
+  private async runCheckpoint(job: CheckpointJob): Promise<void> {
+    try {
+      const started = this.now();
+      const { number, line } = job;
+      if (job.error) throw job.error;
+      if (number === null || line === null) throw new WalWriteError('WAL_INTERNAL', 'journal checkpoint was not prepared');
+      if (line.length > MAX_CHECKPOINT_BYTES) {
+        throw new WalWriteError('WAL_TOO_LARGE', `journal checkpoint of ${line.length} bytes is over the ${MAX_CHECKPOINT_BYTES} byte limit`);
+      }
+      // It must fit beside the files it replaces: they are only deleted once it is durable.
+      if (this.total + line.length > this.maxBytes) throw new WalFullError(this.maxBytes);
+      await this.writeCheckpoint(number, line);
+      this.lastCheckpointAt = this.now();
+      this.lastCheckpointMs = this.lastCheckpointAt - started;
+      this.lastCheckpointBytes = line.length;
+      await this.deleteCovered(number);
+    } catch (error) {
+      const failure = error instanceof Error ? error : writeError(error);
+      for (const waiter of job.waiters) waiter.reject(failure);
+      return;
+    }
+    for (const waiter of job.waiters) waiter.resolve();
+  }
+
+  /** tmp file, fdatasync, rename, fsync of the folder. Its bytes count from before the first one lands. */
+  private async writeCheckpoint(number: number, line: Buffer): Promise<void> {
+    const tmpName = checkpointTmpName(number);
+    const tmp = path.join(this.dir, tmpName);
+    this.setFile(tmpName, line.length);
+    let renamed = false;
+    try {
+      const handle = await this.fs.open(tmp, 'w');
+      try {
+        const written = await handle.write(line, 0);
+        if (written < line.length) throw shortWrite(written, line.length);
+        await handle.datasync();
+      } finally {
+        await handle.close().catch(() => undefined);
+      }
+      await this.fs.rename(tmp, path.join(this.dir, checkpointName(number)));
+      renamed = true;
+      this.dropFile(tmpName);
+      this.setFile(checkpointName(number), line.length);
+      await this.fs.syncDir(this.dir);
+    } catch (error) {
+      const failure = writeError(error);
+      this.writeErrors += 1;
+      this.lastError = failure.message;
+      if (!renamed) await this.remove(tmpName);
+      throw failure;
+    }
+  }
+
+  /** Deletes what checkpoint `number` stands for; a file that will not go is kept (and counted) for the next one. */
+  private async deleteCovered(number: number): Promise<void> {
+    for (const name of [...this.files.keys()]) {
+      const parsed = parseWalName(name);
+      if (!parsed) continue;
+      if (parsed.kind === 'checkpoint-tmp' || parsed.number < number) await this.remove(name);
+    }
+  }
+
+  private async remove(name: string): Promise<void> {
+    try {
+      await this.fs.unlink(path.join(this.dir, name));
+      this.dropFile(name);
+    } catch (error) {
+      if (errorCode(error) === 'ENOENT') this.dropFile(name);
+    }
+  }
+
+  private setFile(name: string, size: number): void {
+    this.total += size - (this.files.get(name) ?? 0);
+    this.files.set(name, size);
+  }
+
+  private dropFile(name: string): void {
+    this.total -= this.files.get(name) ?? 0;
+    this.files.delete(name);
+  }
+
+  private checkIdle(): void {
+    if (this.pumping || this.pressure || this.tasks.length > 0 || this.open || this.checkpointRunning || this.checkpointNext) return;
+    const waiters = this.idleWaiters;
+    this.idleWaiters = [];
+    for (const resolve of waiters) resolve();
+  }
+}
+
+function newBatch(): Batch {
+  return { kind: 'batch', lines: [], bytes: 0, waiters: [], pressured: false };
+}
+
+function newSegment(number: number): Segment {
+  return { number, name: segmentName(number), handle: null, attempted: false, dirSynced: false, size: 0 };
+}
+
+function serialize(value: unknown): string {
+  const json = JSON.stringify(value);
+  if (json === undefined) throw new TypeError(`${typeof value} is not representable as JSON`);
+  return json;
+}
+
+function closedError(): WalWriteError {
+  return new WalWriteError('WAL_CLOSED', 'journal closed');
+}
+
+function shortWrite(written: number, asked: number): WalWriteError {
+  return new WalWriteError('ESHORTWRITE', `short write: ${written} of ${asked} bytes`);
+}
+
+/** As a WalWriteError whose message reads `journal write failed: ENOSPC: no space left on device, write`. */
+function writeError(error: unknown): WalWriteError {
+  if (error instanceof WalWriteError && error.code === 'ESHORTWRITE') {
+    return new WalWriteError(error.code, `journal write failed: ${error.message}`, { cause: error });
+  }
+  if (error instanceof WalWriteError) return error;
+  return new WalWriteError(errorCode(error) ?? 'EIO', `journal write failed: ${errorMessage(error)}`, { cause: error });
+}
+
+function checkOptions(options: WalOptions): void {
+  const check = (name: string, value: number | undefined, optional: boolean, zeroOk: boolean): void => {
+    if (value === undefined && optional) return;
+    if (typeof value !== 'number' || !Number.isFinite(value) || value < 0 || (!zeroOk && value === 0)) {
+      throw new Error(`journal option ${name} must be a ${zeroOk ? 'non-negative' : 'positive'} number, not ${String(value)}`);
+    }
+  };
+  check('maxBytes', options.maxBytes, false, false);
+  check('segmentBytes', options.segmentBytes, true, false);
+  check('flushDelayMs', options.flushDelayMs, true, true);
+  check('retryMs', options.retryMs, true, true);
+}
