@@ -5,12 +5,10 @@ import { readSummary } from './outputs/summary-files.js';
 import { GPU_SOURCES } from './counters/registry.js';
 import { DEFAULT_LIMITS } from './ingest/limits.js';
 import { renderSummary } from './outputs/summary-render.js';
-import { LOG_LEVELS } from './log.js';
-import { serve, type ServeOptions } from './serve.js';
+import { LOG_LEVELS } from './log/log.js';
+import { DEFAULT_JOURNAL_MAX_BYTES, serve, type ServeOptions } from './serve.js';
+import { runReplay } from './replay-command.js';
 import { VERSION } from './server.js';
-import { DemoError } from './demo/children.js';
-import { runDemo } from './demo/demo.js';
-import { startWatch } from './viewer/watch.js';
 
 function integer(min: number, max: number) {
   return (value: string): number => {
@@ -98,6 +96,12 @@ program
   .addOption(new Option('--window <seconds>', 'length of the window that matches steps with counters and decides verdicts').default(4).argParser(seconds(1, 600)).env('STEPSCOPE_WINDOW'))
   .addOption(new Option('--hold <seconds>', 'a new verdict takes over once it has held this long').default(2).argParser(seconds(0, 600)).env('STEPSCOPE_HOLD'))
   .addOption(new Option('--baseline <summary.json>', "a good run's summary: compare against it live and in the summary").env('STEPSCOPE_BASELINE'))
+  .addOption(
+    new Option('--journal-max-bytes <n>', 'hard cap on the journal under --out (checkpoint + segments); counter samples are given up first, steps wait')
+      .default(DEFAULT_JOURNAL_MAX_BYTES)
+      .argParser(integer(16 * 1024 * 1024, 1024 ** 4))
+      .env('STEPSCOPE_JOURNAL_MAX_BYTES'),
+  )
   .addOption(new Option('--stream-rate <n>', 'state updates a second sent to each viewer on ws /v1/stream').default(4).argParser(rate).env('STEPSCOPE_STREAM_RATE'))
   .action(async (options, command: Command) => {
     // commander turns a boolean flag on for any value of its variable, "false" included.
@@ -125,6 +129,7 @@ program
       holdS: options.hold,
       baseline: options.baseline,
       streamRateHz: options.streamRate,
+      journalMaxBytes: options.journalMaxBytes,
       handleSignals: true,
       token: options.token,
       insecure: options.insecure,
@@ -161,6 +166,21 @@ program
   });
 
 program
+  .command('replay')
+  .description("recompute a recording's verdicts, timeline and summary from its journal (an --out folder)")
+  .argument('<out-dir>', 'the --out folder of a sidecar (its journal), or a journal file in one')
+  .option('--speed <x>', 'replay paced at this many times real time, printing verdict changes as they happen (default: at once)', (value: string) => {
+    const n = Number(value);
+    if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('must be a positive number');
+    return n;
+  })
+  .addOption(new Option('--format <format>', 'how to print each summary').choices(['text', 'md', 'json']).default('text'))
+  .option('--write <dir>', 'also write the summaries there, as the sidecar would')
+  .action(async (dir: string, options: { speed?: number; format: 'text' | 'md' | 'json'; write?: string }) => {
+    process.exitCode = await runReplay(dir, options);
+  });
+
+program
   .command('watch')
   .description('the live viewer: verdicts, ranks, GPUs and history of the jobs the sidecars see')
   .argument('[sidecars...]', 'sidecar addresses, one per node of the job (ws://HOST:PORT)', ['ws://127.0.0.1:9477'])
@@ -170,6 +190,8 @@ program
     let quit: () => void = () => undefined;
     const stop = new Promise<void>((resolve) => (quit = resolve));
     for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => quit());
+    // Loaded here, not at start: the sidecar never needs the viewer's React and ink.
+    const { startWatch } = await import('./viewer/watch.js');
     const { done } = startWatch({ targets, token: options.token, plain: options.plain, stop });
     await done;
     process.exit(0);
@@ -183,6 +205,8 @@ program
   .option('--out <dir>', 'where the summary and logs go (default ./stepscope-demo-<time>)')
   .option('--plain', 'plain lines instead of the full-screen viewer')
   .action(async (options: { fast?: boolean; real?: boolean; out?: string; plain?: boolean }) => {
+    const { DemoError } = await import('./demo/children.js');
+    const { runDemo } = await import('./demo/demo.js');
     try {
       await runDemo(options);
       process.exit(0);

@@ -1,25 +1,23 @@
 import type { FastifyInstance } from 'fastify';
-import type { VerdictEvent } from './analysis/job-analysis.js';
 import type { Summary } from './analysis/summary.js';
-import { Analyst } from './analyst.js';
-import { renderSummary } from './outputs/summary-render.js';
-import { readSummary, writeSummaryFiles } from './outputs/summary-files.js';
-import type { HostSample } from './counters/host.js';
-import { CounterStore } from './counters/counter-store.js';
 import { DcgmCollector } from './counters/dcgm.js';
 import { HostCollector } from './counters/host.js';
 import { NvidiaSmiCollector } from './counters/nvidia-smi.js';
 import { GpuSourceError, startGpuSource, type GpuSourceChoice, type GpuSourceOption } from './counters/registry.js';
 import { SimCollector } from './counters/sim.js';
+import { Engine } from './engine/engine.js';
+import type { EndedRun, EngineSnapshot } from './engine/snapshot.js';
 import { Ingest } from './ingest/ingest.js';
-import { createLogger, type Logger, type LogLevel } from './log.js';
+import { checkMemoryFits, type IngestLimits } from './ingest/limits.js';
+import { Recorder } from './journal/recorder.js';
+import { replayJournal, TICK_MS } from './journal/replay.js';
+import { Wal } from './journal/wal.js';
+import { createLogger, type Logger, type LogLevel } from './log/log.js';
 import type { StreamLimits } from './outputs/stream-viewer.js';
-import { stepDurationHistogram, StepTimedJobStore } from './outputs/metrics.js';
+import { renderSummary } from './outputs/summary-render.js';
+import { readSummary, writeSummaryFiles } from './outputs/summary-files.js';
 import { buildServer } from './server.js';
 import { isLoopback } from './auth.js';
-import type { IngestLimits } from './ingest/limits.js';
-import { Journal } from './store/journal.js';
-import { applyEntry, type World } from './store/replay.js';
 
 export interface ServeOptions {
   host: string;
@@ -50,11 +48,14 @@ export interface ServeOptions {
   /** Allow a bind beyond loopback without a token. */
   insecure?: boolean;
   limits?: Partial<IngestLimits>;
+  /** Hard cap on the journal's bytes under --out (default 512 MiB). */
+  journalMaxBytes?: number;
 }
 
 export interface Sidecar {
   app: FastifyInstance;
   ingest: Ingest;
+  engine: Engine;
   log: Logger;
   url: string;
   /** Resolves with the exit code once the sidecar has stopped. */
@@ -62,8 +63,8 @@ export interface Sidecar {
   stop(reason: string): Promise<number>;
 }
 
-const SETTLE_INTERVAL_MS = 250;
-const ANALYSIS_INTERVAL_MS = 500;
+export const DEFAULT_JOURNAL_MAX_BYTES = 512 * 1024 * 1024;
+const CHECKPOINT_MS = 5 * 60_000;
 
 async function loadBaseline(file: string | undefined): Promise<Summary | null> {
   if (!file) return null;
@@ -74,18 +75,31 @@ async function loadBaseline(file: string | undefined): Promise<Summary | null> {
   }
 }
 
-async function openJournal(out: string | undefined, world: World, log: Logger): Promise<Journal | null> {
-  if (!out) return null;
-  const { journal, replay } = await Journal.open(out);
-  for (const entry of replay.entries) applyEntry(world, entry);
-  world.jobs.restarted(Date.now());
-  if (replay.entries.length > 0 || replay.truncatedBytes > 0) {
-    log.info(
-      { journal: journal.path, entries: replay.entries.length, corrupt: replay.corrupt, truncated_bytes: replay.truncatedBytes, jobs: world.jobs.jobCount },
-      'resumed from journal',
-    );
+/** The engine as the journal left it (or a new one), and a recorder that journals from here on. */
+async function openJournal(options: ServeOptions, baseline: Summary | null, log: Logger): Promise<{ engine: Engine; recorder: Recorder }> {
+  const recorderOptions = (maxBytes: number) => ({
+    checkpointBytes: Math.min(32 * 1024 * 1024, Math.floor(maxBytes / 8)),
+    checkpointMs: CHECKPOINT_MS,
+    samplesGiveUpShare: 0.75,
+    now: Date.now,
+    log,
+  });
+  if (!options.out) {
+    log.warn('no --out: nothing is journaled, so a restart forgets the job and no summary file is written');
+    const engine = new Engine({ baseline });
+    return { engine, recorder: new Recorder(engine, null, recorderOptions(0)) };
   }
-  return journal;
+  const { engine, report } = await replayJournal(options.out, { baseline });
+  if (report.entries + report.skipped + report.problems > 0 || report.checkpoint) {
+    const fields = { out: options.out, checkpoint: report.checkpoint, entries: report.entries, skipped: report.skipped, problems: report.problems, ms: report.ms, jobs: engine.world.jobs.jobCount };
+    if (report.problems + report.skipped > 0) log.warn({ ...fields, examples: report.examples.slice(0, 5) }, 'resumed from journal; some of it could not be used');
+    else log.info(fields, 'resumed from journal');
+  }
+  const maxBytes = options.journalMaxBytes ?? DEFAULT_JOURNAL_MAX_BYTES;
+  const wal = await Wal.open({ dir: options.out, maxBytes });
+  const recorder = new Recorder(engine, wal, recorderOptions(maxBytes));
+  recorder.replay = { entries: report.entries, skipped: report.skipped, problems: report.problems, ms: report.ms };
+  return { engine, recorder };
 }
 
 function collectorFactories(options: ServeOptions, log: Logger) {
@@ -116,86 +130,95 @@ function checkExposure(options: ServeOptions, log: Logger): void {
 export async function serve(options: ServeOptions): Promise<Sidecar> {
   const log = createLogger(options.logLevel);
   checkExposure(options, log);
+  checkMemoryFits(options.limits);
   const baseline = await loadBaseline(options.baseline);
-  const stepDurations = stepDurationHistogram();
-  const world: World = {
-    jobs: new StepTimedJobStore(stepDurations),
-    counters: new CounterStore<HostSample>(),
-    hookGpu: options.gpuSource === 'hook',
-  };
-  const journal = await openJournal(options.out, world, log);
-  const ingest = new Ingest(world, journal, { gpuIntervalMs: options.gpuIntervalMs, limits: options.limits });
+  const { engine, recorder } = await openJournal(options, baseline, log);
+  const config = { windowMs: options.windowS * 1000, holdMs: options.holdS * 1000, endGraceMs: options.endGraceS * 1000 };
+  await recorder.record({ t: 'start', at: Date.now(), config }).catch(() => undefined);
+  const ingest = new Ingest(engine, recorder, { gpuIntervalMs: options.gpuIntervalMs, limits: options.limits });
   const fail = (what: string) => (error: Error) => log.error({ err: error.message }, `${what} not recorded`);
+
+  /** Runs ended in this process: --exit-on-end waits for one, not for those replayed already ended. */
+  let endedHere = 0;
+  const writeUp = async ({ job, run, summary }: EndedRun) => {
+    const files = options.out ? await writeSummaryFiles(options.out, summary, run).catch((error: Error) => (log.error({ err: error.message }, 'summary not written'), null)) : [];
+    log.info({ job, run, verdict: summary.verdict, cause: summary.cause, steps: summary.steps, files }, renderSummary(summary, 'text'));
+    if (files !== null) await recorder.record({ t: 'summarized', at: Date.now(), job, run }).catch(fail('summary written'));
+  };
+  let writing = Promise.resolve();
+  const writeUpAll = (runs: readonly EndedRun[]) => (writing = writing.then(async () => {
+    for (const run of runs) await writeUp(run);
+  }));
+  // Runs that ended before a crash, their summaries never written.
+  void writeUpAll(engine.unsummarized(Date.now()));
 
   let gpu: GpuSourceChoice;
   try {
     gpu = await startGpuSource(options.gpuSource, collectorFactories(options, log), (samples) => void ingest.gpuSamples(samples).catch(fail('GPU samples')), log);
   } catch (error) {
-    await journal?.close();
+    await recorder.close();
     if (error instanceof GpuSourceError) throw new Error(`--gpu-source ${options.gpuSource}: ${error.message}`);
     throw error;
   }
-  // Hook-forwarded GPU readings only count when they are the source; welcome tells hooks whether to send them.
-  world.hookGpu = gpu.source === 'hook';
-  ingest.wants.nvml = world.hookGpu;
+  // Journaled: hook-forwarded GPU readings count only when they are the source, in a replay too.
+  await recorder.record({ t: 'source', at: Date.now(), gpu: gpu.source, reason: gpu.reason }).catch(() => undefined);
+  ingest.wants.nvml = engine.world.hookGpu;
 
   const host = new HostCollector({ intervalMs: options.hostIntervalMs, procRoot: options.procRoot, log });
   await host.start((sample) => void ingest.hostSample(sample).catch(fail('host sample')));
 
-  const analyst = new Analyst(world, { windowMs: options.windowS * 1000, holdMs: options.holdS * 1000, baseline });
-  const verdictListeners = new Set<(events: VerdictEvent[]) => void>();
-  const analysisTimer = setInterval(() => {
-    const events = analyst.tick(Date.now());
-    for (const event of events) {
+  const snapshotListeners = new Set<(snapshot: EngineSnapshot) => void>();
+  const nextSnapshot = () => new Promise<EngineSnapshot>((resolve) => {
+    const once = (snapshot: EngineSnapshot) => (snapshotListeners.delete(once), resolve(snapshot));
+    snapshotListeners.add(once);
+  });
+  let stopping: Promise<number> | null = null;
+  const published = (snapshot: EngineSnapshot | null) => {
+    if (!snapshot) return;
+    for (const event of snapshot.events) {
       log.info(
         { job: event.job, rank: event.rank, from: event.from, to: event.to, cause: event.cause, since: new Date(event.since).toISOString(), rule: event.judgement.evidence.rule },
         event.rank === null ? 'job verdict changed' : 'rank verdict changed',
       );
     }
-    if (events.length > 0) for (const listener of verdictListeners) listener(events);
-  }, ANALYSIS_INTERVAL_MS);
-
-  const writeUp = async (jobId: string, at: number) => {
-    const summary = analyst.summary(jobId, at);
-    if (!summary) return;
-    const files = options.out ? await writeSummaryFiles(options.out, summary).catch((error: Error) => (log.error({ err: error.message }, 'summary not written'), [])) : [];
-    log.info({ job: jobId, verdict: summary.verdict, cause: summary.cause, steps: summary.steps, files }, renderSummary(summary, 'text'));
+    for (const listener of snapshotListeners) listener(snapshot);
+    if (snapshot.ended.length === 0) return;
+    endedHere += snapshot.ended.length;
+    for (const { job, summary } of snapshot.ended) log.info({ job, reason: summary.end_reason, steps: summary.steps, dropped: summary.lost }, 'job ended');
+    void writeUpAll(snapshot.ended).then(() => {
+      if (options.exitOnEnd && endedHere > 0 && engine.world.jobs.liveJobs().length === 0 && stopping === null) void stop('every job ended');
+    });
   };
+  const tickTimer = setInterval(() => void recorder.record({ t: 'tick', at: Date.now() }).then(published, fail('tick')), TICK_MS);
 
   const app = await buildServer({
     ingest,
     log,
-    analyst,
+    snapshot: () => engine.snapshot(),
+    fresh: () => (engine.changed && stopping === null ? nextSnapshot() : Promise.resolve(engine.snapshot())),
+    onSnapshot: (listener) => (snapshotListeners.add(listener), () => snapshotListeners.delete(listener)),
+    journal: () => recorder.health(),
     maxFrameBytes: options.maxFrameBytes,
     token: options.token,
     windowMs: options.windowS * 1000,
     sources: () => ({ gpu: { source: gpu.source, reason: gpu.reason, health: gpu.health() }, host: host.health() }),
-    stepDurations,
     // Hooks learn in `welcome` whether to forward GPU readings, so not before the source is chosen.
-    ready: () => gpu !== undefined && stopping === null,
-    stream: {
-      rateHz: options.streamRateHz,
-      limits: options.streamLimits,
-      verdictEvents: (listener) => (verdictListeners.add(listener), () => verdictListeners.delete(listener)),
-    },
+    ready: () => (gpu === undefined || stopping !== null ? { ready: false, reason: stopping ? 'stopping' : 'choosing the GPU counter source' } : { ready: true, reason: null }),
+    stream: { rateHz: options.streamRateHz, limits: options.streamLimits },
   });
-  let settling = Promise.resolve();
   let resolveStopped: (code: number) => void = () => undefined;
   const stopped = new Promise<number>((resolve) => (resolveStopped = resolve));
-  let stopping: Promise<number> | null = null;
 
   const stop = (reason: string): Promise<number> => {
     stopping ??= (async () => {
-      clearInterval(settleTimer);
-      clearInterval(analysisTimer);
-      await settling;
-      const at = Date.now();
-      const endedNow = world.jobs.endAll(at);
-      log.info({ reason, jobs_ended: endedNow }, 'stopping');
-      for (const job of endedNow) await writeUp(job, at);
+      clearInterval(tickTimer);
+      log.info({ reason }, 'stopping');
+      const last = await recorder.record({ t: 'stop', at: Date.now() }).catch(() => null);
+      if (last) void writeUpAll(last.ended);
+      await writing;
       await Promise.allSettled([gpu.collector?.stop(), host.stop()]);
       await app.close();
-      await journal?.close();
+      await recorder.close();
       resolveStopped(0);
       return 0;
     })();
@@ -206,24 +229,12 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
     for (const signal of ['SIGTERM', 'SIGINT'] as const) process.once(signal, () => void stop(signal));
   }
 
-  const settleTimer = setInterval(() => {
-    const at = Date.now();
-    const ended = world.jobs.settle(at, options.endGraceS * 1000);
-    settling = settling.then(async () => {
-      for (const id of ended) {
-        const job = world.jobs.jobSnapshot(id, at);
-        log.info({ job: id, reason: job?.end_reason, steps: job?.steps, dropped: job?.dropped }, 'job ended');
-        await writeUp(id, at);
-      }
-      if (options.exitOnEnd && world.jobs.allEnded()) void stop('every job ended');
-    });
-  }, SETTLE_INTERVAL_MS);
-
   await app.listen({ host: options.host, port: options.port });
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : options.port;
   const url = `ws://${options.host.includes(':') ? `[${options.host}]` : options.host}:${port}`;
   log.info({ url, port, out: options.out ?? null, gpu_source: gpu.source }, 'listening');
 
-  return { app, ingest, log, url, stopped, stop };
+  return { app, ingest, engine, log, url, stopped, stop };
 }
+

@@ -2,28 +2,33 @@ import websocket from '@fastify/websocket';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { HookConnection } from './ingest/connection.js';
-import type { Analyst } from './analyst.js';
+import type { SourceStatus } from './counters/status.js';
+import type { EngineSnapshot } from './engine/snapshot.js';
 import type { Ingest } from './ingest/ingest.js';
+import type { JournalHealth } from './journal/health.js';
 import { CloseCode } from './protocol/messages.js';
-import { registerMetrics, type StepDurationHistogram } from './outputs/metrics.js';
+import { registerMetrics } from './outputs/metrics.js';
 import { registerStream, type StreamOptions } from './outputs/stream.js';
-import { streamHistory } from './outputs/stream-history.js';
-import { sidecarState, type SourceStatus } from './state.js';
+import { sidecarState } from './outputs/state.js';
 import { bearerMatches } from './auth.js';
 
 export interface ServerOptions {
   ingest: Ingest;
-  analyst: Analyst;
+  /** The engine's latest snapshot: everything served is read from it. */
+  snapshot: () => EngineSnapshot;
+  /** A snapshot that shows everything applied before the call (waits for the next tick if need be). */
+  fresh: () => Promise<EngineSnapshot>;
+  /** Called with each new snapshot. */
+  onSnapshot: StreamOptions['onSnapshot'];
+  journal: () => JournalHealth | null;
   log: Logger;
   maxFrameBytes: number;
   windowMs: number;
   sources: () => SourceStatus;
   now?: () => number;
-  stream?: Pick<StreamOptions, 'rateHz' | 'limits' | 'verdictEvents'>;
-  /** Fed with every step by the StepTimedJobStore of `ingest.world`; exposed on GET /metrics. */
-  stepDurations: StepDurationHistogram;
-  /** Whether the sidecar is ready for hooks once listening (its GPU counter source chosen, not stopping). */
-  ready?: () => boolean;
+  stream?: Pick<StreamOptions, 'rateHz' | 'limits'>;
+  /** Whether the sidecar is ready for hooks once listening (its GPU counter source chosen, its journal writing, not stopping). */
+  ready?: () => { ready: boolean; reason: string | null };
   /** When set, every request and websocket upgrade must carry `Authorization: Bearer <token>`. */
   token?: string;
 }
@@ -62,33 +67,33 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   }
   app.get('/healthz', async () => ({ status: 'ok' }));
   app.get('/readyz', async (_request, reply) => {
-    const ready = app.server.listening && (options.ready?.() ?? true);
-    return reply.code(ready ? 200 : 503).send({ status: ready ? 'ready' : 'not ready' });
+    // Not ready while the journal cannot write: hooks would only be refused, so traffic goes elsewhere.
+    const own = options.ready?.() ?? { ready: true, reason: null };
+    const journal = options.journal();
+    const reason = !own.ready ? own.reason : journal && !journal.ok ? journal.reason : app.server.listening ? null : 'not listening yet';
+    return reply.code(reason === null ? 200 : 503).send(reason === null ? { status: 'ready' } : { status: 'not ready', reason });
   });
 
-  const stateAt = (at: number) =>
+  const state = (snapshot = options.snapshot()) =>
     sidecarState({
-      world: ingest.world,
-      analyst: options.analyst,
+      snapshot,
       ingest: ingest.stats,
       sources: options.sources(),
+      journal: options.journal(),
       version: VERSION,
       startedAt,
-      at,
       windowMs: options.windowMs,
     });
-  app.get('/v1/state', async () => stateAt(now()));
-  const stream = registerStream(app, { ...options.stream, state: stateAt, history: (from, to, sliceMs) => streamHistory(ingest.world, from, to, sliceMs), log, now });
+  // Read-your-writes: a client that was acknowledged sees its steps in the state it asks for next.
+  app.get('/v1/state', async () => state(await options.fresh()));
+  const stream = registerStream(app, { ...options.stream, state, snapshot: options.snapshot, onSnapshot: options.onSnapshot, log });
   registerMetrics(app, {
-    world: ingest.world,
-    analyst: options.analyst,
+    snapshot: options.snapshot,
     ingest: ingest.stats,
     sources: options.sources,
-    stepDurations: options.stepDurations,
-    windowMs: options.windowMs,
+    journal: options.journal,
     version: VERSION,
     viewers: () => stream.viewers,
-    now,
   });
 
   app.get('/v1/ingest', { websocket: true }, (socket, request) => {

@@ -1,9 +1,10 @@
+import { rmSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseExposition, valueOf } from './fixtures/metrics/exposition.js';
 import { fakeNvidiaSmiEnv } from './support/fake-gpu.js';
 import { startFakeProc } from './support/fake-proc.js';
 import { hello, range, row, steps, TestHook } from './support/hook-client.js';
-import { startSidecar, waitFor, type RunningSidecar } from './support/sidecar.js';
+import { startSidecar, tempDir, waitFor, type RunningSidecar } from './support/sidecar.js';
 
 /**
  * GET /metrics of the real sidecar after a scripted two-rank job: the hooks are TestHooks with fixed
@@ -21,7 +22,12 @@ const JOB = 'golden';
 /** Families of prom-client's default metrics: their series depend on the process and the platform. */
 const isProcessFamily = (name: string) => /^stepscope_(process|nodejs)_/.test(name);
 /** Values read off clocks: the GPU samples' times and the host's CPU use as the collector measured it. */
-const VARYING = new Set(['stepscope_gpu_last_sample_timestamp_seconds', 'stepscope_host_cpu_utilization_ratio']);
+const VARYING = new Set([
+  'stepscope_gpu_last_sample_timestamp_seconds',
+  'stepscope_host_cpu_utilization_ratio',
+  // The journal holds ticks and samples as they came: its size depends on timing.
+  'stepscope_journal_bytes',
+]);
 
 /** The exposition without the default process metrics, and with clock-dependent values as `<varies>`. */
 function normalise(text: string): string {
@@ -76,7 +82,9 @@ describe('GET /metrics of a real sidecar', () => {
     cleanups.push(() => proc.stop());
     // GPU 1 at its power cap, at 91% of its maximum clock: SwPowerCap active, not throttling yet.
     const gpu = fakeNvidiaSmiEnv({ gpus: [{}, { 'clocks.sm': 1800, 'clocks_event_reasons.active': 0x4, 'power.draw': 699.5 }] });
-    const sidecar = await startSidecar(['--gpu-source', 'nvidia-smi', '--proc-root', proc.root, '--hold', '0'], gpu.env);
+    const out = tempDir();
+    cleanups.push(() => rmSync(out, { recursive: true, force: true }));
+    const sidecar = await startSidecar(['--gpu-source', 'nvidia-smi', '--proc-root', proc.root, '--hold', '0', '--out', out], gpu.env);
     cleanups.push(() => sidecar.stop('SIGKILL'));
 
     // Rank 0 computes; rank 1 waits 3.5 ms of each 10 ms step for data, in a CPU-throttled container.

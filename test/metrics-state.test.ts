@@ -1,18 +1,11 @@
 import type { FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
-import { Analyst } from '../src/analyst.js';
-import { CounterStore } from '../src/counters/counter-store.js';
-import type { HostSample } from '../src/counters/host.js';
 import { emptyGpuSample } from '../src/counters/types.js';
-import { Ingest } from '../src/ingest/ingest.js';
-import { createLogger } from '../src/log.js';
-import { stepDurationHistogram, StepTimedJobStore } from '../src/outputs/metrics.js';
+import { toRow } from '../src/engine/entries.js';
 import { verdictStateSet } from '../src/outputs/metrics-verdicts.js';
 import type { Hello, StepRecord } from '../src/protocol/messages.js';
-import { buildServer } from '../src/server.js';
-import { toRow } from '../src/store/journal.js';
-import { applyEntry, type World } from '../src/store/replay.js';
 import { parseExposition, valueOf } from './fixtures/metrics/exposition.js';
+import { inProcess } from './support/in-process.js';
 
 /** /metrics and /readyz of sidecars built in this process around a store filled by hand. */
 
@@ -52,32 +45,14 @@ afterEach(async () => {
   for (const app of apps.splice(0)) await app.close();
 });
 
-async function sidecar(options: { ready?: () => boolean } = {}) {
-  let at = T0;
-  const stepDurations = stepDurationHistogram();
-  const world: World = { jobs: new StepTimedJobStore(stepDurations), counters: new CounterStore<HostSample>(), hookGpu: false };
-  const ingest = new Ingest(world, null, { now: () => at });
-  const analyst = new Analyst(world, { windowMs: 4000, holdMs: 0, baseline: null });
-  const app = await buildServer({
-    ingest,
-    analyst,
-    log: createLogger('silent'),
-    maxFrameBytes: 1 << 20,
-    windowMs: 4000,
-    sources: () => ({ gpu: { source: 'none', reason: 'GPU counters turned off (--gpu-source none)', health: null }, host: null }),
-    stepDurations,
-    ready: options.ready,
-    now: () => at,
-  });
-  apps.push(app);
+async function sidecar(options: { ready?: () => { ready: boolean; reason: string | null } } = {}) {
+  const s = await inProcess({ at: T0, ready: options.ready });
+  apps.push(s.app);
   return {
-    app,
-    world,
-    ingest,
-    analyst,
-    setTime: (ms: number) => (at = ms),
+    ...s,
     async metrics() {
-      const response = await app.inject({ url: '/metrics' });
+      await s.tick();
+      const response = await s.app.inject({ url: '/metrics' });
       expect(response.statusCode).toBe(200);
       return parseExposition(response.body);
     },
@@ -87,8 +62,8 @@ async function sidecar(options: { ready?: () => boolean } = {}) {
 describe('/metrics from a store filled in process', () => {
   it('feeds the step histogram from a journal replay as from live ingest, so that it agrees with the phase counters', async () => {
     const replayed = await sidecar();
-    applyEntry(replayed.world, { t: 'hello', at: T0, hello: hello(0) });
-    applyEntry(replayed.world, { t: 'steps', at: T0 + 1000, session: 'job-a-0', dropped: 3, rows: records(30).map(toRow) });
+    replayed.engine.apply({ t: 'hello', at: T0, hello: hello(0) });
+    replayed.engine.apply({ t: 'steps', at: T0 + 1000, session: 'job-a-0', dropped: 3, rows: records(30).map(toRow) });
     const live = await sidecar();
     await live.ingest.hello(hello(0));
     await live.ingest.steps('job-a-0', { type: 'steps', records: records(30), dropped: 3 });
@@ -115,9 +90,8 @@ describe('/metrics from a store filled in process', () => {
       await s.ingest.hello(hello(rank));
       await s.ingest.steps(`job-a-${rank}`, { type: 'steps', records: records(30), dropped: 0 });
     }
-    s.world.counters.addGpuSamples([0, 1].map((index) => ({ ...emptyGpuSample(T0 + 900, index), uuid: `GPU-${index}`, utilGpu: 90 })));
+    await s.ingest.gpuSamples([0, 1].map((index) => ({ ...emptyGpuSample(T0 + 900, index), uuid: `GPU-${index}`, utilGpu: 90 })));
     s.setTime(T0 + 1000);
-    s.analyst.tick(T0 + 1000);
     const running = await s.metrics();
     expect(valueOf(running, 'stepscope_rank_verdict_code', { rank: '1' })).toBe(1);
     expect(valueOf(running, 'stepscope_rank_verdict', { rank: '1', verdict: 'input-bound', cause: 'unknown' })).toBe(1);
@@ -125,7 +99,8 @@ describe('/metrics from a store filled in process', () => {
     expect(running.get('stepscope_rank_straggler')!.series).toHaveLength(2);
     expect(running.get('stepscope_rank_gpu_info')!.series.map((series) => series.labels.gpu_uuid)).toEqual(['GPU-0', 'GPU-1']);
 
-    s.world.jobs.endAll(T0 + 2000);
+    s.setTime(T0 + 2000);
+    await s.record({ t: 'stop', at: T0 + 2000 });
     const ended = await s.metrics();
     for (const name of ['stepscope_rank_verdict', 'stepscope_rank_verdict_code', 'stepscope_job_verdict', 'stepscope_job_verdict_code', 'stepscope_rank_straggler', 'stepscope_rank_gpu_info']) {
       expect(ended.get(name)!.series, name).toEqual([]);
@@ -137,7 +112,7 @@ describe('/metrics from a store filled in process', () => {
   it('leaves out what a GPU does not report, rather than reporting zero', async () => {
     const s = await sidecar();
     const mig = { ...emptyGpuSample(T0, 0), uuid: 'MIG-7a3c', name: 'NVIDIA A30 MIG 2g.12gb', memUsedMiB: 1024, memTotalMiB: 12032, smClockMHz: 1440 };
-    s.world.counters.addGpuSamples([mig]);
+    await s.ingest.gpuSamples([mig]);
     const families = await s.metrics();
     expect(families.get('stepscope_gpu_info')!.series).toEqual([{ labels: { gpu: '0', gpu_uuid: 'MIG-7a3c', gpu_name: 'NVIDIA A30 MIG 2g.12gb' }, value: 1 }]);
     expect(valueOf(families, 'stepscope_gpu_memory_used_bytes')).toBe(1024 * 1024 * 1024);
@@ -183,14 +158,15 @@ describe('the verdict state set', () => {
 describe('GET /readyz', () => {
   it('answers 503 until the sidecar listens, 200 while it is ready, 503 once it is not', async () => {
     let ready = true;
-    const { app } = await sidecar({ ready: () => ready });
+    const { app } = await sidecar({ ready: () => ({ ready, reason: ready ? null : 'journal write failed: ENOSPC' }) });
     expect((await app.inject({ url: '/readyz' })).statusCode).toBe(503);
     expect((await app.inject({ url: '/healthz' })).statusCode).toBe(200);
     await app.listen({ host: '127.0.0.1', port: 0 });
     const response = await app.inject({ url: '/readyz' });
     expect([response.statusCode, response.json()]).toEqual([200, { status: 'ready' }]);
     ready = false;
-    expect((await app.inject({ url: '/readyz' })).statusCode).toBe(503);
+    const notReady = await app.inject({ url: '/readyz' });
+    expect([notReady.statusCode, notReady.json()]).toEqual([503, { status: 'not ready', reason: 'journal write failed: ENOSPC' }]);
     expect((await app.inject({ url: '/healthz' })).statusCode).toBe(200);
   });
 });

@@ -4,8 +4,9 @@ import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import type { VerdictEvent } from '../src/analysis/job-analysis.js';
+import type { EngineSnapshot } from '../src/engine/snapshot.js';
 import { registerStream, type StreamHub } from '../src/outputs/stream.js';
-import type { SidecarState, StreamHistory } from '../src/outputs/stream-frames.js';
+import type { SidecarState } from '../src/protocol/state.js';
 
 /**
  * The stream's route on a bare server, with a state getter that counts its calls: what each frame
@@ -19,7 +20,6 @@ interface Harness {
   hub: StreamHub;
   url: string;
   stateCalls: number[];
-  historyCalls: Array<{ from: number; to: number }>;
   emit(events: VerdictEvent[]): void;
 }
 
@@ -34,22 +34,27 @@ async function harness(rateHz: number): Promise<Harness> {
   // As in server.ts: the plugin's own preClose would close every socket without a code.
   await app.register(websocket, { preClose: (done) => done() });
   const stateCalls: number[] = [];
-  const historyCalls: Array<{ from: number; to: number }> = [];
-  let listener: ((events: VerdictEvent[]) => void) | null = null;
+  let listener: ((snapshot: EngineSnapshot) => void) | null = null;
+  // A snapshot as the engine publishes it, taken now, with its 5 minutes of 1 s history slices.
+  const snapshot = () => {
+    const at = Date.now();
+    return { at, events: [], history: { from: Math.floor(at / 1000) * 1000 - 299_000, sliceMs: 1000, ranks: [], gpus: [] } } as unknown as EngineSnapshot;
+  };
   const hub = registerStream(app, {
-    state: (at) => (stateCalls.push(at), { ...STATE, now: new Date(at).toISOString() }),
-    history: (from, to, sliceMs): StreamHistory => {
-      historyCalls.push({ from, to });
-      return { from: new Date(from).toISOString(), slice_s: sliceMs / 1000, ranks: [], gpus: [] };
+    state: () => {
+      const at = Date.now();
+      stateCalls.push(at);
+      return { ...STATE, now: new Date(at).toISOString() };
     },
-    verdictEvents: (l) => ((listener = l), () => (listener = null)),
+    snapshot,
+    onSnapshot: (l) => ((listener = l), () => (listener = null)),
     rateHz,
     log: pino({ level: 'silent' }),
   });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : 0;
-  return { app, hub, url: `ws://127.0.0.1:${port}/v1/stream`, stateCalls, historyCalls, emit: (events) => listener?.(events) };
+  return { app, hub, url: `ws://127.0.0.1:${port}/v1/stream`, stateCalls, emit: (events) => listener?.({ ...snapshot(), events }) };
 }
 
 function viewer(url: string): Promise<{ socket: WebSocket; frames: any[]; closed: Promise<{ code: number; reason: string }> }> {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { findStraggler } from '../src/analysis/straggler.js';
+import { findStraggler } from '../src/model/straggler.js';
 import { VerdictTracker } from '../src/analysis/tracker.js';
 import { judge, type RankContext } from '../src/analysis/verdict.js';
 import type { GpuWindow, RankWindow } from '../src/analysis/window.js';

@@ -1,15 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { Analyst } from '../src/analyst.js';
 import type { VerdictEvent } from '../src/analysis/job-analysis.js';
-import { CounterStore } from '../src/counters/counter-store.js';
-import type { HostSample } from '../src/counters/host.js';
-import { Ingest } from '../src/ingest/ingest.js';
 import { emptyGpuSample, ThrottleReason, type GpuSample } from '../src/counters/types.js';
-import { streamHistory } from '../src/outputs/stream-history.js';
-import type { SnapshotFrame, StreamFrame, VerdictFrame } from '../src/outputs/stream-frames.js';
-import { sidecarState } from '../src/state.js';
-import { JobStore } from '../src/store/job-store.js';
-import type { World } from '../src/store/replay.js';
+import { Engine } from '../src/engine/engine.js';
+import { toRow } from '../src/engine/entries.js';
+import type { EngineSnapshot, HistorySeries } from '../src/engine/snapshot.js';
+import { sidecarState } from '../src/outputs/state.js';
+import type { SnapshotFrame, StreamFrame, StreamHistory, VerdictFrame } from '../src/protocol/stream.js';
 import { streamUrl } from '../src/viewer/client.js';
 import { fit, fmtMs, resample, sparkline, stackedBarText, stackedCells } from '../src/viewer/format.js';
 import { FIXED_LINES, fitColumns, layout } from '../src/viewer/layout.js';
@@ -21,12 +17,11 @@ import { plainEvent, plainLine } from '../src/viewer/plain.js';
 
 /**
  * The viewer's data layer fed with what the sidecar's own code makes of a scripted job: a real
- * JobStore, CounterStore and Analyst stepped through simulated time, their state and history encoded
- * as the stream encodes them and parsed back as the viewer parses them.
+ * Engine stepped through simulated time, its state and history encoded as the stream encodes them
+ * and parsed back as the viewer parses them.
  */
 
 const T0 = Date.parse('2026-12-02T15:00:00Z');
-const SLICE_MS = 1000;
 
 interface Phases {
   data: number;
@@ -47,9 +42,20 @@ interface GpuScript {
   figures: (t: number) => Partial<GpuSample>;
 }
 
+/** The last `slices` slices of a snapshot's history (all of it when null), as the stream sends them. */
+function historyTail(history: HistorySeries, slices: number | null): StreamHistory {
+  const total = Math.max(0, ...history.ranks.map((r) => r.step_ms.length), ...history.gpus.map((g) => g.util.length));
+  const skip = slices === null ? 0 : Math.max(0, total - slices);
+  return {
+    from: new Date(history.from + skip * history.sliceMs).toISOString(),
+    slice_s: history.sliceMs / 1000,
+    ranks: history.ranks.map((r) => ({ ...r, step_ms: r.step_ms.slice(skip) })),
+    gpus: history.gpus.map((g) => ({ ...g, util: g.util.slice(skip), sm_clock_pct: g.sm_clock_pct.slice(skip) })),
+  };
+}
+
 class SimulatedSidecar {
-  readonly world: World = { jobs: new JobStore(), counters: new CounterStore<HostSample>(), hookGpu: false };
-  readonly analyst = new Analyst(this.world, { windowMs: 4000, holdMs: 2000, baseline: null });
+  readonly engine = new Engine();
   readonly events: VerdictEvent[] = [];
   private readonly next = new Map<number, { t: number; seq: number; step: number }>();
   at = T0;
@@ -60,17 +66,17 @@ class SimulatedSidecar {
     private readonly gpus: GpuScript[],
     worldSize = ranks.length,
   ) {
+    this.engine.apply({ t: 'start', at: T0, config: { windowMs: 4000, holdMs: 2000, endGraceMs: 10_000 } });
+    this.engine.apply({ t: 'source', at: T0, gpu: 'sim', reason: 'test' });
     for (const [localRank, r] of ranks.entries()) {
-      this.world.jobs.hello(
-        { type: 'hello', job, rank: r.rank, local_rank: localRank, world_size: worldSize, session: `${job}-${r.rank}`, pid: 100 + r.rank, host: r.host, clock: { wall_ms: T0, mono_ns: 0 }, env: { loader: { num_workers: 0 } } },
-        T0,
-      );
-      this.world.jobs.connected(`${job}-${r.rank}`);
+      const hello = { type: 'hello', job, rank: r.rank, local_rank: localRank, world_size: worldSize, session: `${job}-${r.rank}`, pid: 100 + r.rank, host: r.host, clock: { wall_ms: T0, mono_ns: 0 }, env: { loader: { num_workers: 0 } } } as const;
+      this.engine.apply({ t: 'hello', at: T0, hello });
+      this.engine.apply({ t: 'connect', at: T0, session: `${job}-${r.rank}` });
       this.next.set(r.rank, { t: 0, seq: 0, step: 0 });
     }
   }
 
-  /** Runs the job on until `seconds` after T0: steps as scripted, GPU samples every 250 ms, the Analyst every 500 ms. */
+  /** Runs the job on until `seconds` after T0: steps as scripted, GPU samples every 250 ms, the analysis every 500 ms. */
   runUntil(seconds: number): void {
     for (let t = this.at - T0 + 50; t <= seconds * 1000; t += 50) {
       const at = T0 + t;
@@ -86,32 +92,39 @@ class SimulatedSidecar {
           const ns = (ms: number) => Math.round(ms * 1e6);
           records.push({ seq: state.seq, step: state.step++, endNs: ns(state.t), durNs: ns(dur), dataNs: ns(p.data), h2dNs: ns(p.h2d), computeNs: ns(p.compute), samples: 32, gpuH2dNs: null, gpuComputeNs: null, gpuIdleNs: null });
         }
-        if (records.length) this.world.jobs.steps(`${this.job}-${r.rank}`, records, 0, at);
+        if (records.length) this.engine.apply({ t: 'steps', at, session: `${this.job}-${r.rank}`, dropped: 0, rows: records.map(toRow) });
       }
-      if (t % 250 === 0) this.world.counters.addGpuSamples(this.gpus.map((g) => ({ ...emptyGpuSample(at, g.index), uuid: `GPU-${this.job}-${g.index}`, name: 'Test GPU', ...g.figures(t) })));
-      if (t % 500 === 0) this.events.push(...this.analyst.tick(at));
+      if (t % 250 === 0) this.engine.apply({ t: 'gpu', at, samples: this.gpus.map((g) => ({ ...emptyGpuSample(at, g.index), uuid: `GPU-${this.job}-${g.index}`, name: 'Test GPU', ...g.figures(t) })) });
+      if (t % 500 === 0) this.tick(at);
       this.at = at;
     }
   }
 
-  private state() {
-    return sidecarState({
-      world: this.world,
-      analyst: this.analyst,
-      ingest: new Ingest(this.world, null).stats,
-      sources: { gpu: { source: 'sim', reason: 'test', health: null }, host: null },
-      version: 'test',
-      startedAt: T0,
-      at: this.at,
-      windowMs: 4000,
-    });
+  private tick(at: number): void {
+    this.events.push(...(this.engine.apply({ t: 'tick', at })?.events ?? []));
+  }
+
+  /** The engine's snapshot as of now, as the sidecar's timer publishes them between the frames. */
+  private snapshot(): EngineSnapshot {
+    if (this.engine.snapshot().at !== this.at) this.tick(this.at);
+    return this.engine.snapshot();
   }
 
   /** Encoded as the stream encodes it, parsed as the viewer parses it. */
   frame(type: 'snapshot' | 'update', seq: number): StreamFrame {
-    const sliceStart = Math.floor(this.at / SLICE_MS) * SLICE_MS;
-    const from = type === 'snapshot' ? sliceStart - 299 * SLICE_MS : sliceStart - 2 * SLICE_MS;
-    const body = { v: 1, type, seq, at: new Date(this.at).toISOString(), rate_hz: 4, state: this.state(), history: streamHistory(this.world, from, this.at, SLICE_MS) };
+    const snapshot = this.snapshot();
+    const state = sidecarState({
+      snapshot,
+      ingest: { connections: 0, connectionsTotal: 0, frames: 0, records: 0, duplicates: 0, rejected: {}, limited: {} },
+      sources: { gpu: { source: 'sim', reason: 'test', health: null }, host: null },
+      journal: null,
+      version: 'test',
+      startedAt: T0,
+      windowMs: 4000,
+    });
+    // An update holds the slices a tick can have changed: a snapshot, all of them.
+    const history = historyTail(snapshot.history, type === 'snapshot' ? null : 3);
+    const body = { v: 1, type, seq, at: new Date(this.at).toISOString(), rate_hz: 4, state, history };
     return parseFrame(JSON.stringify(body));
   }
 
@@ -245,8 +258,8 @@ describe('stream frames', () => {
     expect(() => parseFrame('[]')).toThrow(/not a JSON object/);
     expect(() => parseFrame('{"v":2,"type":"update"}')).toThrow(/stream version 2/);
     expect(() => parseFrame('{"v":1,"type":"hello"}')).toThrow(/unknown frame type "hello"/);
-    expect(() => parseFrame('{"v":1,"type":"update","seq":1,"at":"x","state":{"jobs":[],"counters":{}}}')).toThrow(/missing history/);
-    expect(() => parseFrame('{"v":1,"type":"verdict","job":"j"}')).toThrow(/verdict: missing/);
+    expect(() => parseFrame('{"v":1,"type":"update","seq":1,"at":"x","state":{"jobs":[],"counters":{}}}')).toThrow('update.history: missing');
+    expect(() => parseFrame('{"v":1,"type":"verdict","job":"j"}')).toThrow('verdict.at: missing');
   });
 
   it('prints a verdict change as one plain line', () => {

@@ -1,5 +1,5 @@
-import { findStraggler, type Straggler } from './straggler.js';
-import { VerdictTracker, type VerdictChange } from './tracker.js';
+import { findStraggler, type Straggler } from '../model/straggler.js';
+import { VerdictTracker, type TrackerDump, type VerdictChange } from './tracker.js';
 import { judge, VERDICTS, type Cause, type Judgement, type RankContext, type Verdict } from './verdict.js';
 import type { RankWindow } from './window.js';
 
@@ -28,26 +28,76 @@ export interface TimelineSegment {
   cause: Cause;
 }
 
+export interface AnalysisDump {
+  jobId: string;
+  run: number;
+  startedAt: number;
+  holdMs: number;
+  ranks: Array<[number, TrackerDump]>;
+  job: TrackerDump;
+  changes: VerdictChange[];
+  rankChanges: Array<[number, VerdictChange[]]>;
+  lastOf: Array<[Verdict, Judgement]>;
+  stragglerNow: Straggler | null;
+  stragglerSeconds: Array<[number, { seconds: number; latest: Straggler }]>;
+  lastAt: number | null;
+}
+
+/** Verdict changes kept per timeline (the job's, each rank's); a job that flaps for days keeps its latest. */
+const MAX_CHANGES = 2_000;
+
 const ACTIVE = (verdict: Verdict) => verdict !== 'warming-up' && verdict !== 'idle';
 
 export class JobAnalysis {
-  private readonly ranks = new Map<number, VerdictTracker>();
-  private readonly job: VerdictTracker;
-  private readonly changes: VerdictChange[] = [];
-  private readonly rankChanges = new Map<number, VerdictChange[]>();
+  private ranks = new Map<number, VerdictTracker>();
+  private job: VerdictTracker;
+  private changes: VerdictChange[] = [];
+  private rankChanges = new Map<number, VerdictChange[]>();
   /** The latest judgement seen for each verdict, for the summary's evidence. */
-  private readonly lastOf = new Map<Verdict, Judgement>();
+  private lastOf = new Map<Verdict, Judgement>();
   private stragglerNow: Straggler | null = null;
-  private readonly stragglerSeconds = new Map<number, { seconds: number; latest: Straggler }>();
+  private stragglerSeconds = new Map<number, { seconds: number; latest: Straggler }>();
   private lastAt: number | null = null;
 
   constructor(
     readonly jobId: string,
-    readonly startedAt: number,
+    readonly run: number,
+    /** The job's start, which the job's timeline counts from (set again as earlier steps arrive). */
+    public startedAt: number,
     private readonly holdMs = 2_000,
   ) {
     // The job's verdict is made of held rank verdicts: holding it again would only add delay.
     this.job = new VerdictTracker(0);
+  }
+
+  dump(): AnalysisDump {
+    return {
+      jobId: this.jobId,
+      run: this.run,
+      startedAt: this.startedAt,
+      holdMs: this.holdMs,
+      ranks: [...this.ranks.entries()].map(([rank, tracker]) => [rank, tracker.dump()]),
+      job: this.job.dump(),
+      changes: this.changes,
+      rankChanges: [...this.rankChanges.entries()],
+      lastOf: [...this.lastOf.entries()],
+      stragglerNow: this.stragglerNow,
+      stragglerSeconds: [...this.stragglerSeconds.entries()],
+      lastAt: this.lastAt,
+    };
+  }
+
+  static load(dump: AnalysisDump): JobAnalysis {
+    const analysis = new JobAnalysis(dump.jobId, dump.run, dump.startedAt, dump.holdMs);
+    analysis.ranks = new Map(dump.ranks.map(([rank, tracker]) => [rank, VerdictTracker.load(tracker)]));
+    analysis.job = VerdictTracker.load(dump.job);
+    analysis.changes = dump.changes;
+    analysis.rankChanges = new Map(dump.rankChanges);
+    analysis.lastOf = new Map(dump.lastOf);
+    analysis.stragglerNow = dump.stragglerNow;
+    analysis.stragglerSeconds = new Map(dump.stragglerSeconds);
+    analysis.lastAt = dump.lastAt;
+    return analysis;
   }
 
   evaluate(inputs: RankInput[], at: number): VerdictEvent[] {
@@ -58,7 +108,7 @@ export class JobAnalysis {
       const judgement = judge(input.window, { ...input.context, current: tracker.current?.judgement.verdict ?? null });
       const change = tracker.update(judgement, at);
       if (change) {
-        this.rankChanges.set(input.rank, [...(this.rankChanges.get(input.rank) ?? []), change]);
+        this.rankChanges.set(input.rank, [...(this.rankChanges.get(input.rank) ?? []), change].slice(-MAX_CHANGES));
         events.push({ ...change, job: this.jobId, rank: input.rank });
       }
       judged.push({ rank: input.rank, window: input.window, held: tracker.current!.judgement });
@@ -77,6 +127,7 @@ export class JobAnalysis {
       const change = this.job.update(jobJudgement, at);
       if (change) {
         this.changes.push(change);
+        if (this.changes.length > MAX_CHANGES) this.changes.shift();
         events.push({ ...change, job: this.jobId, rank: null });
       }
     }

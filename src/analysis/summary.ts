@@ -6,7 +6,8 @@ import { emptySums, mergeSums } from '../store/step-buckets.js';
 import type { Comparison } from './compare.js';
 import type { JobAnalysis, TimelineSegment } from './job-analysis.js';
 import type { Recommendation } from './recommendations.js';
-import type { Straggler } from './straggler.js';
+import { round } from '../model/round.js';
+import type { Straggler } from '../model/straggler.js';
 import type { Cause, Evidence, Verdict } from './verdict.js';
 
 export const SUMMARY_SCHEMA = 'stepscope.summary/v1';
@@ -68,7 +69,6 @@ export interface Summary {
   baseline?: Comparison;
 }
 
-const round = (x: number, digits = 3) => Math.round(x * 10 ** digits) / 10 ** digits;
 const roundOrNull = (x: number | null, digits = 3) => (x === null ? null : round(x, digits));
 
 function stepMs(histogram: LogHistogram, meanMs: number | null): StepMs {
@@ -120,7 +120,7 @@ export function buildSummary({ job, views, analysis, gpus, at }: SummaryInput): 
   // The dominant verdict's own cause, even when it has none: not the cause of whatever held last.
   const cause: Cause = dominant ? dominant.cause : (current?.cause ?? null);
   const activeSeconds = timeline.filter((s) => s.verdict !== 'warming-up' && s.verdict !== 'idle').reduce((a, s) => a + s.end_s - s.start_s, 0);
-  const share = dominant && activeSeconds > 0 ? round(dominant.seconds / activeSeconds) : null;
+  const share = dominant && activeSeconds > 0 ? round(dominant.seconds / activeSeconds, 3) : null;
   const evidence = dominant?.judgement?.evidence ?? current?.evidence ?? null;
   const straggler = analysis.mainStraggler();
   const recommendations = dedupe([

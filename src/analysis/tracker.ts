@@ -12,6 +12,12 @@ export interface VerdictChange {
   judgement: Judgement;
 }
 
+export interface TrackerDump {
+  holdMs: number;
+  held: { judgement: Judgement; since: number } | null;
+  pending: { judgement: Judgement; since: number } | null;
+}
+
 const sameState = (a: Judgement, b: Judgement) => a.verdict === b.verdict && a.cause === b.cause;
 
 /**
@@ -30,6 +36,17 @@ export class VerdictTracker {
 
   get candidate(): { judgement: Judgement; since: number } | null {
     return this.pending;
+  }
+
+  dump(): TrackerDump {
+    return { holdMs: this.holdMs, held: this.held, pending: this.pending };
+  }
+
+  static load(dump: TrackerDump): VerdictTracker {
+    const tracker = new VerdictTracker(dump.holdMs);
+    tracker.held = dump.held;
+    tracker.pending = dump.pending;
+    return tracker;
   }
 
   update(judgement: Judgement, at: number): VerdictChange | null {

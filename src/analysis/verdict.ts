@@ -1,28 +1,16 @@
 import type { Env } from '../protocol/messages.js';
 import type { ThrottleReasonName } from '../counters/types.js';
+import type { Cause, Evidence, InputCause, Limiter, ThrottleCause, Verdict } from '../model/verdict.js';
 import { recommendationsFor, type Recommendation } from './recommendations.js';
 import type { RankWindow } from './window.js';
 
 /**
  * The bottleneck rules: one rank's window in, a verdict with its evidence out. Pure. The rules,
  * their thresholds and the reasoning behind them are in docs/verdicts.md; the numbers live here.
+ * The verdicts' and causes' names are in src/model/verdict.ts.
  */
 
-export const VERDICTS = ['input-bound', 'transfer-bound', 'host-bound', 'throttled', 'compute-bound', 'warming-up', 'idle'] as const;
-export type Verdict = (typeof VERDICTS)[number];
-
-export type InputCause = 'cpu-saturated' | 'cgroup-throttled' | 'io-wait' | 'few-workers' | 'unknown';
-export type ThrottleCause = 'thermal' | 'power' | 'hw-slowdown' | 'clocks-low';
-export type HostCause = 'outside-phases' | 'gpu-idle-in-compute';
-export type Cause = InputCause | ThrottleCause | HostCause | null;
-
-export interface Evidence {
-  /** The rule that decided, in words, with its numbers. */
-  rule: string;
-  /** Shares of step time lost to each limiter (0..1), as the rules weighed them. */
-  lost: Partial<Record<'input' | 'transfer' | 'host' | 'throttle', number>>;
-  figures: Record<string, number | string | null>;
-}
+export { VERDICTS, type Cause, type Evidence, type HostCause, type InputCause, type ThrottleCause, type Verdict } from '../model/verdict.js';
 
 export interface Judgement {
   verdict: Verdict;
@@ -83,8 +71,6 @@ export interface RankContext {
   /** The verdict in force, for stickiness. */
   current: Verdict | null;
 }
-
-type Limiter = 'input' | 'transfer' | 'host' | 'throttle';
 
 const round = (x: number, digits = 3) => Math.round(x * 10 ** digits) / 10 ** digits;
 

@@ -1,16 +1,17 @@
-import type { ProcessSample } from '../protocol/counters.js';
+import type { ProcessAt } from '../store/job-records.js';
 import { percentile } from '../store/ring.js';
 import type { StepSums } from '../store/step-buckets.js';
 import { throttleReasonNames, ThrottleReason, type GpuSample, type ThrottleReasonName } from '../counters/types.js';
 import type { HostSample } from '../counters/host.js';
 import type { MatchedBy } from './gpu-match.js';
+import { round } from '../model/round.js';
 
 /**
  * One rank's steps lined up with its GPU's, the host's and its own process's counters over the
  * same stretch of sidecar time. Pure: everything it needs is passed in.
  */
 
-export type ProcessAt = ProcessSample & { at: number };
+export type { ProcessAt };
 
 export interface WindowInput {
   from: number;
@@ -91,11 +92,10 @@ export interface RankWindow {
 
 type Num = number | null;
 
-const round = (value: number, digits = 4) => Math.round(value * 10 ** digits) / 10 ** digits;
 const present = (values: Num[]) => values.filter((v): v is number => v !== null && Number.isFinite(v));
 const mean = (values: Num[]): Num => {
   const xs = present(values);
-  return xs.length ? round(xs.reduce((a, b) => a + b, 0) / xs.length) : null;
+  return xs.length ? round(xs.reduce((a, b) => a + b, 0) / xs.length, 4) : null;
 };
 const min = (values: Num[]): Num => {
   const xs = present(values);
@@ -105,7 +105,7 @@ const max = (values: Num[]): Num => {
   const xs = present(values);
   return xs.length ? Math.max(...xs) : null;
 };
-const ratio = (a: Num, b: Num): Num => (a !== null && b !== null && b > 0 ? round(a / b) : null);
+const ratio = (a: Num, b: Num): Num => (a !== null && b !== null && b > 0 ? round(a / b, 4) : null);
 const lastOf = <T>(values: T[], pick: (v: T) => Num): Num => {
   for (let i = values.length - 1; i >= 0; i--) {
     const value = pick(values[i]!);
@@ -130,13 +130,13 @@ export function rankWindow(input: WindowInput): RankWindow {
     samples_per_s: steps.samplesSteps && seconds > 0 ? round(steps.samples / seconds, 1) : null,
     breakdown: phaseTotal
       ? {
-          data: round(steps.dataNs / phaseTotal),
-          h2d: round(steps.h2dNs / phaseTotal),
-          compute: round(steps.computeNs / phaseTotal),
-          other: round(steps.otherNs / phaseTotal),
+          data: round(steps.dataNs / phaseTotal, 4),
+          h2d: round(steps.h2dNs / phaseTotal, 4),
+          compute: round(steps.computeNs / phaseTotal, 4),
+          other: round(steps.otherNs / phaseTotal, 4),
         }
       : null,
-    gpu_idle_share: steps.gpuIdleSteps ? round(steps.gpuIdleNs / steps.durNs) : null,
+    gpu_idle_share: steps.gpuIdleSteps ? round(steps.gpuIdleNs / steps.durNs, 4) : null,
     gpu: input.gpu && input.gpu.samples.length ? gpuWindow(input.gpu.samples, input.gpu.matchedBy) : null,
     host: input.host.length ? hostWindow(input.host) : null,
     process: processWindow(input.process, input.to),
@@ -154,7 +154,7 @@ function gpuWindow(samples: GpuSample[], matchedBy: MatchedBy): GpuWindow {
   const throttleShare: Partial<Record<ThrottleReasonName, number>> = {};
   for (const name of Object.keys(ThrottleReason) as ThrottleReasonName[]) {
     const active = withReasons.filter((s) => (s.throttleReasons! & ThrottleReason[name]) !== 0).length;
-    if (active) throttleShare[name] = round(active / withReasons.length);
+    if (active) throttleShare[name] = round(active / withReasons.length, 4);
   }
   return {
     index: latest.index,
@@ -222,7 +222,7 @@ function processWindow(samples: ProcessAt[], to: number): ProcessWindow | null {
     rss_bytes: last.rss_bytes,
     cgroup_quota_cores: last.cgroup_quota_cores,
     cgroup_usage_cores: rate((s) => s.cgroup_usage_usec, 1e6),
-    cgroup_throttled_share: periods !== null && throttled !== null && periods > 0 ? round(throttled / periods) : periods === 0 ? 0 : null,
+    cgroup_throttled_share: periods !== null && throttled !== null && periods > 0 ? round(throttled / periods, 4) : periods === 0 ? 0 : null,
     cgroup_throttled_s_per_s: rate((s) => s.cgroup_throttled_usec, 1e6),
   };
 }

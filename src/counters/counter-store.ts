@@ -14,6 +14,11 @@ export interface KnownGpu {
   latest: GpuSample;
 }
 
+export interface CountersDump<Host> {
+  gpus: Array<{ known: KnownGpu; history: GpuSample[]; slices: Array<[number, GpuAggregate]> }>;
+  host: Host[];
+}
+
 /** Recent counter samples, by GPU and for the host, for matching against steps in time. */
 export class CounterStore<Host extends { at: number } = { at: number }> {
   private readonly gpus = new Map<string, { known: KnownGpu; history: Ring<GpuSample>; slices: Map<number, GpuAggregate> }>();
@@ -50,6 +55,23 @@ export class CounterStore<Host extends { at: number } = { at: number }> {
     }
   }
 
+  /** Everything held, as plain data, for a checkpoint. */
+  dump(): CountersDump<Host> {
+    return {
+      gpus: [...this.gpus.values()].map((entry) => ({ known: entry.known, history: entry.history.toArray(), slices: [...entry.slices.entries()] })),
+      host: this.host.toArray(),
+    };
+  }
+
+  static load<Host extends { at: number }>(dump: CountersDump<Host>): CounterStore<Host> {
+    const store = new CounterStore<Host>();
+    for (const gpu of dump.gpus) {
+      store.gpus.set(gpu.known.key, { known: { ...gpu.known }, history: Ring.of(store.historyPerGpu, gpu.history), slices: new Map(gpu.slices.slice(-SLICES_KEPT)) });
+    }
+    for (const sample of dump.host) store.host.push(sample);
+    return store;
+  }
+
   /** Sums of one GPU's samples over [from, to], to the nearest slice. */
   gpuAggregate(key: string, from: number, to: number): GpuAggregate {
     const total = emptyAggregate();
@@ -65,17 +87,18 @@ export class CounterStore<Host extends { at: number } = { at: number }> {
     this.host.push(sample);
   }
 
+  /** Copies: what a reader keeps (a frozen snapshot, say) never holds the store's own objects. */
   knownGpus(): KnownGpu[] {
-    return [...this.gpus.values()].map((entry) => entry.known).sort((a, b) => a.index - b.index);
+    return [...this.gpus.values()].map((entry) => ({ ...entry.known })).sort((a, b) => a.index - b.index);
   }
 
   /** Samples of one GPU with `from <= at <= to`, oldest first. */
   gpuSamples(key: string, from: number, to: number): GpuSample[] {
-    return within(this.gpus.get(key)?.history.toArray() ?? [], from, to);
+    return this.gpus.get(key)?.history.between(from, to, sampleTime) ?? [];
   }
 
   hostSamples(from: number, to: number): Host[] {
-    return within(this.host.toArray(), from, to);
+    return this.host.between(from, to, sampleTime);
   }
 
   latestHost(): Host | null {
@@ -87,6 +110,4 @@ export function gpuKey(sample: Pick<GpuSample, 'uuid' | 'index'>): string {
   return sample.uuid ?? `index:${sample.index}`;
 }
 
-function within<T extends { at: number }>(items: T[], from: number, to: number): T[] {
-  return items.filter((item) => item.at >= from && item.at <= to);
-}
+const sampleTime = (sample: { at: number }) => sample.at;

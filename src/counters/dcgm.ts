@@ -4,7 +4,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import { Poller } from './poller.js';
-import type { Logger } from '../log.js';
+import type { Logger } from '../log/log.js';
 import { describeNoMatch, describeSelector, matchesSelector, parseDcgmSeries, toGpuSamples, type DcgmSelector } from './dcgm-parse.js';
 import { HealthTracker } from './health.js';
 import type { CollectorHealth, GpuCollector, GpuSample, GpuSink } from './types.js';

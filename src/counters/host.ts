@@ -8,7 +8,7 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { Poller } from './poller.js';
-import type { Logger } from '../log.js';
+import type { Logger } from '../log/log.js';
 import {
   cpuPercentages,
   diskRates,

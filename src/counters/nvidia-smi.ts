@@ -1,7 +1,7 @@
 import { execFile, spawn, type ChildProcess, type ExecFileException } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
-import type { Logger } from '../log.js';
+import type { Logger } from '../log/log.js';
 import { hasFigures, parseGpuLine, queryFields, RoundGrouper, unknownQueryField, type ReasonNaming } from './nvidia-smi-parse.js';
 import type { CollectorHealth, CollectorState, GpuCollector, GpuSample, GpuSink } from './types.js';
 

@@ -1,4 +1,4 @@
-import type { Logger } from '../log.js';
+import type { Logger } from '../log/log.js';
 import type { CollectorHealth, GpuCollector, GpuSink } from './types.js';
 
 export const GPU_SOURCES = ['auto', 'nvidia-smi', 'dcgm', 'hook', 'sim', 'none'] as const;

@@ -1,18 +1,21 @@
-import { deviceHint, matchGpu } from './analysis/gpu-match.js';
-import { JobAnalysis, type RankInput, type VerdictEvent } from './analysis/job-analysis.js';
-import { buildSummary, type GpuSummary, type Summary } from './analysis/summary.js';
-import { compare } from './analysis/compare.js';
-import { describeAggregate } from './counters/gpu-aggregate.js';
-import type { World } from './store/replay.js';
-import { windowFor } from './state.js';
+import { deviceHint, matchGpu } from '../analysis/gpu-match.js';
+import { JobAnalysis, type RankInput, type VerdictEvent } from '../analysis/job-analysis.js';
+import { buildSummary, type GpuSummary, type Summary } from '../analysis/summary.js';
+import { compare } from '../analysis/compare.js';
+import type { RankWindow } from '../analysis/window.js';
+import { describeAggregate } from '../counters/gpu-aggregate.js';
+import { jobStart } from '../store/job-snapshot.js';
+import type { World } from './world.js';
 
 export interface AnalystOptions {
-  windowMs: number;
   holdMs: number;
   baseline: Summary | null;
 }
 
-/** Runs the verdict rules over every live job on each tick, and writes up a job when it ends. */
+/** Each rank's window at one tick, by job and rank. */
+export type Windows = Map<string, Map<number, RankWindow>>;
+
+/** Runs the verdict rules over every live job at each tick, and writes up a job's summary. */
 export class Analyst {
   private readonly analyses = new Map<string, JobAnalysis>();
 
@@ -21,24 +24,36 @@ export class Analyst {
     readonly options: AnalystOptions,
   ) {}
 
-  tick(at: number): VerdictEvent[] {
+  tick(at: number, windows: Windows): VerdictEvent[] {
     const events: VerdictEvent[] = [];
-    for (const job of this.analyses.keys()) if (this.world.jobs.startedAt(job) === null) this.analyses.delete(job);
-    for (const { job } of this.world.jobs.liveJobs()) {
-      events.push(...this.analysisOf(job)!.evaluate(this.rankInputs(job, at), at));
+    for (const job of this.analyses.keys()) if (this.world.jobs.runOf(job) === null) this.analyses.delete(job);
+    for (const job of this.world.jobs.liveJobs()) {
+      events.push(...this.analysisOf(job)!.evaluate(this.rankInputs(job, at, windows.get(job) ?? new Map()), at));
     }
     return events;
   }
 
+  /** The analysis of the job's current run (a new run starts a new one). */
   analysisOf(jobId: string): JobAnalysis | null {
+    const job = this.world.jobs.job(jobId);
+    if (!job) return null;
     let analysis = this.analyses.get(jobId);
-    if (!analysis) {
-      const startedAt = this.world.jobs.startedAt(jobId);
-      if (startedAt === null) return null;
-      analysis = new JobAnalysis(jobId, startedAt, this.options.holdMs);
+    if (!analysis || analysis.run !== job.run) {
+      analysis = new JobAnalysis(jobId, job.run, jobStart(job), this.options.holdMs);
       this.analyses.set(jobId, analysis);
     }
+    // The start moves earlier when steps the hook buffered before the sidecar came arrive.
+    analysis.startedAt = jobStart(job);
     return analysis;
+  }
+
+  /** Every analysis held, for a checkpoint. */
+  all(): JobAnalysis[] {
+    return [...this.analyses.values()];
+  }
+
+  restore(analysis: JobAnalysis): void {
+    this.analyses.set(analysis.jobId, analysis);
   }
 
   private hostCores(): number | null {
@@ -46,15 +61,13 @@ export class Analyst {
     return cores ? cores : null;
   }
 
-  private rankInputs(jobId: string, at: number): RankInput[] {
+  private rankInputs(jobId: string, at: number, windows: Map<number, RankWindow>): RankInput[] {
     const hostCores = this.hostCores();
-    return this.world.jobs.rankViews(jobId).map((view) => {
+    return this.world.jobs.rankViews(jobId).flatMap((view) => {
+      const window = windows.get(view.rank);
+      if (!window) return [];
       const last = view.lastStepEndAt();
-      return {
-        rank: view.rank,
-        window: windowFor(view, this.world.counters, at, this.options.windowMs),
-        context: { totalSteps: view.steps(), sinceLastStepMs: last === null ? null : Math.max(0, at - last), env: view.env, hostCores },
-      };
+      return [{ rank: view.rank, window, context: { totalSteps: view.steps(), sinceLastStepMs: last === null ? null : Math.max(0, at - last), env: view.env, hostCores } }];
     });
   }
 
@@ -83,12 +96,13 @@ export class Analyst {
     const job = this.world.jobs.jobSnapshot(jobId, at);
     const analysis = this.analysisOf(jobId);
     if (!job || !analysis) return null;
+    const from = Date.parse(job.started_at);
     const summary = buildSummary({
       job,
       views: this.world.jobs.rankViews(jobId),
       analysis,
-      gpus: this.gpusOf(jobId, Date.parse(job.started_at), at),
-      at,
+      gpus: this.gpusOf(jobId, from, from + job.duration_s * 1000),
+      at: from + job.duration_s * 1000,
     });
     if (this.options.baseline) summary.baseline = compare(this.options.baseline, summary);
     return summary;

@@ -1,8 +1,9 @@
 import type { HostSample } from '../counters/host.js';
-import type { CounterStore } from '../counters/counter-store.js';
-import type { JobStore } from './job-store.js';
-import { fromRow, type JournalEntry } from './journal.js';
+import { CounterStore } from '../counters/counter-store.js';
+import { JobStore } from '../store/job-store.js';
+import { fromRow, type JournalEntry } from './entries.js';
 
+/** The data the engine holds: jobs and their steps, and the counters to match them with. */
 export interface World {
   jobs: JobStore;
   counters: CounterStore<HostSample>;
@@ -10,18 +11,26 @@ export interface World {
   hookGpu: boolean;
 }
 
-/** Applies one journal entry: the same calls the live ingest made, so a replay rebuilds the same state. */
-export function applyEntry(world: World, entry: JournalEntry): void {
+export const emptyWorld = (): World => ({ jobs: new JobStore(), counters: new CounterStore<HostSample>(), hookGpu: false });
+
+/** Applies one data entry to the world; the engine handles the others. Throws on an unknown session. */
+export function applyData(world: World, entry: JournalEntry): void {
   const { jobs, counters } = world;
   switch (entry.t) {
     case 'hello':
       jobs.hello(entry.hello, entry.at);
       break;
+    case 'connect':
+      jobs.connected(entry.session);
+      break;
+    case 'disconnect':
+      jobs.disconnected(entry.session, entry.at);
+      break;
     case 'env':
       jobs.env(entry.session, entry.env);
       break;
     case 'steps':
-      jobs.steps(entry.session, entry.rows.map(fromRow), entry.dropped, entry.at);
+      jobs.steps(entry.session, entry.rows.map(fromRow), entry.dropped, entry.at, entry.duplicates ?? 0);
       break;
     case 'end':
       jobs.end(entry.session);
@@ -36,6 +45,11 @@ export function applyEntry(world: World, entry: JournalEntry): void {
       break;
     case 'host':
       counters.addHostSample(entry.sample);
+      break;
+    case 'summarized':
+      jobs.summarized(entry.job, entry.run);
+      break;
+    default:
       break;
   }
 }

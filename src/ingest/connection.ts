@@ -2,14 +2,21 @@ import type { Logger } from 'pino';
 import type { RawData, WebSocket } from 'ws';
 import { decode, encode } from '../protocol/codec.js';
 import { CloseCode, parseHookMessage, ProtocolError, sidecarFrame, type Hello, type SidecarMessage } from '../protocol/messages.js';
+import { JournalRefused } from '../journal/recorder.js';
 import type { Ingest } from './ingest.js';
 import { RateLimiter } from './limits.js';
 
 const MAX_REASON_BYTES = 123;
 
-function closeReason(text: string): string {
-  const bytes = Buffer.from(text);
-  return bytes.length <= MAX_REASON_BYTES ? text : bytes.subarray(0, MAX_REASON_BYTES - 3).toString() + '...';
+/** At most 123 bytes of UTF-8, cut at a character boundary: ws throws on a longer reason. */
+export function closeReason(text: string): string {
+  if (Buffer.byteLength(text) <= MAX_REASON_BYTES) return text;
+  let cut = '';
+  for (const char of text) {
+    if (Buffer.byteLength(cut + char) > MAX_REASON_BYTES - 3) break;
+    cut += char;
+  }
+  return cut + '...';
 }
 
 function toBuffer(data: RawData): Buffer {
@@ -21,6 +28,8 @@ function toBuffer(data: RawData): Buffer {
 /** One hook's websocket: hello first, then steps / env / end, each validated before use. */
 export class HookConnection {
   private hello: Hello | null = null;
+  /** Whether the connect was recorded (so a disconnect is owed). */
+  private registered = false;
   private closed = false;
   private log: Logger;
   private readonly rate: RateLimiter;
@@ -118,13 +127,15 @@ export class HookConnection {
       return;
     }
     this.hello = hello;
-    const accepted = this.ingest.hello(hello);
-    if (first) {
-      this.ingest.connected(hello.session);
-      this.log = this.log.child({ job: hello.job, rank: hello.rank });
-    }
-    accepted.then(
-      (result) => {
+    if (first) this.log = this.log.child({ job: hello.job, rank: hello.rank });
+    this.ingest.hello(hello).then(
+      async (result) => {
+        if (first) {
+          await this.ingest.connected(hello.session);
+          this.registered = true;
+          // Closed while the hello was being written: its disconnect is owed now.
+          if (this.closed) void this.ingest.disconnected(hello.session).catch(() => undefined);
+        }
         this.send({ type: 'welcome', session: hello.session, ack: result.ack, counters: this.ingest.wants });
         this.log.info({ session: hello.session, resumed: result.resumed, ack: result.ack, world_size: hello.world_size }, 'hook connected');
       },
@@ -144,6 +155,12 @@ export class HookConnection {
   }
 
   private fail(error: Error): void {
+    if (error instanceof JournalRefused) {
+      // The hook keeps what was not acknowledged and sends it again once it reconnects.
+      this.log.warn({ err: error.message }, 'journal cannot write; closing connection, the hook will resend');
+      this.close(CloseCode.tryAgainLater, 'journal cannot write: ' + error.message);
+      return;
+    }
     this.log.error({ err: error.message }, 'ingest failed; closing connection');
     this.close(CloseCode.internalError, 'sidecar error: ' + error.message);
   }
@@ -158,6 +175,6 @@ export class HookConnection {
     if (this.closed) return;
     this.closed = true;
     this.ingest.stats.connections -= 1;
-    if (this.hello) this.ingest.disconnected(this.hello.session);
+    if (this.hello && this.registered) void this.ingest.disconnected(this.hello.session).catch(() => undefined);
   }
 }

@@ -1,29 +1,28 @@
-import { deviceHint, matchGpu, type GpuMatch } from '../analysis/gpu-match.js';
-import type { Straggler } from '../analysis/straggler.js';
+import type { GpuMatch } from '../analysis/gpu-match.js';
+import type { Straggler } from '../model/straggler.js';
 import type { Cause, Verdict } from '../analysis/verdict.js';
-import type { Analyst } from '../analyst.js';
 import type { KnownGpu } from '../counters/counter-store.js';
 import type { HostSample } from '../counters/host.js';
 import type { GpuSample } from '../counters/types.js';
+import type { EngineSnapshot, RankTotals, VerdictState } from '../engine/snapshot.js';
 import type { IngestStats } from '../ingest/ingest.js';
-import { windowFor, type SourceStatus } from '../state.js';
+import type { SourceStatus } from '../counters/status.js';
+import type { JournalHealth } from '../journal/health.js';
+import type { DurationCounts } from '../store/duration-counts.js';
 import type { RankSnapshot } from '../store/job-store.js';
-import type { World } from '../store/replay.js';
 import type { StepSums } from '../store/step-buckets.js';
 
-/** What /metrics is made from: the sidecar's state, read once per scrape for every family. */
+/** What /metrics is made from: the engine's latest snapshot, read once per scrape for every family. */
 
 export interface MetricsInputs {
-  world: World;
-  analyst: Analyst;
+  snapshot: () => EngineSnapshot;
   ingest: IngestStats;
   sources: () => SourceStatus;
-  /** The --window: the span of the throttle-reason shares. */
-  windowMs: number;
+  /** The journal's health (null without --out). */
+  journal: () => JournalHealth | null;
   version: string;
   /** Viewer connections open now. */
   viewers: () => number;
-  now?: () => number;
 }
 
 export interface VerdictNow {
@@ -35,6 +34,7 @@ export interface RankScrape {
   rank: number;
   snapshot: RankSnapshot;
   totals: StepSums;
+  durations: DurationCounts;
   /** What describes the present (verdict, straggler, throttling, GPU): null once the job has ended. */
   live: {
     verdict: VerdictNow | null;
@@ -64,46 +64,50 @@ export interface Scrape {
   gpus: GpuScrape[];
   host: HostSample | null;
   sources: SourceStatus;
+  journal: JournalHealth | null;
+  skipped: Record<string, number>;
 }
 
-const verdictNow = (held: { judgement: { verdict: Verdict; cause: Cause } } | null): VerdictNow | null =>
-  held ? { verdict: held.judgement.verdict, cause: held.judgement.cause } : null;
+const verdictNow = (held: VerdictState | null): VerdictNow | null => (held ? { verdict: held.verdict, cause: held.cause } : null);
 
-export function readScrape(inputs: MetricsInputs, at: number): Scrape {
-  const { world, analyst, windowMs } = inputs;
-  const knownGpus = world.counters.knownGpus();
-  const views = new Map(world.jobs.rankViews().map((view) => [`${view.job}\u0000${view.rank}`, view]));
-  const jobs = world.jobs.snapshot(at).map((job): JobScrape => {
-    const analysis = job.ended ? null : analyst.analysisOf(job.job);
-    const straggler = analysis?.straggler() ?? null;
-    return {
+export function readScrape(inputs: MetricsInputs): Scrape {
+  const snapshot = inputs.snapshot();
+  const totals = new Map<string, RankTotals>(snapshot.ranks.map((rank) => [`${rank.job}\u0000${rank.rank}`, rank]));
+  const jobs = snapshot.jobs.map(
+    (job): JobScrape => ({
       job: job.job,
       ended: job.ended,
-      verdict: verdictNow(analysis?.jobVerdict() ?? null),
-      straggler,
-      ranks: job.ranks.map((snapshot): RankScrape => {
-        const view = views.get(`${job.job}\u0000${snapshot.rank}`)!;
-        return {
-          rank: snapshot.rank,
-          snapshot,
-          totals: view.totals,
-          live: analysis
-            ? {
-                verdict: verdictNow(analysis.rankVerdict(snapshot.rank)),
-                straggler: straggler?.rank === snapshot.rank,
-                cgroupThrottledShare: windowFor(view, world.counters, at, windowMs).process?.cgroup_throttled_share ?? null,
-                gpu: matchGpu(deviceHint(view.env, view.localRank), knownGpus),
-              }
-            : null,
-        };
+      verdict: job.ended ? null : verdictNow(job.verdict),
+      straggler: job.ended ? null : job.straggler,
+      ranks: job.ranks.flatMap((rank): RankScrape[] => {
+        const held = totals.get(`${job.job}\u0000${rank.rank}`);
+        if (!held) return [];
+        return [
+          {
+            rank: rank.rank,
+            snapshot: rank,
+            totals: held.totals,
+            durations: held.durations,
+            live: job.ended
+              ? null
+              : {
+                  verdict: verdictNow(rank.verdict),
+                  straggler: rank.straggler,
+                  cgroupThrottledShare: rank.window.process?.cgroup_throttled_share ?? null,
+                  gpu: held.gpu,
+                },
+          },
+        ];
       }),
-    };
-  });
+    }),
+  );
   return {
-    at,
+    at: snapshot.at,
     jobs,
-    gpus: knownGpus.map((gpu) => ({ gpu, recent: world.counters.gpuSamples(gpu.key, at - windowMs, at) })),
-    host: world.counters.latestHost(),
+    gpus: snapshot.gpus.map(({ known, recent }) => ({ gpu: known, recent })),
+    host: snapshot.host,
     sources: inputs.sources(),
+    journal: inputs.journal(),
+    skipped: snapshot.entries.skipped,
   };
 }

@@ -5,10 +5,9 @@ import { registerCounterFamilies } from './metrics-counters.js';
 import { counterFamily, gaugeFamily } from './metrics-family.js';
 import { registerJobFamilies } from './metrics-jobs.js';
 import { readScrape, type MetricsInputs, type Scrape } from './metrics-scrape.js';
-import type { StepDurationHistogram } from './metrics-steps.js';
+import { registerStepDurations } from './metrics-steps.js';
 
 export type { MetricsInputs } from './metrics-scrape.js';
-export { stepDurationHistogram, StepTimedJobStore, type StepDurationHistogram } from './metrics-steps.js';
 
 // Reported from zero, so that rate() and increase() see the first refusal.
 const REFUSAL_CODES = [CloseCode.protocolError, CloseCode.unsupportedData, CloseCode.invalidPayload, CloseCode.policyViolation, CloseCode.tooBig, CloseCode.tryAgainLater];
@@ -52,19 +51,55 @@ function registerIngestFamilies(registry: Registry, inputs: MetricsInputs): void
   gaugeFamily(registry, { name: 'stepscope_viewer_open_connections', help: 'Viewer connections (ws /v1/stream) open now.', labelNames: [], samples: () => single(inputs.viewers()) });
 }
 
+function registerJournalFamilies(registry: Registry, scrape: () => Scrape): void {
+  const journal = () => scrape().journal;
+  gaugeFamily(registry, {
+    name: 'stepscope_journal_ok',
+    help: 'Whether the journal writes (1) or has failed or reached its cap (0); acknowledgements wait for it. Absent without --out.',
+    labelNames: [],
+    samples: () => [[{}, journal() ? Number(journal()!.ok) : null]],
+  });
+  gaugeFamily(registry, { name: 'stepscope_journal_bytes', help: 'Bytes of the journal on disk now: the checkpoint and the segments since it.', labelNames: [], samples: () => [[{}, journal()?.bytes ?? null]] });
+  gaugeFamily(registry, { name: 'stepscope_journal_max_bytes', help: 'The journal\'s hard cap (--journal-max-bytes).', labelNames: [], samples: () => [[{}, journal()?.maxBytes ?? null]] });
+  counterFamily(registry, { name: 'stepscope_journal_write_errors_total', help: 'Journal writes that failed (disk full, I/O error, read-only): nothing in them was acknowledged.', labelNames: [], samples: () => [[{}, journal()?.writeErrors ?? null]] });
+  counterFamily(registry, { name: 'stepscope_journal_checkpoints_total', help: 'Checkpoints written since the sidecar started.', labelNames: [], samples: () => [[{}, journal()?.checkpoints ?? null]] });
+  counterFamily(registry, {
+    name: 'stepscope_journal_given_up_total',
+    help: 'Entries applied but not journaled to stay under the cap, by kind (counter samples only; steps are never given up, they wait).',
+    labelNames: ['kind'],
+    *samples() {
+      const givenUp = journal()?.givenUp;
+      if (givenUp) for (const [kind, count] of byKey(givenUp, ['gpu', 'host', 'counters'])) yield [{ kind }, count];
+    },
+  });
+  counterFamily(registry, {
+    name: 'stepscope_engine_skipped_entries_total',
+    help: 'Entries (live or replayed) the engine could not apply, by reason, e.g. a session it no longer holds: skipped, never fatal.',
+    labelNames: ['reason'],
+    *samples() {
+      for (const [reason, count] of byKey(scrape().skipped, ['unknown-session'])) yield [{ reason }, count];
+    },
+  });
+  counterFamily(registry, {
+    name: 'stepscope_journal_replay_skipped_total',
+    help: 'Journal lines or entries the last start-up could not use (torn, corrupt, unknown): skipped, never fatal.',
+    labelNames: [],
+    samples: () => [[{}, journal()?.replay ? journal()!.replay!.skipped + journal()!.replay!.problems : null]],
+  });
+}
+
 /**
  * GET /metrics in the Prometheus text format, from a registry of this sidecar's own. Every family
- * is read at scrape time from one reading of the state; only the step-duration histogram is fed as
- * steps arrive (see StepTimedJobStore).
+ * is read at scrape time from one reading of the engine's latest snapshot.
  */
-export function registerMetrics(app: FastifyInstance, inputs: MetricsInputs & { stepDurations: StepDurationHistogram }): void {
-  const now = inputs.now ?? Date.now;
+export function registerMetrics(app: FastifyInstance, inputs: MetricsInputs): void {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'stepscope_' });
   let scrape: Scrape | null = null;
-  const current = () => (scrape ??= readScrape(inputs, now()));
+  const current = () => (scrape ??= readScrape(inputs));
   registerIngestFamilies(registry, inputs);
-  registry.registerMetric(inputs.stepDurations);
+  registerStepDurations(registry, current);
+  registerJournalFamilies(registry, current);
   registerJobFamilies(registry, current);
   registerCounterFamilies(registry, current);
 

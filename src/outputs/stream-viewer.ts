@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { WebSocket } from 'ws';
-import { StreamCloseCode } from './stream-frames.js';
+import { StreamCloseCode } from '../protocol/stream.js';
 
 export interface StreamLimits {
   /** A frame is held back (and the viewer later gets the newest state whole) when the unsent bytes plus the frame would pass this. */

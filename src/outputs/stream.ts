@@ -1,32 +1,43 @@
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import type { VerdictEvent } from '../analysis/job-analysis.js';
-import { STREAM_VERSION, StreamCloseCode, type SidecarState, type SnapshotFrame, type StreamHistory, type UpdateFrame, type VerdictFrame } from './stream-frames.js';
+import type { EngineSnapshot, HistorySeries } from '../engine/snapshot.js';
+import type { SidecarState } from '../protocol/state.js';
+import { STREAM_VERSION, StreamCloseCode, type SnapshotFrame, type StreamHistory, type UpdateFrame, type VerdictFrame } from '../protocol/stream.js';
 import { DEFAULT_STREAM_LIMITS, StreamViewer, type FrameKind, type StreamLimits } from './stream-viewer.js';
 
 export const DEFAULT_STREAM_RATE_HZ = 4;
-const HISTORY_MS = 300_000;
-const SLICE_MS = 1_000;
 const SHUTDOWN_GRACE_MS = 1_000;
 
 export type Subscribe<T> = (listener: (value: T) => void) => () => void;
 
 export interface StreamOptions {
-  /** The whole state at a time: the body of GET /v1/state. */
-  state: (at: number) => SidecarState;
-  /** Sparkline figures over [from, to) in slices of `sliceMs`. */
-  history: (from: number, to: number, sliceMs: number) => StreamHistory;
-  /** Verdict changes, as the Analyst finds them. */
-  verdictEvents?: Subscribe<VerdictEvent[]>;
+  /** The body of GET /v1/state, from the latest snapshot. */
+  state: () => SidecarState;
+  /** The engine's latest snapshot (its sparkline history and time). */
+  snapshot: () => EngineSnapshot;
+  /** Each new snapshot, whose verdict changes go out as they happen. */
+  onSnapshot?: Subscribe<EngineSnapshot>;
   rateHz?: number;
   limits?: Partial<StreamLimits>;
   log: Logger;
-  now?: () => number;
 }
 
 export interface StreamHub {
   readonly viewers: number;
   close(): void;
+}
+
+/** The last `slices` slices of the snapshot's history (all of it when null), as a frame carries them. */
+function historyTail(history: HistorySeries, at: number, slices: number | null): StreamHistory {
+  const total = Math.max(0, Math.ceil((at - history.from) / history.sliceMs));
+  const skip = slices === null ? 0 : Math.max(0, total - slices);
+  return {
+    from: new Date(history.from + skip * history.sliceMs).toISOString(),
+    slice_s: history.sliceMs / 1000,
+    ranks: history.ranks.map((r) => ({ ...r, step_ms: r.step_ms.slice(skip) })),
+    gpus: history.gpus.map((g) => ({ ...g, util: g.util.slice(skip), sm_clock_pct: g.sm_clock_pct.slice(skip) })),
+  };
 }
 
 const encode = (frame: SnapshotFrame | UpdateFrame | VerdictFrame) => Buffer.from(JSON.stringify(frame));
@@ -54,19 +65,17 @@ function verdictFrame(event: VerdictEvent): VerdictFrame {
  * the number of viewers; each viewer then takes it or, if behind, is skipped (see StreamViewer).
  */
 export function registerStream(app: FastifyInstance, options: StreamOptions): StreamHub {
-  const now = options.now ?? Date.now;
   const rateHz = options.rateHz ?? DEFAULT_STREAM_RATE_HZ;
   const tickMs = 1000 / rateHz;
   const limits: StreamLimits = { ...DEFAULT_STREAM_LIMITS, ...options.limits };
   // An update's history covers the slices a tick can have touched since the previous one.
-  const tailSlices = Math.ceil(tickMs / SLICE_MS) + 2;
+  const tailSlices = (history: HistorySeries) => Math.ceil(tickMs / history.sliceMs) + 2;
   const viewers = new Set<StreamViewer>();
   let seq = 0;
   /** The state read at a tick, and its frames once encoded. */
-  type Tick = { at: number; state: SidecarState; update: Buffer | null; snapshot: Buffer | null };
+  type Tick = { at: number; state: SidecarState; history: HistorySeries; update: Buffer | null; snapshot: Buffer | null };
   let current: Tick | null = null;
 
-  const sliceStart = (at: number) => Math.floor(at / SLICE_MS) * SLICE_MS;
   const snapshotOf = (tick: Tick) =>
     (tick.snapshot ??= encode({
       v: STREAM_VERSION,
@@ -75,7 +84,7 @@ export function registerStream(app: FastifyInstance, options: StreamOptions): St
       at: new Date(tick.at).toISOString(),
       rate_hz: rateHz,
       state: tick.state,
-      history: options.history(sliceStart(tick.at) - HISTORY_MS + SLICE_MS, tick.at, SLICE_MS),
+      history: historyTail(tick.history, tick.at, null),
     }));
   const updateOf = (tick: Tick) =>
     (tick.update ??= encode({
@@ -84,11 +93,11 @@ export function registerStream(app: FastifyInstance, options: StreamOptions): St
       seq,
       at: new Date(tick.at).toISOString(),
       state: tick.state,
-      history: options.history(sliceStart(tick.at) - (tailSlices - 1) * SLICE_MS, tick.at, SLICE_MS),
+      history: historyTail(tick.history, tick.at, tailSlices(tick.history)),
     }));
   const readState = (): Tick => {
-    const at = now();
-    return { at, state: options.state(at), update: null, snapshot: null };
+    const snapshot = options.snapshot();
+    return { at: snapshot.at, state: options.state(), history: snapshot.history, update: null, snapshot: null };
   };
   const send = (viewer: StreamViewer, tick: Tick) => {
     const kind: FrameKind = viewer.needsSnapshot ? 'snapshot' : 'update';
@@ -107,7 +116,7 @@ export function registerStream(app: FastifyInstance, options: StreamOptions): St
   const heartbeat = setInterval(() => viewers.forEach((viewer) => viewer.heartbeat()), limits.heartbeatMs);
   heartbeat.unref();
 
-  const unsubscribe = options.verdictEvents?.((events) => {
+  const unsubscribe = options.onSnapshot?.(({ events }) => {
     if (viewers.size === 0) return;
     for (const event of events) {
       const frame = encode(verdictFrame(event));

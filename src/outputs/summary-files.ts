@@ -13,17 +13,24 @@ function safeName(job: string): string {
   return job.replace(/[^A-Za-z0-9._-]+/g, '_').slice(0, 100);
 }
 
+/** `summary-<job>` for a job's first run, `summary-<job>.<run>` for the runs after it. */
+export function summaryBase(job: string, run: number): string {
+  return `summary-${safeName(job)}${run > 1 ? `.${run}` : ''}`;
+}
+
 /**
- * Writes summary.json and summary.md (the latest job to end) and summary-<job>.json/.md (every job)
- * into `dir`. Each file appears whole or not at all: a reader never sees half a summary.
+ * Writes summary.json and summary.md (the latest run to end) and summary-<job>[.<run>].json/.md
+ * (every run, each its own, never overwritten by a later run) into `dir`. Each file appears whole or
+ * not at all: a reader never sees half a summary.
  */
-export async function writeSummaryFiles(dir: string, summary: Summary): Promise<string[]> {
+export async function writeSummaryFiles(dir: string, summary: Summary, run = 1): Promise<string[]> {
   await mkdir(dir, { recursive: true });
   const json = JSON.stringify(summary, null, 2) + '\n';
   const md = renderSummary(summary, 'md');
+  const base = summaryBase(summary.job, run);
   const files: Array<[string, string]> = [
-    [`summary-${safeName(summary.job)}.json`, json],
-    [`summary-${safeName(summary.job)}.md`, md],
+    [`${base}.json`, json],
+    [`${base}.md`, md],
     ['summary.json', json],
     ['summary.md', md],
   ];

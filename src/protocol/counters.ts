@@ -1,5 +1,5 @@
 import { Ajv, type ValidateFunction } from 'ajv';
-import { emptyGpuSample, type GpuSample } from '../counters/types.js';
+import { emptyGpuSample, type GpuSample } from '../model/gpu.js';
 
 /** Counters that only the hook can read, as sent in `counters` frames (see docs/protocol.md). */
 

@@ -17,6 +17,23 @@ export class LogHistogram {
     this.count += 1;
   }
 
+  /** The non-empty buckets as [index, count] pairs, for a checkpoint. */
+  dump(): Array<[number, number]> {
+    const pairs: Array<[number, number]> = [];
+    this.counts.forEach((count, i) => count && pairs.push([i, count]));
+    return pairs;
+  }
+
+  static load(pairs: ReadonlyArray<readonly [number, number]>): LogHistogram {
+    const histogram = new LogHistogram();
+    for (const [i, count] of pairs) {
+      if (i < 0 || i >= histogram.counts.length) continue;
+      histogram.counts[i] = count;
+      histogram.count += count;
+    }
+    return histogram;
+  }
+
   merge(other: LogHistogram): void {
     for (let i = 0; i < this.counts.length; i++) this.counts[i]! += other.counts[i]!;
     this.count += other.count;

@@ -1,8 +1,12 @@
-import type { ProcessAt } from '../analysis/window.js';
+import type { ProcessSample } from '../protocol/counters.js';
 import type { Env, StepRecord } from '../protocol/messages.js';
+import type { DurationCounts } from './duration-counts.js';
 import type { LogHistogram } from './histogram.js';
 import type { Ring } from './ring.js';
 import type { StepBuckets, StepSums } from './step-buckets.js';
+
+/** A process sample from a rank's hook, placed on the sidecar's clock. */
+export type ProcessAt = ProcessSample & { at: number };
 
 /** The shapes the job store keeps: one job, its ranks, and each process (session) of a rank. */
 
@@ -50,13 +54,21 @@ export interface Rank {
   recent: Ring<TimedStep>;
   buckets: StepBuckets;
   histogram: LogHistogram;
+  /** Step durations in the Prometheus histogram's buckets, for /metrics. */
+  durations: DurationCounts;
   process: Ring<ProcessAt>;
 }
 
 export interface Job {
   id: string;
+  /** 1 for the first run of this job name, then one more for each run after one that ended. */
+  run: number;
   worldSize: number;
-  startedAt: number;
+  /** When the first hello came. */
+  helloAt: number;
+  /** Sidecar-clock start of the earliest step received: the job's real start, whenever the sidecar started. */
+  firstStepAt: number | null;
+  summarized: boolean;
   ranks: Map<number, Rank>;
   connections: number;
   disconnectedSince: number | null;

@@ -37,6 +37,8 @@ export interface RankSnapshot {
 
 export interface JobSnapshot {
   job: string;
+  /** 1 for the job's first run, then one more for each new run after one had ended. */
+  run: number;
   world_size: number;
   started_at: string;
   duration_s: number;
@@ -105,18 +107,32 @@ function rankSnapshot(rank: Rank): RankSnapshot {
       p90: finiteOrNull(percentile(sorted, 90)),
     },
     recent_step_ms: stepMs.slice(-64),
-    env: rank.env,
+    env: { ...rank.env },
   };
+}
+
+/** The start of the job's first step, wherever the sidecar joined it; its first hello before any step. */
+export function jobStart(job: Job): number {
+  return job.firstStepAt ?? job.helloAt;
+}
+
+/** The end of its last step once ended (not the moment the sidecar noticed), else `at`. */
+export function jobEnd(job: Job, at: number): number {
+  if (job.endedAt === null) return at;
+  const lastStepEnd = Math.max(...[...job.ranks.values()].map((rank) => rank.lastStepEndAt ?? -Infinity));
+  return Number.isFinite(lastStepEnd) ? lastStepEnd : job.endedAt;
 }
 
 export function describeJob(job: Job, at: number): JobSnapshot {
   const ranks = [...job.ranks.values()].sort((a, b) => a.rank - b.rank).map((rank) => rankSnapshot(rank));
   const sum = (pick: (r: RankSnapshot) => number) => ranks.reduce((total, r) => total + pick(r), 0);
+  const startedAt = jobStart(job);
   return {
     job: job.id,
+    run: job.run,
     world_size: job.worldSize,
-    started_at: new Date(job.startedAt).toISOString(),
-    duration_s: ((job.endedAt ?? at) - job.startedAt) / 1000,
+    started_at: new Date(startedAt).toISOString(),
+    duration_s: Math.max(0, (jobEnd(job, at) - startedAt) / 1000),
     connected: job.connections > 0,
     ended: job.endedAt !== null,
     end_reason: job.endReason,

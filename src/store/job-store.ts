@@ -1,9 +1,9 @@
-import type { ProcessAt } from '../analysis/window.js';
-import type { GpuSample } from '../counters/types.js';
+import type { GpuSample } from '../model/gpu.js';
 import { nvmlToGpuSample, type CounterBatch } from '../protocol/counters.js';
 import type { Env, Hello, StepRecord } from '../protocol/messages.js';
+import { addDuration, emptyDurations, type DurationCounts } from './duration-counts.js';
 import { LogHistogram } from './histogram.js';
-import { toSidecarMs, type EndReason, type Job, type Rank, type Session, type TimedStep } from './job-records.js';
+import { toSidecarMs, type EndReason, type Job, type ProcessAt, type Rank, type Session, type TimedStep } from './job-records.js';
 import { describeJob, type JobSnapshot } from './job-snapshot.js';
 import { Ring } from './ring.js';
 import { addStep, emptySums, StepBuckets, type StepSums } from './step-buckets.js';
@@ -20,6 +20,7 @@ export interface RankView {
   buckets: StepBuckets;
   histogram: LogHistogram;
   totals: StepSums;
+  durations: DurationCounts;
   steps(): number;
   lastStepEndAt(): number | null;
   recent(): TimedStep[];
@@ -46,6 +47,17 @@ export interface StoreOptions {
 
 export class UnknownSessionError extends Error {}
 
+type SessionDump = Omit<Session, 'job' | 'rank'>;
+type RankDump = Omit<Rank, 'latest' | 'sessions' | 'recent' | 'buckets' | 'histogram' | 'process'> & {
+  latest: string;
+  sessions: SessionDump[];
+  recent: TimedStep[];
+  buckets: number[][];
+  histogram: Array<[number, number]>;
+  process: ProcessAt[];
+};
+export type JobsDump = Array<Omit<Job, 'ranks'> & { ranks: RankDump[] }>;
+
 /**
  * What the sidecar knows about the jobs that report to it. Pure: every method takes the
  * sidecar-clock time (`at`, ms since the epoch) it should use, so a journal replays into
@@ -54,6 +66,8 @@ export class UnknownSessionError extends Error {}
 export class JobStore {
   private readonly jobs = new Map<string, Job>();
   private readonly sessions = new Map<string, Session>();
+  /** Jobs kept; the ingest refuses a new job beyond it unless an ended one can go. */
+  maxJobs = Number.POSITIVE_INFINITY;
   private readonly recentSteps: number;
   private readonly sessionsPerRank: number;
 
@@ -65,6 +79,7 @@ export class JobStore {
   hello(hello: Hello, at: number): HelloResult {
     const job = this.jobFor(hello, at);
     let session = this.sessions.get(hello.session);
+    if (session && session.job !== job) session = undefined;
     const resumed = session !== undefined;
     if (!session) {
       const rank = this.rankFor(job, hello);
@@ -85,8 +100,9 @@ export class JobStore {
       };
       this.sessions.set(session.id, session);
       rank.sessions.push(session);
-      this.forgetOldSessions(rank);
+      // The new session is the rank's latest before old ones are forgotten, so it is never one of them.
       rank.latest = session;
+      this.forgetOldSessions(rank);
     }
     session.ended = false;
     session.clockOffsetMs = at - hello.clock.wall_ms;
@@ -105,11 +121,11 @@ export class JobStore {
   }
 
   /** Adds the records not seen before; records at or below the session's highest seq are duplicates. */
-  steps(sessionId: string, records: readonly StepRecord[], dropped: number, at: number): StepsResult {
+  steps(sessionId: string, records: readonly StepRecord[], dropped: number, at: number, duplicatesSeen = 0): StepsResult {
     const session = this.session(sessionId);
     const rank = session.rank;
     const accepted: StepRecord[] = [];
-    let duplicates = 0;
+    let duplicates = duplicatesSeen;
     for (const record of records) {
       if (record.seq <= session.maxSeq) {
         duplicates += 1;
@@ -122,6 +138,9 @@ export class JobStore {
       rank.recent.push({ record, endAt });
       rank.buckets.add(record, endAt);
       rank.histogram.add(record.durNs / 1e6);
+      addDuration(rank.durations, record.durNs / 1e9);
+      const startAt = endAt - record.durNs / 1e6;
+      if (session.job.firstStepAt === null || startAt < session.job.firstStepAt) session.job.firstStepAt = startAt;
       rank.lastStepEndAt = Math.max(rank.lastStepEndAt ?? endAt, endAt);
       rank.steps += 1;
       rank.lastStep = record.step;
@@ -159,6 +178,7 @@ export class JobStore {
           buckets: rank.buckets,
           histogram: rank.histogram,
           totals: rank.totals,
+          durations: rank.durations,
           steps: () => rank.steps,
           lastStepEndAt: () => rank.lastStepEndAt,
           recent: () => rank.recent.toArray(),
@@ -169,9 +189,19 @@ export class JobStore {
     return views;
   }
 
-  /** Highest sequence number held for the session. */
+  /** Highest sequence number held for the session (0 for one not known). */
   ack(sessionId: string): number {
-    return this.session(sessionId).maxSeq;
+    return this.sessions.get(sessionId)?.maxSeq ?? 0;
+  }
+
+  /** Whether a hello with this session would resume it (the same job's current run has it). */
+  hasSession(sessionId: string, jobId: string): boolean {
+    const session = this.sessions.get(sessionId);
+    return session !== undefined && session.job.id === jobId;
+  }
+
+  hasEndedJob(): boolean {
+    return [...this.jobs.values()].some((job) => job.endedAt !== null && job.connections === 0);
   }
 
   end(sessionId: string): void {
@@ -242,9 +272,13 @@ export class JobStore {
       if (job.endedAt !== null && job.connections === 0 && (!oldest || job.endedAt < oldest.endedAt!)) oldest = job;
     }
     if (!oldest) return null;
-    this.jobs.delete(oldest.id);
-    for (const [id, session] of this.sessions) if (session.job === oldest) this.sessions.delete(id);
+    this.forgetJob(oldest);
     return oldest.id;
+  }
+
+  /** The job's current run as held, for the engine's own reading. */
+  job(jobId: string): Readonly<Job> | null {
+    return this.jobs.get(jobId) ?? null;
   }
 
   hasJob(job: string): boolean {
@@ -269,13 +303,24 @@ export class JobStore {
     return job ? describeJob(job, at) : null;
   }
 
-  /** Jobs still running, with when they started. */
-  liveJobs(): Array<{ job: string; startedAt: number }> {
-    return [...this.jobs.values()].filter((job) => job.endedAt === null).map((job) => ({ job: job.id, startedAt: job.startedAt }));
+  /** Jobs still running. */
+  liveJobs(): string[] {
+    return [...this.jobs.values()].filter((job) => job.endedAt === null).map((job) => job.id);
   }
 
-  startedAt(jobId: string): number | null {
-    return this.jobs.get(jobId)?.startedAt ?? null;
+  /** The run of a job now held (a new run of an ended job replaces it), or null if unknown. */
+  runOf(jobId: string): number | null {
+    return this.jobs.get(jobId)?.run ?? null;
+  }
+
+  /** Ended runs whose summary files are not yet written. */
+  unsummarized(): string[] {
+    return [...this.jobs.values()].filter((job) => job.endedAt !== null && !job.summarized).map((job) => job.id);
+  }
+
+  summarized(jobId: string, run: number): void {
+    const job = this.jobs.get(jobId);
+    if (job && job.run === run) job.summarized = true;
   }
 
   snapshot(at: number): JobSnapshot[] {
@@ -309,28 +354,97 @@ export class JobStore {
     }
   }
 
+  /** Everything the store holds, as plain data, for a checkpoint. */
+  dump(): JobsDump {
+    return [...this.jobs.values()].map((job) => ({
+      ...job,
+      ranks: [...job.ranks.values()].map((rank) => ({
+        ...rank,
+        latest: rank.latest.id,
+        sessions: rank.sessions.map(({ job: _job, rank: _rank, ...session }) => session),
+        recent: rank.recent.toArray(),
+        buckets: rank.buckets.dump(),
+        histogram: rank.histogram.dump(),
+        process: rank.process.toArray(),
+      })),
+    }));
+  }
+
+  /** A store holding what `dump` gave. */
+  static load(dump: JobsDump, options: StoreOptions = {}): JobStore {
+    const store = new JobStore(options);
+    for (const jobDump of dump) {
+      const job: Job = { ...jobDump, ranks: new Map() };
+      for (const rankDump of jobDump.ranks) {
+        const rank: Rank = {
+          ...rankDump,
+          latest: undefined as unknown as Session,
+          sessions: [],
+          recent: Ring.of(store.recentSteps, rankDump.recent),
+          buckets: StepBuckets.load(rankDump.buckets),
+          histogram: LogHistogram.load(rankDump.histogram),
+          process: Ring.of(120, rankDump.process),
+        };
+        for (const sessionDump of rankDump.sessions) {
+          const session: Session = { ...sessionDump, job, rank };
+          rank.sessions.push(session);
+          store.sessions.set(session.id, session);
+        }
+        const latest = rank.sessions.find((session) => session.id === rankDump.latest) ?? rank.sessions.at(-1);
+        if (!latest) continue;
+        rank.latest = latest;
+        job.ranks.set(rank.rank, rank);
+      }
+      store.jobs.set(job.id, job);
+    }
+    return store;
+  }
+
   private session(sessionId: string): Session {
     const session = this.sessions.get(sessionId);
     if (!session) throw new UnknownSessionError(`unknown session ${sessionId}`);
     return session;
   }
 
+  /**
+   * The job's current run; a hello from a process the run never had, after the run ended, starts a
+   * new run of the same name, which replaces the ended one (its summary is written and kept).
+   */
   private jobFor(hello: Hello, at: number): Job {
     let job = this.jobs.get(hello.job);
+    if (job && job.endedAt !== null && this.sessions.get(hello.session)?.job !== job) {
+      this.forgetJob(job);
+      job = this.newJob(hello, at, job.run + 1);
+    }
     if (!job) {
-      job = {
-        id: hello.job,
-        worldSize: hello.world_size,
-        startedAt: at,
-        ranks: new Map(),
-        connections: 0,
-        disconnectedSince: at,
-        endedAt: null,
-        endReason: null,
-      };
-      this.jobs.set(job.id, job);
+      // Room for a new job: the oldest ended one is forgotten (its summary is written).
+      if (this.jobs.size >= this.maxJobs) this.evictEndedJob();
+      job = this.newJob(hello, at, 1);
     }
     job.worldSize = Math.max(job.worldSize, hello.world_size);
+    return job;
+  }
+
+  private forgetJob(job: Job): void {
+    this.jobs.delete(job.id);
+    for (const [id, session] of this.sessions) if (session.job === job) this.sessions.delete(id);
+  }
+
+  private newJob(hello: Hello, at: number, run: number): Job {
+    const job: Job = {
+      id: hello.job,
+      run,
+      worldSize: hello.world_size,
+      helloAt: at,
+      firstStepAt: null,
+      summarized: false,
+      ranks: new Map(),
+      connections: 0,
+      disconnectedSince: at,
+      endedAt: null,
+      endReason: null,
+    };
+    this.jobs.set(job.id, job);
     return job;
   }
 
@@ -352,6 +466,7 @@ export class JobStore {
         recent: new Ring(this.recentSteps),
         buckets: new StepBuckets(),
         histogram: new LogHistogram(),
+        durations: emptyDurations(),
         process: new Ring(120),
       };
       job.ranks.set(hello.rank, rank);

@@ -18,6 +18,29 @@ export class Ring<T> {
     return this.items.length;
   }
 
+  static of<T>(capacity: number, items: readonly T[]): Ring<T> {
+    const ring = new Ring<T>(capacity);
+    for (const item of items.slice(-capacity)) ring.push(item);
+    return ring;
+  }
+
+  /**
+   * The items with `from <= time(item) <= to`, in the order pushed, for items pushed in about time
+   * order: walks back from the newest and stops once past `from` by more than `slackMs` (samples of
+   * one GPU forwarded by two processes interleave a little), so a short window costs what it holds.
+   */
+  between(from: number, to: number, time: (item: T) => number, slackMs = 10_000): T[] {
+    const out: T[] = [];
+    const n = this.items.length;
+    for (let k = 1; k <= n; k++) {
+      const item = this.items[(this.next - k + n * 2) % n]!;
+      const at = time(item);
+      if (at < from - slackMs) break;
+      if (at >= from && at <= to) out.push(item);
+    }
+    return out.reverse();
+  }
+
   /** Oldest first. */
   toArray(): T[] {
     if (this.items.length < this.capacity) return this.items.slice();

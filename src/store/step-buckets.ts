@@ -33,6 +33,8 @@ export const emptySums = (): StepSums => ({
   gpuComputeNs: 0,
 });
 
+const SUM_KEYS = Object.keys(emptySums()) as (keyof StepSums)[];
+
 export function otherNs(record: StepRecord): number {
   return Math.max(0, record.durNs - record.dataNs - record.h2dNs - record.computeNs);
 }
@@ -90,6 +92,27 @@ export class StepBuckets {
     addStep(this.sums[at]!, record);
   }
 
+  /** The slices held, each as [slice, ...its sums in SUM_KEYS order], for a compact checkpoint. */
+  dump(): number[][] {
+    const held: number[][] = [];
+    this.index.forEach((slice, at) => slice >= 0 && held.push([slice, ...SUM_KEYS.map((key) => this.sums[at]![key])]));
+    return held.sort((a, b) => a[0]! - b[0]!);
+  }
+
+  static load(held: ReadonlyArray<readonly number[]>): StepBuckets {
+    const buckets = new StepBuckets();
+    for (const [slice, ...values] of held) {
+      if (slice === undefined || !Number.isInteger(slice) || slice < 0) continue;
+      const at = slice % buckets.slices;
+      if (buckets.index[at]! > slice) continue;
+      const sums = emptySums();
+      SUM_KEYS.forEach((key, i) => (sums[key] = Number.isFinite(values[i]) ? values[i]! : 0));
+      buckets.index[at] = slice;
+      buckets.sums[at] = sums;
+    }
+    return buckets;
+  }
+
   /** Sums of the steps that ended in [from, to). */
   between(from: number, to: number): StepSums {
     const total = emptySums();
@@ -102,10 +125,26 @@ export class StepBuckets {
     return total;
   }
 
-  /** Per-slice sums from `from` to `to`, oldest first, for sparklines and timelines. */
-  series(from: number, to: number, sliceMs: number): StepSums[] {
-    const out: StepSums[] = [];
-    for (let start = from; start < to; start += sliceMs) out.push(this.between(start, Math.min(start + sliceMs, to)));
+  /**
+   * Mean step time (ms) per slice of `sliceMs` from `from` to `to`, oldest first (null where no step
+   * ended): the sparkline of every rank at every tick, so it reads the slices directly.
+   */
+  meanStepMs(from: number, to: number, sliceMs: number): Array<number | null> {
+    const out: Array<number | null> = [];
+    for (let start = from; start < to; start += sliceMs) {
+      let steps = 0;
+      let durNs = 0;
+      const first = Math.floor(start / this.sliceMs);
+      const last = Math.ceil(Math.min(start + sliceMs, to) / this.sliceMs) - 1;
+      for (let slice = first; slice <= last; slice++) {
+        const at = slice % this.slices;
+        if (this.index[at] !== slice) continue;
+        steps += this.sums[at]!.steps;
+        durNs += this.sums[at]!.durNs;
+      }
+      out.push(steps ? Math.round(durNs / steps / 1e3) / 1e3 : null);
+    }
     return out;
   }
+
 }

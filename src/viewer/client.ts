@@ -1,10 +1,12 @@
 import WebSocket from 'ws';
-import type { StreamFrame } from '../outputs/stream-frames.js';
-import { parseFrame } from './model/frames.js';
+import type { StreamFrame } from '../protocol/stream.js';
+import { FrameError, parseFrame } from './model/frames.js';
 
 export interface ClientEvents {
   connecting(): void;
   frame(frame: StreamFrame, at: number): void;
+  /** A frame that did not parse was dropped; the connection goes on. */
+  refused(reason: string): void;
   /** The connection failed or was lost; the next attempt is due at `retryAt`. */
   lost(error: string, retryAt: number): void;
 }
@@ -82,7 +84,16 @@ export class StreamClient {
       try {
         frame = parseFrame(data.toString());
       } catch (error) {
-        this.failure = `bad frame: ${(error as Error).message}`;
+        const reason = `bad frame: ${(error as Error).message}`;
+        // A bad update or verdict is dropped: the next update holds the whole state again. Anything
+        // else (not this stream or version, or a snapshot, without which updates cannot be used) ends
+        // the connection, to be tried again like any other failed one.
+        if (error instanceof FrameError && (error.frame === 'update' || error.frame === 'verdict')) {
+          this.watchSilence(socket);
+          this.events.refused(reason);
+          return;
+        }
+        this.failure = reason;
         socket.terminate();
         return;
       }

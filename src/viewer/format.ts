@@ -1,4 +1,4 @@
-import type { Verdict } from '../analysis/verdict.js';
+import type { Verdict } from '../model/verdict.js';
 
 /** Text for figures, sparklines and bars; the same for the full-screen viewer and the plain lines. Pure. */
 

@@ -1,4 +1,4 @@
-import type { VerdictFrame } from '../outputs/stream-frames.js';
+import type { VerdictFrame } from '../protocol/stream.js';
 import { fmtMs, fmtPct, fmtRate, fmtShare, DASH } from './format.js';
 import type { GpuRow, WatchView } from './model/job-view.js';
 
@@ -70,4 +70,9 @@ export function plainEvent(event: VerdictFrame): string {
     pair('to', event.to),
     pair('cause', event.cause ?? DASH),
   ].join(' ');
+}
+
+/** A frame refused by the viewer, printed for the first one a connection refuses. */
+export function plainRefused(url: string, reason: string, at: number): string {
+  return [stamp(at), 'event=refused', pair('source', url), pair('reason', reason)].join(' ');
 }

@@ -1,6 +1,6 @@
 import { StreamClient, streamUrl } from './client.js';
 import { WatchStore } from './model/watch-store.js';
-import { plainEvent, plainLine } from './plain.js';
+import { plainEvent, plainLine, plainRefused } from './plain.js';
 
 export interface WatchOptions {
   /** Sidecars, one per node of the job: ws://HOST:PORT (the /v1/stream path is added). */
@@ -34,6 +34,7 @@ function printPlain(store: WatchStore, out: NodeJS.WritableStream, everyMs: numb
   };
   const unsubscribe = store.subscribe((change) => {
     if (change.kind === 'frame' && change.frame.type === 'verdict') out.write(plainEvent(change.frame) + '\n');
+    else if (change.kind === 'refused' && change.first) out.write(plainRefused(store.sourceStates[change.source]!.url, change.reason, Date.now()) + '\n');
     else if (change.kind === 'frame' || change.kind === 'lost') timer ??= setTimeout(print, Math.max(COALESCE_MS, lastAt + everyMs - Date.now()));
   });
   return () => {
@@ -61,6 +62,7 @@ export function startWatch(options: WatchOptions): Watching {
         {
           connecting: () => store.connecting(i),
           frame: (frame, at) => store.frame(i, frame, at),
+          refused: (reason) => store.refused(i, reason),
           lost: (error, retryAt) => store.lost(i, error, retryAt),
         },
         { token: options.token },

@@ -1,5 +1,5 @@
 import { Writable } from 'node:stream';
-import { createLogger } from '../../src/log.js';
+import { createLogger } from '../../src/log/log.js';
 import type { LogLine } from './sidecar.js';
 
 /** A debug-level logger whose JSON lines land in `lines`, for tests of in-process parts. */

@@ -1,5 +1,5 @@
-import type { Cause, Evidence, Verdict } from '../../analysis/verdict.js';
-import type { VerdictState } from '../../state.js';
+import type { Cause, Verdict } from '../../model/verdict.js';
+import type { Evidence, VerdictState } from '../../protocol/state.js';
 import { fmtNum, fmtPct, fmtShare } from '../format.js';
 
 /** The job's verdict as the banner shows it: what, since when, why in words and figures, what to do. Pure. */

@@ -1,6 +1,6 @@
-import { findStraggler, type Straggler } from '../../analysis/straggler.js';
-import { VERDICTS, type Verdict } from '../../analysis/verdict.js';
-import type { RankState, VerdictState } from '../../state.js';
+import { findStraggler, type Straggler } from '../../model/straggler.js';
+import { VERDICTS, type Verdict } from '../../model/verdict.js';
+import type { RankState, VerdictState } from '../../protocol/state.js';
 
 /**
  * A job spread over several sidecars (one per node) has no single sidecar that sees all its ranks, so

@@ -1,12 +1,29 @@
-import { STREAM_VERSION, type StreamFrame } from '../../outputs/stream-frames.js';
+import { InputError, parseInput } from '../../protocol/parse.js';
+import { SnapshotFrameSchema, STREAM_VERSION, UpdateFrameSchema, VerdictFrameSchema, type StreamFrame } from '../../protocol/stream.js';
 
-export class FrameError extends Error {}
+/** A frame the viewer does not take. `frame` is its type where it had a known one. */
+export class FrameError extends Error {
+  constructor(
+    message: string,
+    readonly frame: StreamFrame['type'] | null = null,
+  ) {
+    super(message);
+    this.name = 'FrameError';
+  }
+}
 
 const isObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
 
+const SCHEMAS = { snapshot: SnapshotFrameSchema, update: UpdateFrameSchema, verdict: VerdictFrameSchema } as const;
+
+function isFrameType(type: unknown): type is StreamFrame['type'] {
+  return typeof type === 'string' && Object.hasOwn(SCHEMAS, type);
+}
+
 /**
- * A stream frame from its JSON text, checked as far as the viewer relies on it: a sidecar of another
- * version, or something that is not a sidecar at all, is refused rather than half-shown.
+ * A stream frame from its JSON text, checked whole against the stream's schema (src/protocol/): a
+ * sidecar of another version, something that is not a sidecar at all, or a frame that does not
+ * hold what its type promises is refused rather than half-shown.
  */
 export function parseFrame(text: string): StreamFrame {
   let value: unknown;
@@ -16,22 +33,13 @@ export function parseFrame(text: string): StreamFrame {
     throw new FrameError(`not JSON: ${(error as Error).message}`);
   }
   if (!isObject(value)) throw new FrameError('not a JSON object');
-  if (value.v !== STREAM_VERSION) throw new FrameError(`stream version ${String(value.v)}; this viewer reads version ${STREAM_VERSION}`);
-  switch (value.type) {
-    case 'snapshot':
-    case 'update': {
-      if (typeof value.seq !== 'number' || typeof value.at !== 'string') throw new FrameError(`${value.type}: missing seq or at`);
-      if (!isObject(value.state) || !Array.isArray(value.state.jobs) || !isObject(value.state.counters)) throw new FrameError(`${value.type}: missing state`);
-      const history = value.history;
-      if (!isObject(history) || typeof history.from !== 'string' || typeof history.slice_s !== 'number' || !Array.isArray(history.ranks) || !Array.isArray(history.gpus)) {
-        throw new FrameError(`${value.type}: missing history`);
-      }
-      return value as unknown as StreamFrame;
-    }
-    case 'verdict':
-      if (typeof value.job !== 'string' || typeof value.to !== 'string' || typeof value.at !== 'string') throw new FrameError('verdict: missing job, to or at');
-      return value as unknown as StreamFrame;
-    default:
-      throw new FrameError(`unknown frame type ${JSON.stringify(value.type)}`);
+  if (value.v !== STREAM_VERSION) throw new FrameError(`stream version ${String(value.v).slice(0, 16)}; this viewer reads version ${STREAM_VERSION}`);
+  const type = value.type;
+  if (!isFrameType(type)) throw new FrameError(`unknown frame type ${JSON.stringify(type)?.slice(0, 32) ?? 'undefined'}`);
+  try {
+    return parseInput(SCHEMAS[type], value, type);
+  } catch (error) {
+    if (error instanceof InputError) throw new FrameError(error.message, type);
+    throw error;
   }
 }

@@ -1,5 +1,5 @@
-import type { TimelineSegment } from '../../analysis/job-analysis.js';
-import type { Verdict } from '../../analysis/verdict.js';
+import type { Verdict } from '../../model/verdict.js';
+import type { TimelineSegment } from '../../protocol/state.js';
 import { gpuKey, rankKey, valuesBetween, type HistoryState, type Series } from './history.js';
 
 export interface SparkRow {

@@ -1,4 +1,4 @@
-import type { StreamHistory } from '../../outputs/stream-frames.js';
+import type { StreamHistory } from '../../protocol/stream.js';
 
 /** Values per slice from `from` (ms since the epoch) on, oldest first. */
 export interface Series {

@@ -1,6 +1,6 @@
-import type { TimelineSegment } from '../../analysis/job-analysis.js';
-import type { Straggler } from '../../analysis/straggler.js';
-import type { Cause, Verdict } from '../../analysis/verdict.js';
+import type { Straggler } from '../../model/straggler.js';
+import type { Cause, Verdict } from '../../model/verdict.js';
+import type { TimelineSegment } from '../../protocol/state.js';
 import { banner, type Banner } from './banner.js';
 import { combineVerdicts } from './combine.js';
 import { historyView, type HistoryPart, type HistoryView } from './history-view.js';
@@ -48,6 +48,8 @@ export interface SourceLine {
   status: ConnectionStatus;
   attempt: number;
   error: string | null;
+  /** Frames dropped on this connection because they did not parse, and why the last was. */
+  refused: { count: number; reason: string } | null;
   retryInMs: number | null;
   rateHz: number | null;
   gpuSource: string | null;
@@ -158,6 +160,7 @@ export function buildView(sources: readonly SourceState[], selected: string | nu
       status: s.status,
       attempt: s.attempt,
       error: s.error,
+      refused: s.refused,
       retryInMs: s.retryAt === null ? null : Math.max(0, s.retryAt - now),
       rateHz: s.rateHz,
       gpuSource: s.state?.counters.gpu_source ?? null,

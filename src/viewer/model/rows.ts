@@ -1,6 +1,5 @@
-import type { Cause, Verdict } from '../../analysis/verdict.js';
-import type { SidecarState } from '../../outputs/stream-frames.js';
-import type { JobState, RankState } from '../../state.js';
+import type { Cause, Verdict } from '../../model/verdict.js';
+import type { JobState, RankState, SidecarState } from '../../protocol/state.js';
 import type { SourceState } from './source.js';
 
 /** A row per rank and per GPU, from what one sidecar sent about one job. Pure. */

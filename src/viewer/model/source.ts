@@ -1,4 +1,5 @@
-import type { SidecarState, StreamFrame, VerdictFrame } from '../../outputs/stream-frames.js';
+import type { SidecarState } from '../../protocol/state.js';
+import type { StreamFrame, VerdictFrame } from '../../protocol/stream.js';
 import { historyFromSnapshot, mergeHistory, type HistoryState } from './history.js';
 
 export type ConnectionStatus = 'connecting' | 'live' | 'reconnecting';
@@ -20,12 +21,14 @@ export interface SourceState {
   history: HistoryState | null;
   /** Verdict changes seen on this connection, oldest first. */
   events: VerdictFrame[];
+  /** Frames refused on this connection, and why the last was: the rest were taken, and what they held is shown. */
+  refused: { count: number; reason: string } | null;
 }
 
 const EVENTS_KEPT = 50;
 
 export function initialSource(url: string): SourceState {
-  return { url, status: 'connecting', attempt: 0, error: null, retryAt: null, rateHz: null, seq: null, receivedAt: null, state: null, history: null, events: [] };
+  return { url, status: 'connecting', attempt: 0, error: null, retryAt: null, rateHz: null, seq: null, receivedAt: null, state: null, history: null, events: [], refused: null };
 }
 
 /** The source after a frame. Pure. An update before any snapshot is ignored: it has only the tail of the history. */
@@ -50,6 +53,11 @@ export function applyFrame(source: SourceState, frame: StreamFrame, receivedAt: 
     case 'verdict':
       return { ...source, receivedAt, events: [...source.events, frame].slice(-EVENTS_KEPT) };
   }
+}
+
+/** The source after a frame that did not parse: the frame is dropped, what the source holds is kept. */
+export function refusedFrame(source: SourceState, reason: string): SourceState {
+  return { ...source, refused: { count: (source.refused?.count ?? 0) + 1, reason } };
 }
 
 /** The source after its connection was lost or refused; what it last showed is kept, marked stale. */

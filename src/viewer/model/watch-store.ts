@@ -1,9 +1,16 @@
-import type { StreamFrame } from '../../outputs/stream-frames.js';
+import type { StreamFrame } from '../../protocol/stream.js';
 import { buildView, type WatchView } from './job-view.js';
-import { applyFrame, disconnected, initialSource, type SourceState } from './source.js';
+import { applyFrame, disconnected, initialSource, refusedFrame, type SourceState } from './source.js';
 
-/** What changed: a frame from a sidecar, a connection's status, or the job looked at. */
-export type Change = { kind: 'frame'; source: number; frame: StreamFrame } | { kind: 'connecting' | 'lost'; source: number } | { kind: 'selected' };
+/**
+ * What changed: a frame from a sidecar, a frame refused (`first` for the first one this connection
+ * refused: the one worth a line), a connection's status, or the job looked at.
+ */
+export type Change =
+  | { kind: 'frame'; source: number; frame: StreamFrame }
+  | { kind: 'refused'; source: number; reason: string; first: boolean }
+  | { kind: 'connecting' | 'lost'; source: number }
+  | { kind: 'selected' };
 type Listener = (change: Change) => void;
 
 /** The viewer's state: one SourceState per sidecar and the job looked at. Whoever draws subscribes. */
@@ -25,9 +32,16 @@ export class WatchStore {
     this.replace(source, applyFrame(this.sources[source]!, frame, at), { kind: 'frame', source, frame });
   }
 
+  /** A frame that did not parse was dropped; the source keeps what it had and takes the frames after it. */
+  refused(source: number, reason: string): void {
+    const held = this.sources[source]!;
+    const first = held.refused === null;
+    this.replace(source, refusedFrame(held, reason), { kind: 'refused', source, reason, first });
+  }
+
   connecting(source: number): void {
     const held = this.sources[source]!;
-    this.replace(source, { ...held, status: held.status === 'live' ? 'reconnecting' : held.status, retryAt: null }, { kind: 'connecting', source });
+    this.replace(source, { ...held, status: held.status === 'live' ? 'reconnecting' : held.status, retryAt: null, refused: null }, { kind: 'connecting', source });
   }
 
   lost(source: number, error: string, retryAt: number): void {

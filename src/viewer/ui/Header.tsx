@@ -29,8 +29,12 @@ export function Header({ view, now }: { view: WatchView; now: number }) {
 
 function sourceText(source: SourceLine): { text: string; colour: string } {
   switch (source.status) {
-    case 'live':
-      return { text: `● live ${source.rateHz ?? '?'}/s${source.gpuSource ? ` · GPU counters: ${source.gpuSource}` : ''}`, colour: 'green' };
+    case 'live': {
+      const live = `● live ${source.rateHz ?? '?'}/s${source.gpuSource ? ` · GPU counters: ${source.gpuSource}` : ''}`;
+      if (!source.refused) return { text: live, colour: 'green' };
+      const { count, reason } = source.refused;
+      return { text: `${live} · refused ${count} frame${count === 1 ? '' : 's'}: ${reason}`, colour: 'yellow' };
+    }
     case 'connecting':
       return { text: '○ connecting…', colour: 'yellow' };
     case 'reconnecting': {

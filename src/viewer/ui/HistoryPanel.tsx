@@ -1,5 +1,5 @@
 import { Box, Text } from 'ink';
-import type { Verdict } from '../../analysis/verdict.js';
+import type { Verdict } from '../../model/verdict.js';
 import { fit, fmtClock, fmtDuration, fmtMs, fmtPct, resample, runs, sparkline, VERDICT_LETTER, withCause } from '../format.js';
 import type { SparkRow } from '../model/history-view.js';
 import type { JobView } from '../model/job-view.js';

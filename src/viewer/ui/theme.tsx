@@ -1,6 +1,6 @@
 import { Text } from 'ink';
 import { createContext, useContext, type ReactNode } from 'react';
-import type { Verdict } from '../../analysis/verdict.js';
+import type { Verdict } from '../../model/verdict.js';
 import type { Part } from '../format.js';
 
 /** Whether to colour at all: off where the terminal has no colour or NO_COLOR is set. */

@@ -1,6 +1,12 @@
-import type { RankWindow } from './window.js';
+import { round } from './round.js';
 
-export type StragglerReason = 'data' | 'transfer' | 'gpu-clocks' | 'host';
+/**
+ * The rank that holds a synchronous job back, found from the ranks' windows. Pure. Used by the
+ * sidecar's analysis on the ranks it sees, and by the viewer across the ranks of several sidecars.
+ */
+
+export const STRAGGLER_REASONS = ['data', 'transfer', 'gpu-clocks', 'host'] as const;
+export type StragglerReason = (typeof STRAGGLER_REASONS)[number];
 
 export interface Straggler {
   rank: number;
@@ -8,6 +14,14 @@ export interface Straggler {
   /** ms per step this rank spends on its own delays beyond the other ranks' median. */
   excess_ms: number;
   text: string;
+}
+
+/** What the finder reads of a rank's window (a RankWindow of the analysis, or of the state). */
+export interface StragglerWindow {
+  step_ms_mean: number | null;
+  breakdown: { data: number; h2d: number; compute: number; other: number } | null;
+  gpu: { sm_clock_frac_mean: number | null } | null;
+  host: { cpu_pct_mean: number | null } | null;
 }
 
 /** Share of a step the job must lose to one rank before that rank is named. */
@@ -35,7 +49,7 @@ const median = (xs: number[]) => {
  * wait for it in the collective, and that wait lands in their compute or "other" time. So ranks
  * are compared on the delays that are their own: data wait, copies, and compute lost to low clocks.
  */
-function ownDelays(rank: number, window: RankWindow): OwnDelays | null {
+function ownDelays(rank: number, window: StragglerWindow): OwnDelays | null {
   const b = window.breakdown;
   const stepMs = window.step_ms_mean;
   if (!b || stepMs === null) return null;
@@ -49,7 +63,7 @@ function ownDelays(rank: number, window: RankWindow): OwnDelays | null {
   };
 }
 
-export function findStraggler(ranks: Array<{ rank: number; window: RankWindow }>): Straggler | null {
+export function findStraggler(ranks: Array<{ rank: number; window: StragglerWindow }>): Straggler | null {
   const delays = ranks.map((r) => ownDelays(r.rank, r.window)).filter((d): d is OwnDelays => d !== null);
   if (delays.length < 2) return null;
   const total = (d: OwnDelays) => d.data + d.transfer + d.clocks;
@@ -75,7 +89,7 @@ export function findStraggler(ranks: Array<{ rank: number; window: RankWindow }>
   return {
     rank: worst.rank,
     reason,
-    excess_ms: Math.round(excessMs * 100) / 100,
+    excess_ms: round(excessMs, 2),
     text: `rank ${worst.rank} ${what[reason]}: ${excessMs.toFixed(1)} ms a step more than the other ranks, which wait for it`,
   };
 }

@@ -1,0 +1,246 @@
+import type { Summary } from '../analysis/summary.js';
+import { deviceHint, matchGpu } from '../analysis/gpu-match.js';
+import { compare } from '../analysis/compare.js';
+import { JobAnalysis, type AnalysisDump } from '../analysis/job-analysis.js';
+import { CounterStore, type CountersDump } from '../counters/counter-store.js';
+import type { HostSample } from '../counters/host.js';
+import { JobStore, UnknownSessionError, type JobsDump } from '../store/job-store.js';
+import { Analyst, type Windows } from './analyst.js';
+import type { EngineConfig, JournalEntry } from './entries.js';
+import { freeze, historySeries, verdictState, windowFor, type EndedRun, type EngineSnapshot, type JobState, type RankTotals } from './snapshot.js';
+import { applyData, emptyWorld, type World } from './world.js';
+
+export const CHECKPOINT_FORMAT = 'stepscope.checkpoint/v1';
+
+export interface EngineCheckpoint {
+  format: typeof CHECKPOINT_FORMAT;
+  config: EngineConfig;
+  source: { gpu: string; reason: string } | null;
+  hookGpu: boolean;
+  at: number;
+  jobs: JobsDump;
+  counters: CountersDump<HostSample>;
+  analyses: AnalysisDump[];
+  stats: EngineStats;
+}
+
+export const DEFAULT_CONFIG: EngineConfig = { windowMs: 4_000, holdMs: 2_000, endGraceMs: 10_000 };
+
+/** The span of the sparkline history a snapshot carries, in slices of a second. */
+export const HISTORY_MS = 300_000;
+export const HISTORY_SLICE_MS = 1_000;
+
+export interface EngineStats {
+  applied: number;
+  /** Entries that could not be applied, by reason (e.g. a session the state no longer has). */
+  skipped: Record<string, number>;
+}
+
+/**
+ * The sidecar's state machine. `apply` takes every input as a journal entry and never throws;
+ * a `tick` entry runs the analysis and publishes one immutable snapshot. Given the same entries it
+ * reaches the same state, so a replayed journal gives what the live sidecar had. Pure: time comes in
+ * with the entries.
+ */
+export class Engine {
+  readonly world: World;
+  readonly analyst: Analyst;
+  config: EngineConfig;
+  readonly stats: EngineStats = { applied: 0, skipped: {} };
+  /**
+   * While replaying, ticks run the analysis but publish no snapshot (only the summaries of runs that
+   * end): a day of ticks replays in seconds. Set it back and `publishNow` when the replay is done.
+   */
+  replaying = false;
+  private source: { gpu: string; reason: string } | null = null;
+  private latest: EngineSnapshot;
+
+  constructor(options: { config?: EngineConfig; baseline?: Summary | null; world?: World } = {}) {
+    this.config = options.config ?? DEFAULT_CONFIG;
+    this.world = options.world ?? emptyWorld();
+    this.analyst = new Analyst(this.world, { holdMs: this.config.holdMs, baseline: options.baseline ?? null });
+    this.latest = this.publish(0, [], []);
+  }
+
+  /** The snapshot of the latest tick. */
+  snapshot(): EngineSnapshot {
+    return this.latest;
+  }
+
+  /** Whether entries were applied since the latest snapshot (it does not show them yet). */
+  get changed(): boolean {
+    return this.stats.applied > this.latest.entries.applied;
+  }
+
+  gpuSource(): { gpu: string; reason: string } | null {
+    return this.source;
+  }
+
+  /** The whole state as plain data: a journal checkpoint. */
+  toCheckpoint(): EngineCheckpoint {
+    return {
+      format: CHECKPOINT_FORMAT,
+      config: this.config,
+      source: this.source,
+      hookGpu: this.world.hookGpu,
+      at: this.latest.at,
+      jobs: this.world.jobs.dump(),
+      counters: this.world.counters.dump(),
+      analyses: this.analyst.all().map((analysis) => analysis.dump()),
+      stats: this.stats,
+    };
+  }
+
+  /** An engine holding a checkpoint's state; throws if it is not one. */
+  static fromCheckpoint(value: unknown, baseline: Summary | null = null): Engine {
+    const checkpoint = value as Partial<EngineCheckpoint> | null;
+    if (checkpoint?.format !== CHECKPOINT_FORMAT) throw new Error(`not a checkpoint of this version (expected ${CHECKPOINT_FORMAT})`);
+    const world: World = { jobs: JobStore.load(checkpoint.jobs!), counters: CounterStore.load<HostSample>(checkpoint.counters!), hookGpu: checkpoint.hookGpu === true };
+    const engine = new Engine({ config: checkpoint.config!, baseline, world });
+    engine.source = checkpoint.source ?? null;
+    engine.stats.applied = checkpoint.stats?.applied ?? 0;
+    Object.assign(engine.stats.skipped, checkpoint.stats?.skipped ?? {});
+    for (const analysis of checkpoint.analyses ?? []) engine.analyst.restore(JobAnalysis.load(analysis));
+    engine.latest = engine.publish(checkpoint.at ?? 0, [], []);
+    return engine;
+  }
+
+  /** Applies one entry; returns the snapshot it published (ticks and stops), else null. */
+  apply(entry: JournalEntry): EngineSnapshot | null {
+    try {
+      const published = this.applyOne(entry);
+      this.stats.applied += 1;
+      return published;
+    } catch (error) {
+      const reason = error instanceof UnknownSessionError ? 'unknown-session' : `${entry.t}: ${(error as Error).message}`.slice(0, 120);
+      this.stats.skipped[reason] = (this.stats.skipped[reason] ?? 0) + 1;
+      return null;
+    }
+  }
+
+  private applyOne(entry: JournalEntry): EngineSnapshot | null {
+    switch (entry.t) {
+      case 'start':
+        this.config = entry.config;
+        this.analyst.options.holdMs = entry.config.holdMs;
+        this.world.jobs.restarted(entry.at);
+        return null;
+      case 'source':
+        this.source = { gpu: entry.gpu, reason: entry.reason };
+        this.world.hookGpu = entry.gpu === 'hook';
+        return null;
+      case 'tick':
+        return this.tick(entry.at);
+      case 'stop':
+        return this.stop(entry.at);
+      default:
+        applyData(this.world, entry);
+        return null;
+    }
+  }
+
+  private windows(at: number): Windows {
+    const windows: Windows = new Map();
+    for (const view of this.world.jobs.rankViews()) {
+      let byRank = windows.get(view.job);
+      if (!byRank) windows.set(view.job, (byRank = new Map()));
+      byRank.set(view.rank, windowFor(view, this.world.counters, at, this.config.windowMs));
+    }
+    return windows;
+  }
+
+  private tick(at: number): EngineSnapshot | null {
+    const windows = this.windows(at);
+    const events = this.analyst.tick(at, windows);
+    const ended = this.world.jobs.settle(at, this.config.endGraceMs).flatMap((job) => this.endedRun(job, at));
+    if (this.replaying) {
+      this.replayedAt = at;
+      this.replayedEnded.push(...ended);
+      return null;
+    }
+    this.latest = this.publish(at, events, ended, windows);
+    return this.latest;
+  }
+
+  private replayedAt = 0;
+  private replayedEnded: EndedRun[] = [];
+
+  /** Publishes the state reached by a replay, with every run that ended during it. */
+  publishNow(at = this.replayedAt): EngineSnapshot {
+    this.replaying = false;
+    this.latest = this.publish(at, [], this.replayedEnded);
+    this.replayedEnded = [];
+    return this.latest;
+  }
+
+  private stop(at: number): EngineSnapshot | null {
+    const ended = this.world.jobs.endAll(at).flatMap((job) => this.endedRun(job, at));
+    if (this.replaying) {
+      this.replayedAt = at;
+      this.replayedEnded.push(...ended);
+      return null;
+    }
+    this.latest = this.publish(at, [], ended);
+    return this.latest;
+  }
+
+  private endedRun(job: string, at: number): EndedRun[] {
+    const summary = this.analyst.summary(job, at);
+    const run = this.world.jobs.runOf(job);
+    return summary && run !== null ? [{ job, run, summary }] : [];
+  }
+
+  /** Ended runs whose summaries were never written (the sidecar stopped first), to write them now. */
+  unsummarized(at: number): EndedRun[] {
+    return this.world.jobs.unsummarized().flatMap((job) => this.endedRun(job, at));
+  }
+
+  private publish(at: number, events: EngineSnapshot['events'], ended: EndedRun[], windows: Windows = this.windows(at)): EngineSnapshot {
+    const { jobs, counters } = this.world;
+    const knownGpus = counters.knownGpus();
+    const views = jobs.rankViews();
+    const baseline = this.analyst.options.baseline;
+    const jobStates = jobs.snapshot(at).map((job): JobState => {
+      const analysis = this.analyst.analysisOf(job.job);
+      const straggler = analysis?.straggler() ?? null;
+      const live = baseline && !job.ended ? this.analyst.summary(job.job, at) : null;
+      const jobWindows = windows.get(job.job);
+      return {
+        ...job,
+        verdict: verdictState(analysis?.jobVerdict() ?? null),
+        straggler,
+        // An ended run's timeline stops at its last step.
+        timeline: analysis?.timeline(job.ended ? Date.parse(job.started_at) + job.duration_s * 1000 : at) ?? [],
+        baseline: baseline && live ? compare(baseline, live) : null,
+        ranks: job.ranks.map((rank) => ({
+          ...rank,
+          window: jobWindows?.get(rank.rank) ?? windowFor(views.find((v) => v.job === job.job && v.rank === rank.rank)!, counters, at, this.config.windowMs),
+          verdict: verdictState(analysis?.rankVerdict(rank.rank) ?? null),
+          straggler: straggler?.rank === rank.rank,
+        })),
+      };
+    });
+    const ranks = views.map(
+      (view): RankTotals => ({
+        job: view.job,
+        rank: view.rank,
+        totals: { ...view.totals },
+        durations: { ...view.durations, buckets: view.durations.buckets.slice() },
+        gpu: matchGpu(deviceHint(view.env, view.localRank), knownGpus),
+      }),
+    );
+    const historyFrom = Math.floor(at / HISTORY_SLICE_MS) * HISTORY_SLICE_MS - HISTORY_MS + HISTORY_SLICE_MS;
+    return freeze({
+      at,
+      source: this.source,
+      jobs: jobStates,
+      gpus: knownGpus.map((known) => ({ known, recent: counters.gpuSamples(known.key, at - this.config.windowMs, at) })),
+      host: counters.latestHost(),
+      ranks,
+      history: historySeries(views, counters, historyFrom, at, HISTORY_SLICE_MS),
+      events,
+      ended,
+      entries: { applied: this.stats.applied, skipped: { ...this.stats.skipped } },
+    });
+  }
+}

@@ -1,0 +1,149 @@
+import { Ajv, type ErrorObject } from 'ajv';
+import type { HostSample } from '../counters/host.js';
+import type { GpuSample } from '../counters/types.js';
+import type { CounterBatch } from '../protocol/counters.js';
+import type { Env, Hello, StepRecord } from '../protocol/messages.js';
+
+/**
+ * What the engine is fed, one entry at a time, live or from the journal: every input that shapes its
+ * state, including the decisions of the live sidecar (the GPU source, connections, the times of the
+ * analysis ticks), so that replaying the journal rebuilds exactly the state the live sidecar had.
+ */
+
+/** The settings that change what the engine computes; journaled so a replay computes the same. */
+export interface EngineConfig {
+  windowMs: number;
+  holdMs: number;
+  endGraceMs: number;
+}
+
+export type JournalEntry =
+  /** The sidecar started (again): nobody is connected yet; these are its settings. */
+  | { t: 'start'; at: number; config: EngineConfig }
+  /** The GPU counter source the sidecar chose: hook-forwarded GPU readings count only when it is `hook`. */
+  | { t: 'source'; at: number; gpu: string; reason: string }
+  | { t: 'hello'; at: number; hello: Hello }
+  | { t: 'connect'; at: number; session: string }
+  | { t: 'disconnect'; at: number; session: string }
+  | { t: 'env'; at: number; session: string; env: Env }
+  /** `duplicates`: records of the frame left out as already held (counted, not stored). */
+  | { t: 'steps'; at: number; session: string; dropped: number; rows: StepRow[]; duplicates?: number }
+  | { t: 'end'; at: number; session: string; reason: string }
+  | { t: 'counters'; at: number; session: string; batch: CounterBatch }
+  | { t: 'gpu'; at: number; samples: GpuSample[] }
+  | { t: 'host'; at: number; sample: HostSample }
+  /** Run the analysis as of `at`: verdicts, job ends, a new snapshot. */
+  | { t: 'tick'; at: number }
+  /** The sidecar stopped: every running job ends (a hook that comes back resumes its run). */
+  | { t: 'stop'; at: number }
+  /** A run's summary files are written: a restart does not write them again. */
+  | { t: 'summarized'; at: number; job: string; run: number };
+
+export type EntryType = JournalEntry['t'];
+
+/** A step record as stored: the protocol's `fields` order. */
+export type StepRow = (number | null)[];
+
+export function toRow(r: StepRecord): StepRow {
+  return [r.seq, r.step, r.endNs, r.durNs, r.dataNs, r.h2dNs, r.computeNs, r.samples, r.gpuH2dNs, r.gpuComputeNs, r.gpuIdleNs];
+}
+
+export function fromRow(row: StepRow): StepRecord {
+  const at = (i: number) => row[i] ?? null;
+  return {
+    seq: at(0) ?? 0,
+    step: at(1) ?? 0,
+    endNs: at(2) ?? 0,
+    durNs: at(3) ?? 0,
+    dataNs: at(4) ?? 0,
+    h2dNs: at(5) ?? 0,
+    computeNs: at(6) ?? 0,
+    samples: at(7),
+    gpuH2dNs: at(8),
+    gpuComputeNs: at(9),
+    gpuIdleNs: at(10),
+  };
+}
+
+// The shape of each entry as the journal may hold it. What these let through is applied by a total
+// engine, which skips and counts anything it still cannot use (an unknown session, say).
+const time = { type: 'number', minimum: 0, maximum: 1e15 } as const;
+const id = { type: 'string', minLength: 1, maxLength: 256 } as const;
+const object = { type: 'object' } as const;
+const int = { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER } as const;
+const nullableNumber = { type: ['number', 'null'] } as const;
+
+const ENTRY_SCHEMAS: Record<EntryType, object> = {
+  start: {
+    required: ['config'],
+    properties: {
+      config: {
+        type: 'object',
+        required: ['windowMs', 'holdMs', 'endGraceMs'],
+        properties: { windowMs: { type: 'number', minimum: 1, maximum: 3.6e6 }, holdMs: { type: 'number', minimum: 0, maximum: 3.6e6 }, endGraceMs: { type: 'number', minimum: 0, maximum: 1e9 } },
+      },
+    },
+  },
+  source: { required: ['gpu', 'reason'], properties: { gpu: { type: 'string', maxLength: 32 }, reason: { type: 'string', maxLength: 4096 } } },
+  hello: {
+    required: ['hello'],
+    properties: {
+      hello: {
+        type: 'object',
+        required: ['job', 'rank', 'local_rank', 'world_size', 'session', 'pid', 'host', 'clock', 'env'],
+        properties: {
+          job: id,
+          rank: int,
+          local_rank: int,
+          world_size: { type: 'integer', minimum: 1 },
+          session: id,
+          pid: int,
+          host: { type: 'string' },
+          clock: { type: 'object', required: ['wall_ms', 'mono_ns'], properties: { wall_ms: { type: 'number' }, mono_ns: { type: 'number' } } },
+          env: object,
+        },
+      },
+    },
+  },
+  connect: { required: ['session'], properties: { session: id } },
+  disconnect: { required: ['session'], properties: { session: id } },
+  env: { required: ['session', 'env'], properties: { session: id, env: object } },
+  steps: {
+    required: ['session', 'dropped', 'rows'],
+    properties: {
+      session: id,
+      dropped: int,
+      duplicates: int,
+      rows: { type: 'array', items: { type: 'array', minItems: 7, maxItems: 64, items: nullableNumber } },
+    },
+  },
+  end: { required: ['session', 'reason'], properties: { session: id, reason: { type: 'string' } } },
+  counters: {
+    required: ['session', 'batch'],
+    properties: { session: id, batch: { type: 'object', required: ['source', 'samples'], properties: { source: { enum: ['nvml', 'process'] }, samples: { type: 'array', items: object } } } },
+  },
+  gpu: { required: ['samples'], properties: { samples: { type: 'array', items: { type: 'object', required: ['at', 'index'], properties: { at: time, index: { type: 'integer' } } } } } },
+  host: { required: ['sample'], properties: { sample: { type: 'object', required: ['at'], properties: { at: time } } } },
+  tick: {},
+  stop: {},
+  summarized: { required: ['job', 'run'], properties: { job: id, run: { type: 'integer', minimum: 1 } } },
+};
+
+const ajv = new Ajv({ allErrors: false, strict: false });
+const validators = Object.fromEntries(
+  Object.entries(ENTRY_SCHEMAS).map(([t, schema]) => [t, ajv.compile({ type: 'object', required: ['t', 'at'], ...schema, properties: { t: { const: t }, at: time, ...(schema as { properties?: object }).properties } })]),
+) as Record<EntryType, ReturnType<Ajv['compile']>>;
+
+function describe(t: string, error: ErrorObject | undefined): string {
+  const where = error?.instancePath.replace(/^\//, '').replaceAll('/', '.') ?? '';
+  return `${t}${where ? '.' + where : ''}: ${error?.message ?? 'invalid'}`.slice(0, 200);
+}
+
+/** A journal entry, or the reason the value is not one. */
+export function parseEntry(value: unknown): JournalEntry | string {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return 'entry: not an object';
+  const t = (value as { t?: unknown }).t;
+  if (typeof t !== 'string' || !Object.hasOwn(validators, t)) return `entry: unknown type ${String(t).slice(0, 32)}`;
+  const validate = validators[t as EntryType];
+  return validate(value) ? (value as JournalEntry) : describe(t, validate.errors?.[0]);
+}

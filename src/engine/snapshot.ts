@@ -1,0 +1,212 @@
+import { deviceHint, matchGpu, type GpuMatch } from '../analysis/gpu-match.js';
+import type { TimelineSegment, VerdictEvent } from '../analysis/job-analysis.js';
+import type { Straggler } from '../model/straggler.js';
+import type { Summary } from '../analysis/summary.js';
+import type { Judgement } from '../analysis/verdict.js';
+import { rankWindow, type RankWindow } from '../analysis/window.js';
+import type { Comparison } from '../analysis/compare.js';
+import type { CounterStore, KnownGpu } from '../counters/counter-store.js';
+import type { HostSample } from '../counters/host.js';
+import { throttleReasonNames, type GpuSample } from '../counters/types.js';
+import type { DurationCounts } from '../store/duration-counts.js';
+import type { JobSnapshot, RankSnapshot, RankView } from '../store/job-store.js';
+import type { StepSums } from '../store/step-buckets.js';
+
+/**
+ * What the engine publishes at each tick: one immutable reading of everything the outputs show.
+ * `/v1/state`, the stream, `/metrics` and the summaries only read it; none of them reads the engine.
+ */
+
+export interface VerdictState {
+  verdict: Judgement['verdict'];
+  cause: Judgement['cause'];
+  since: string;
+  evidence: Judgement['evidence'];
+  recommendations: Judgement['recommendations'];
+  /** A different verdict waiting out its hold time, if any. */
+  pending: { verdict: Judgement['verdict']; cause: Judgement['cause']; since: string } | null;
+}
+
+export interface RankState extends RankSnapshot {
+  window: RankWindow;
+  verdict: VerdictState | null;
+  straggler: boolean;
+}
+
+export interface JobState extends Omit<JobSnapshot, 'ranks'> {
+  ranks: RankState[];
+  verdict: VerdictState | null;
+  straggler: Straggler | null;
+  timeline: TimelineSegment[];
+  baseline: Comparison | null;
+}
+
+/** Per rank, what /metrics reads beyond the state: running totals and the step-duration buckets. */
+export interface RankTotals {
+  job: string;
+  rank: number;
+  totals: StepSums;
+  durations: DurationCounts;
+  gpu: GpuMatch | null;
+}
+
+/** Per-slice figures for sparklines, oldest first; slice `i` covers [from + i·slice_s, from + (i+1)·slice_s). */
+export interface HistorySeries {
+  from: number;
+  sliceMs: number;
+  ranks: Array<{ job: string; rank: number; step_ms: Array<number | null> }>;
+  gpus: Array<{ index: number; uuid: string | null; util: Array<number | null>; sm_clock_pct: Array<number | null> }>;
+}
+
+export interface EndedRun {
+  job: string;
+  run: number;
+  summary: Summary;
+}
+
+export interface EngineSnapshot {
+  at: number;
+  /** The GPU counter source as journaled (null before the sidecar chose one). */
+  source: { gpu: string; reason: string } | null;
+  jobs: JobState[];
+  gpus: Array<{ known: KnownGpu; recent: GpuSample[] }>;
+  host: HostSample | null;
+  ranks: RankTotals[];
+  history: HistorySeries;
+  /** Verdict changes decided at this tick. */
+  events: VerdictEvent[];
+  /** Runs that ended at this tick (or at a stop), with their summaries. */
+  ended: EndedRun[];
+  /** Entries applied, and those the engine could not use, by reason. */
+  entries: { applied: number; skipped: Record<string, number> };
+}
+
+export function verdictState(held: { judgement: Judgement; since: number; pending?: { judgement: Judgement; since: number } | null } | null): VerdictState | null {
+  if (!held) return null;
+  const { judgement } = held;
+  return {
+    verdict: judgement.verdict,
+    cause: judgement.cause,
+    since: new Date(held.since).toISOString(),
+    evidence: judgement.evidence,
+    recommendations: judgement.recommendations,
+    pending: held.pending ? { verdict: held.pending.judgement.verdict, cause: held.pending.judgement.cause, since: new Date(held.pending.since).toISOString() } : null,
+  };
+}
+
+/** A window holds at least this many steps where the last minute has them: slow steps get longer windows. */
+const MIN_WINDOW_STEPS = 5;
+const MAX_WINDOW_MS = 60_000;
+
+/** The window of one rank ending at `at`: its steps matched with its GPU's, the host's and its process's counters. */
+export function windowFor(view: RankView, counters: CounterStore<HostSample>, at: number, windowMs: number): RankWindow {
+  let span = windowMs;
+  while (span < MAX_WINDOW_MS && view.buckets.between(at - span, at).steps < MIN_WINDOW_STEPS) span = Math.min(MAX_WINDOW_MS, span * 2);
+  const from = at - span;
+  const match = matchGpu(deviceHint(view.env, view.localRank), counters.knownGpus());
+  return rankWindow({
+    from,
+    to: at,
+    steps: view.buckets.between(from, at),
+    stepMs: view
+      .recent()
+      .filter((step) => step.endAt >= from && step.endAt < at)
+      .map((step) => step.record.durNs / 1e6),
+    gpu: match ? { samples: counters.gpuSamples(match.gpu.key, from, at), matchedBy: match.by } : null,
+    host: counters.hostSamples(from, at),
+    process: view.process(),
+  });
+}
+
+const round = (x: number, digits: number) => Math.round(x * 10 ** digits) / 10 ** digits;
+
+function meanPerSlice(samples: GpuSample[], from: number, sliceMs: number, slices: number, pick: (s: GpuSample) => number | null): Array<number | null> {
+  const total = new Array<number>(slices).fill(0);
+  const count = new Array<number>(slices).fill(0);
+  for (const sample of samples) {
+    const value = pick(sample);
+    const slice = Math.floor((sample.at - from) / sliceMs);
+    if (value === null || !Number.isFinite(value) || slice < 0 || slice >= slices) continue;
+    total[slice]! += value;
+    count[slice]! += 1;
+  }
+  return total.map((sum, i) => (count[i] ? round(sum / count[i]!, 1) : null));
+}
+
+/**
+ * What sparklines need over [from, to): each rank's mean step time and each GPU's utilization and
+ * SM clock (percent of its maximum) per slice. Ranks with no step since `from` are left out.
+ */
+export function historySeries(views: RankView[], counters: CounterStore<HostSample>, from: number, to: number, sliceMs: number): HistorySeries {
+  const slices = Math.max(0, Math.ceil((to - from) / sliceMs));
+  const ranks = views
+    .filter((view) => (view.lastStepEndAt() ?? -Infinity) >= from)
+    .map((view) => ({
+      job: view.job,
+      rank: view.rank,
+      step_ms: view.buckets.meanStepMs(from, to, sliceMs),
+    }));
+  const gpus = counters.knownGpus().map((gpu) => {
+    const samples = counters.gpuSamples(gpu.key, from, to);
+    return {
+      index: gpu.index,
+      uuid: gpu.uuid,
+      util: meanPerSlice(samples, from, sliceMs, slices, (s) => s.utilGpu),
+      sm_clock_pct: meanPerSlice(samples, from, sliceMs, slices, (s) => (s.smClockMHz !== null && s.smClockMaxMHz ? (100 * s.smClockMHz) / s.smClockMaxMHz : null)),
+    };
+  });
+  return { from, sliceMs, ranks, gpus };
+}
+
+/** Deeply frozen, so that no reader can change what the others read. */
+export function freeze<T>(value: T): T {
+  if (value && typeof value === 'object' && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const child of Object.values(value as object)) freeze(child);
+  }
+  return value;
+}
+
+export function gpuSummary(sample: GpuSample) {
+  return {
+    index: sample.index,
+    uuid: sample.uuid,
+    name: sample.name,
+    at: new Date(sample.at).toISOString(),
+    util_gpu: sample.utilGpu,
+    util_mem: sample.utilMem,
+    sm_clock_mhz: sample.smClockMHz,
+    sm_clock_max_mhz: sample.smClockMaxMHz,
+    mem_clock_mhz: sample.memClockMHz,
+    temp_c: sample.tempC,
+    power_w: sample.powerW,
+    power_limit_w: sample.powerLimitW,
+    mem_used_mib: sample.memUsedMiB,
+    mem_total_mib: sample.memTotalMiB,
+    pstate: sample.pstate,
+    throttle_reasons: throttleReasonNames(sample.throttleReasons),
+    sm_active: sample.smActive,
+    tensor_active: sample.tensorActive,
+  };
+}
+
+export function hostSummary(sample: HostSample | null) {
+  if (!sample) return null;
+  return {
+    at: new Date(sample.at).toISOString(),
+    cpu_pct: sample.cpuPct,
+    cpu_per_core_pct: sample.cpuPerCorePct,
+    iowait_pct: sample.iowaitPct,
+    steal_pct: sample.stealPct,
+    load1: sample.load1,
+    load5: sample.load5,
+    load15: sample.load15,
+    mem_used_bytes: sample.memUsedBytes,
+    mem_total_bytes: sample.memTotalBytes,
+    mem_available_bytes: sample.memAvailableBytes,
+    disk_read_bps: sample.diskReadBps,
+    disk_write_bps: sample.diskWriteBps,
+    net_rx_bps: sample.netRxBps,
+    net_tx_bps: sample.netTxBps,
+  };
+}

@@ -1,0 +1,34 @@
+/**
+ * The verdicts and their causes by name: what the rules decide (src/analysis/verdict.ts), what the
+ * state and the stream carry (src/protocol/) and what the viewer shows. Names only; the rules and
+ * their thresholds are in analysis, their reasoning in docs/verdicts.md.
+ */
+
+export const VERDICTS = ['input-bound', 'transfer-bound', 'host-bound', 'throttled', 'compute-bound', 'warming-up', 'idle'] as const;
+export type Verdict = (typeof VERDICTS)[number];
+
+/** Why a rank is input-bound. */
+export const INPUT_CAUSES = ['cpu-saturated', 'cgroup-throttled', 'io-wait', 'few-workers', 'unknown'] as const;
+/** Why a rank is throttled. */
+export const THROTTLE_CAUSES = ['thermal', 'power', 'hw-slowdown', 'clocks-low'] as const;
+/** Why a rank is host-bound. */
+export const HOST_CAUSES = ['outside-phases', 'gpu-idle-in-compute'] as const;
+/** Every cause a verdict can carry; a verdict without one has cause `null`. */
+export const CAUSES = [...INPUT_CAUSES, ...THROTTLE_CAUSES, ...HOST_CAUSES] as const;
+
+export type InputCause = (typeof INPUT_CAUSES)[number];
+export type ThrottleCause = (typeof THROTTLE_CAUSES)[number];
+export type HostCause = (typeof HOST_CAUSES)[number];
+export type Cause = InputCause | ThrottleCause | HostCause | null;
+
+/** What a step's time can be lost to, as the rules weigh it. */
+export const LIMITERS = ['input', 'transfer', 'host', 'throttle'] as const;
+export type Limiter = (typeof LIMITERS)[number];
+
+export interface Evidence {
+  /** The rule that decided, in words, with its numbers. */
+  rule: string;
+  /** Shares of step time lost to each limiter (0..1), as the rules weighed them. */
+  lost: Partial<Record<Limiter, number>>;
+  figures: Record<string, number | string | null>;
+}

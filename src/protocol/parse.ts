@@ -1,0 +1,132 @@
+import type { Static, TSchema } from '@sinclair/typebox';
+import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+
+/**
+ * Input checked against a protocol schema: the typed value, or an InputError that names where and
+ * why, such as `state.jobs.0.ranks.1.window.steps: must be integer (got 1.5)`. Each schema is
+ * compiled once (by Ajv: TypeBox schemas are JSON Schema) and kept for as long as the schema lives.
+ */
+
+/** The longest message an InputError carries; what an untrusted peer sent never makes it longer. */
+export const MAX_INPUT_ERROR_LENGTH = 300;
+const MAX_SEGMENT = 40;
+const MAX_VALUE = 40;
+const MAX_ALTERNATIVES = 8;
+
+export class InputError extends Error {
+  constructor(
+    /** Where, as dotted path from `what`: `update.state.jobs.0.steps`. */
+    readonly path: string,
+    /** Why, in words: `must be integer (got 1.5)`. */
+    readonly reason: string,
+  ) {
+    super(clip(`${path}: ${reason}`, MAX_INPUT_ERROR_LENGTH));
+    this.name = 'InputError';
+  }
+}
+
+const DATE_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/i;
+
+const ajv = new Ajv({ allErrors: false, strict: true, verbose: true });
+ajv.addFormat('date-time', { type: 'string', validate: (text: string) => DATE_TIME.test(text) && !Number.isNaN(Date.parse(text)) });
+
+const compiled = new WeakMap<TSchema, ValidateFunction>();
+
+function validator(schema: TSchema): ValidateFunction {
+  let validate = compiled.get(schema);
+  if (!validate) {
+    validate = ajv.compile(schema);
+    compiled.set(schema, validate);
+  }
+  return validate;
+}
+
+/**
+ * `value` as `schema`'s type if it matches the schema, else throws an InputError naming the first
+ * place it does not. `what` names the value in the message (`state`, `update`).
+ */
+export function parseInput<T extends TSchema>(schema: T, value: unknown, what: string): Static<T> {
+  const validate = validator(schema);
+  if (validate(value)) return value as Static<T>;
+  const { path, reason } = describe(validate.errors ?? []);
+  throw new InputError(clip([what, ...path].join('.'), MAX_INPUT_ERROR_LENGTH), reason);
+}
+
+// ---------------------------------------------------------------------------------------------------
+
+function clip(text: string, max: number): string {
+  return text.length <= max ? text : `${text.slice(0, max - 1)}…`;
+}
+
+/** Ajv's JSON pointer as path segments, each clipped. */
+function segments(pointer: string): string[] {
+  if (pointer === '') return [];
+  return pointer
+    .slice(1)
+    .split('/')
+    .map((segment) => clip(segment.replaceAll('~1', '/').replaceAll('~0', '~'), MAX_SEGMENT));
+}
+
+function shown(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  switch (typeof value) {
+    case 'object':
+      return 'an object';
+    case 'string':
+      return clip(JSON.stringify(value), MAX_VALUE);
+    case 'number':
+    case 'boolean':
+      return clip(String(value), MAX_VALUE);
+    default:
+      return typeof value;
+  }
+}
+
+/** Where an error is: for a missing property, the property itself. */
+function pathOf(error: ErrorObject): string[] {
+  const path = segments(error.instancePath);
+  if (error.keyword === 'required') path.push(clip(String((error.params as { missingProperty: string }).missingProperty), MAX_SEGMENT));
+  return path;
+}
+
+/** The alternative an error asks for, when it is one of several (a union's branches). */
+function alternative(error: ErrorObject): { type: string } | { value: unknown } | null {
+  if (error.keyword === 'type') return { type: String((error.params as { type: string }).type) };
+  if (error.keyword === 'const') return { value: (error.params as { allowedValue: unknown }).allowedValue };
+  return null;
+}
+
+/** "must be" what: the types and values asked for, a value's own type not repeated beside it (a name is a string). */
+function oneOf(asked: Array<{ type: string } | { value: unknown }>): string {
+  const valueTypes = new Set<string>(asked.flatMap((a) => ('value' in a ? [typeof a.value] : [])));
+  const alternatives = asked.flatMap((a) => ('value' in a ? [JSON.stringify(a.value)] : valueTypes.has(a.type) ? [] : [a.type]));
+  const unique = [...new Set(alternatives)];
+  if (unique.length === 1) return unique[0]!;
+  const listed = unique.length > MAX_ALTERNATIVES ? [...unique.slice(0, MAX_ALTERNATIVES - 1), '…'] : unique;
+  const either = `${listed.slice(0, -1).join(', ')} or ${listed.at(-1)}`;
+  return listed.length === 2 ? either : `one of ${either}`;
+}
+
+/**
+ * The error to report. Ajv stops at the first failing keyword but tries every branch of a union
+ * (`anyOf`), reporting each branch's error and then the union's: the deepest of these is where the
+ * value went wrong (a field inside a nullable object, rather than "must be null"); several at the
+ * same depth that each ask for a type or a constant are the union's alternatives, and are merged.
+ */
+function describe(errors: ErrorObject[]): { path: string[]; reason: string } {
+  const specific = errors.filter((error) => error.keyword !== 'anyOf' && error.keyword !== 'oneOf');
+  if (specific.length === 0) {
+    const error = errors[0];
+    return { path: error ? pathOf(error) : [], reason: error?.message ?? 'invalid' };
+  }
+  const depth = Math.max(...specific.map((error) => pathOf(error).length));
+  const deepest = specific.filter((error) => pathOf(error).length === depth);
+  const first = deepest[0]!;
+  const path = pathOf(first);
+  const got = first.keyword === 'required' ? '' : ` (got ${shown(first.data)})`;
+  const alternatives = deepest.filter((error) => pathOf(error).join('.') === path.join('.')).map(alternative);
+  if (alternatives.every((a) => a !== null)) return { path, reason: `must be ${oneOf(alternatives)}${got}` };
+  if (first.keyword === 'required') return { path, reason: 'missing' };
+  return { path, reason: `${first.message ?? 'invalid'}${got}` };
+}

@@ -1,0 +1,453 @@
+import { Type, type Static } from '@sinclair/typebox';
+import { THROTTLE_REASON_NAMES } from '../model/gpu.js';
+import { STRAGGLER_REASONS } from '../model/straggler.js';
+import { CAUSES, LIMITERS, VERDICTS } from '../model/verdict.js';
+import { Bool, Count, CountsBy, Keys, Names, Nullable, Num, NumOrNull, OptionalKeys, Str, StrOrNull, Time } from './schema.js';
+
+/**
+ * The body of `GET /v1/state`, which every `snapshot` and `update` frame of `ws /v1/stream` carries
+ * whole (src/protocol/stream.ts): one schema that is both the validator (see parse.ts) and, through
+ * `Static`, the type the sidecar must produce and the viewer reads. Described field by field, with
+ * units, in docs/protocol.md ("State"), which is generated from the descriptions here.
+ *
+ * Numbers that can be `null` are `null` when they were not measured: the source does not report
+ * them, or there is nothing yet to compute them from. Never a made-up zero.
+ *
+ * Objects may gain fields within a version: readers ignore the fields they do not know. A change that
+ * removes, renames or retypes a field is a new version (STATE_VERSION, and the stream's STREAM_VERSION).
+ */
+
+export const STATE_VERSION = 1;
+export const STATE_SCHEMA = `stepscope.state/v${STATE_VERSION}` as const;
+
+export const PHASES = ['data', 'h2d', 'compute', 'other'] as const;
+export type Phase = (typeof PHASES)[number];
+
+// ---------------------------------------------------------------------------------------------------
+// Names
+
+export const VerdictSchema = Names(VERDICTS, { description: 'a verdict (see docs/verdicts.md)' });
+export const CauseSchema = Type.Union([...CAUSES.map((cause: (typeof CAUSES)[number]) => Type.Literal(cause)), Type.Null()], {
+  description: 'what lies behind the verdict, null where the verdict has no cause (see docs/verdicts.md)',
+});
+export const ThrottleReasonNameSchema = Names(THROTTLE_REASON_NAMES, { description: 'an NVML clock-event (throttle) reason' });
+
+// ---------------------------------------------------------------------------------------------------
+// Sidecar health
+
+export const CollectorHealthSchema = Type.Object(
+  {
+    name: Str('the collector: nvidia-smi, dcgm, sim, host'),
+    state: Names(['starting', 'ok', 'failing', 'stopped'] as const, { description: 'starting until its first sample; failing while it errs (and restarts)' }),
+    samples: Count('samples delivered since it started'),
+    lastSampleAt: NumOrNull('ms since the epoch (sidecar clock) of its last sample; null before the first'),
+    lastError: StrOrNull('its last error, null while it works'),
+    restarts: Count('times its child process was restarted (0 for the polling collectors)'),
+  },
+  { description: 'how a counter collector fares' },
+);
+
+export const IngestStatsSchema = Type.Object(
+  {
+    connections: Count('hook connections open now'),
+    connectionsTotal: Count('hook connections accepted since the sidecar started'),
+    frames: Count('frames received from hooks'),
+    records: Count('step records received'),
+    duplicates: Count('step records received again (resent after a reconnect) and not counted twice'),
+    rejected: CountsBy('connections closed for a bad frame or a limit, by websocket close code'),
+    limited: CountsBy('connections closed for a limit, by limit'),
+  },
+  { description: 'what the hooks sent since the sidecar started' },
+);
+
+export const JournalHealthSchema = Type.Object(
+  {
+    ok: Bool('false while journal writes fail or the journal is full'),
+    reason: StrOrNull('why it is not ok, null when it is'),
+    writeErrors: Count('writes that failed since the sidecar started'),
+    lastError: StrOrNull('the last write error, null if none'),
+    bytes: Num('bytes on disk'),
+    maxBytes: Num('the most bytes it may hold (--journal-max-bytes)'),
+    segments: Count('segment files on disk'),
+    checkpoints: Count('checkpoints written since the sidecar started'),
+    lastCheckpointAt: NumOrNull('ms since the epoch of the last checkpoint; null before the first'),
+    lastCheckpointMs: NumOrNull('ms the last checkpoint took to write; null before the first'),
+    lastCheckpointBytes: NumOrNull('bytes of the last checkpoint; null before the first'),
+    givenUp: CountsBy('entries not journaled to stay under the cap, by kind (counter samples first; never steps)'),
+    replay: Nullable(
+      Type.Object({
+        entries: Count('entries replayed'),
+        skipped: Count('entries skipped'),
+        problems: Count('damaged or unreadable stretches met'),
+        ms: Num('ms the replay took'),
+      }),
+      { description: 'what the replay at start-up read; null if there was none' },
+    ),
+  },
+  { description: 'the journal (--out) and how it fares' },
+);
+
+export const GpuSummarySchema = Type.Object(
+  {
+    index: Num('the GPU index as its source numbers it'),
+    uuid: StrOrNull('GPU (or MIG instance) UUID'),
+    name: StrOrNull('product name'),
+    at: Time('when this reading was taken'),
+    util_gpu: NumOrNull('utilization, percent 0..100 (none on a MIG instance)'),
+    util_mem: NumOrNull('memory-controller utilization, percent 0..100'),
+    sm_clock_mhz: NumOrNull('SM clock, MHz'),
+    sm_clock_max_mhz: NumOrNull('maximum SM clock, MHz'),
+    mem_clock_mhz: NumOrNull('memory clock, MHz'),
+    temp_c: NumOrNull('temperature, °C'),
+    power_w: NumOrNull('power draw, W'),
+    power_limit_w: NumOrNull('power limit, W'),
+    mem_used_mib: NumOrNull('memory used, MiB'),
+    mem_total_mib: NumOrNull('memory in all, MiB'),
+    pstate: StrOrNull('performance state, P0..P15'),
+    throttle_reasons: Type.Array(ThrottleReasonNameSchema, { description: 'clock-event (throttle) reasons active now; empty when none or not reported' }),
+    sm_active: NumOrNull('share of time SMs were active, 0..1 (DCGM only)'),
+    tensor_active: NumOrNull('share of time tensor cores were active, 0..1 (DCGM only)'),
+  },
+  { description: "a GPU's latest reading" },
+);
+
+export const HostSummarySchema = Type.Object(
+  {
+    at: Time('when this reading was taken'),
+    cpu_pct: NumOrNull('CPU busy, percent 0..100 of all CPUs (iowait counts as idle)'),
+    cpu_per_core_pct: Type.Array(Type.Number(), { description: 'CPU busy per online CPU, percent, in CPU-number order; empty before there is a rate' }),
+    iowait_pct: NumOrNull('CPU time waiting for I/O, percent'),
+    steal_pct: NumOrNull('CPU time stolen by the hypervisor, percent'),
+    load1: NumOrNull('load average over 1 minute'),
+    load5: NumOrNull('load average over 5 minutes'),
+    load15: NumOrNull('load average over 15 minutes'),
+    mem_used_bytes: NumOrNull('memory used, bytes'),
+    mem_total_bytes: NumOrNull('memory in all, bytes'),
+    mem_available_bytes: NumOrNull('memory available, bytes'),
+    disk_read_bps: NumOrNull('whole disks read, bytes/s'),
+    disk_write_bps: NumOrNull('whole disks written, bytes/s'),
+    net_rx_bps: NumOrNull('received on every interface but lo, bytes/s'),
+    net_tx_bps: NumOrNull('sent on every interface but lo, bytes/s'),
+  },
+  { description: "the host's latest reading" },
+);
+
+export const CountersStateSchema = Type.Object(
+  {
+    gpu_source: Str('where GPU counters come from: dcgm, nvidia-smi, hook (NVML in the hook), sim, none'),
+    gpu_source_reason: Str('why that source, in words'),
+    gpu_health: Nullable(CollectorHealthSchema, { description: "the GPU collector's health; null when no collector runs in the sidecar" }),
+    host_health: Nullable(CollectorHealthSchema, { description: "the host collector's health; null when none runs" }),
+    gpus: Type.Array(GpuSummarySchema, { description: 'every GPU seen, with its latest reading' }),
+    host: Nullable(HostSummarySchema, { description: "the host's latest reading; null before the first" }),
+  },
+  { description: 'GPU and host counters' },
+);
+
+// ---------------------------------------------------------------------------------------------------
+// A rank's window
+
+export const BreakdownSchema = Keys(PHASES, Type.Number(), {
+  description: 'shares of step time (0..1, summing to 1) in data wait, host-to-device copies, compute, and everything else',
+});
+
+export const GpuWindowSchema = Type.Object(
+  {
+    index: Num('the GPU index'),
+    uuid: StrOrNull('GPU UUID'),
+    name: StrOrNull('product name'),
+    matched_by: Names(['uuid', 'cuda-visible-devices', 'local-rank'] as const, { description: "how the rank's GPU was found" }),
+    samples: Count('GPU samples in the window'),
+    util_mean: NumOrNull('mean utilization, percent'),
+    util_min: NumOrNull('lowest utilization, percent'),
+    sm_clock_mhz_mean: NumOrNull('mean SM clock, MHz'),
+    sm_clock_max_mhz: NumOrNull('maximum SM clock, MHz'),
+    sm_clock_frac_mean: NumOrNull('mean SM clock as a share of its maximum, 0..1'),
+    sm_clock_frac_min: NumOrNull('lowest SM clock as a share of its maximum, 0..1'),
+    throttle_share: OptionalKeys(THROTTLE_REASON_NAMES, Type.Number(), {
+      description: "share of the window's samples (0..1) in which each reason was active; reasons never active are left out",
+    }),
+    power_w_mean: NumOrNull('mean power draw, W'),
+    power_limit_w: NumOrNull('power limit, W'),
+    power_frac_mean: NumOrNull('mean power draw as a share of the limit, 0..1'),
+    temp_c_max: NumOrNull('highest temperature, °C'),
+    mem_used_mib_max: NumOrNull('most memory used, MiB'),
+    mem_total_mib: NumOrNull('memory in all, MiB'),
+    mem_used_frac: NumOrNull('most memory used as a share of all, 0..1'),
+    sm_active_mean: NumOrNull('mean share of time SMs were active, 0..1 (DCGM only)'),
+    tensor_active_mean: NumOrNull('mean share of time tensor cores were active, 0..1 (DCGM only)'),
+    latest: Type.Object(
+      {
+        at: Time('when it was taken'),
+        util: NumOrNull('utilization, percent'),
+        sm_clock_mhz: NumOrNull('SM clock, MHz'),
+        temp_c: NumOrNull('temperature, °C'),
+        throttle_reasons: Type.Array(ThrottleReasonNameSchema, { description: 'reasons active' }),
+      },
+      { description: 'the latest sample in the window' },
+    ),
+  },
+  { description: "the rank's GPU over the window" },
+);
+
+export const HostWindowSchema = Type.Object(
+  {
+    samples: Count('host samples in the window'),
+    cpu_pct_mean: NumOrNull('mean CPU busy, percent'),
+    iowait_pct_mean: NumOrNull('mean iowait, percent'),
+    steal_pct_mean: NumOrNull('mean steal, percent'),
+    load1: NumOrNull('latest 1-minute load average'),
+    mem_used_frac: NumOrNull('latest memory used as a share of all, 0..1'),
+  },
+  { description: 'the host over the window' },
+);
+
+export const ProcessWindowSchema = Type.Object(
+  {
+    seconds: Num('seconds between the two process samples the rates come from; 0 with one sample'),
+    cpu_main_cores: NumOrNull('CPU used by the training process, cores'),
+    cpu_workers_cores: NumOrNull('CPU used by its DataLoader workers, cores'),
+    workers: NumOrNull('DataLoader worker processes'),
+    rss_bytes: NumOrNull('resident memory of the process and its workers, bytes'),
+    cgroup_quota_cores: NumOrNull("the container's CPU quota, cores; null without a quota"),
+    cgroup_usage_cores: NumOrNull('CPU used by the whole container, cores'),
+    cgroup_throttled_share: NumOrNull('share of CFS periods (0..1) in which the container was throttled'),
+    cgroup_throttled_s_per_s: NumOrNull('seconds throttled per second'),
+  },
+  { description: "the rank's process as its hook samples it; rates need two samples" },
+);
+
+export const RankWindowSchema = Type.Object(
+  {
+    from: Time('start of the window'),
+    to: Time('end of the window (now)'),
+    seconds: Num('length of the window, s: --window, longer (up to 60 s) for slow steps'),
+    steps: Count('steps that ended in the window'),
+    step_ms_mean: NumOrNull('mean step time, ms; null without steps'),
+    step_ms_p50: NumOrNull('median step time, ms'),
+    step_ms_p90: NumOrNull('90th percentile step time, ms'),
+    samples_per_s: NumOrNull('samples a second; null when the hook does not count samples'),
+    breakdown: Nullable(BreakdownSchema, { description: "the window's steps' phase shares (0..1); null without steps" }),
+    gpu_idle_share: NumOrNull('GPU idle between steps as a share of step time, 0..1 (CUDA timing only)'),
+    gpu: Nullable(GpuWindowSchema, { description: "the rank's GPU over the window; null when no GPU could be matched or no sample came" }),
+    host: Nullable(HostWindowSchema, { description: 'the host over the window; null without host samples' }),
+    process: Nullable(ProcessWindowSchema, { description: "the rank's process; null without process samples" }),
+  },
+  { description: "the rank's recent steps lined up with its GPU's, the host's and its process's counters" },
+);
+
+// ---------------------------------------------------------------------------------------------------
+// Verdicts
+
+export const RecommendationSchema = Type.Object(
+  {
+    id: Str('a stable name for the advice'),
+    text: Str('what to do, in words'),
+  },
+  { description: 'what to do about a verdict' },
+);
+
+export const EvidenceSchema = Type.Object(
+  {
+    rule: Str('the rule that decided, in words, with its numbers'),
+    lost: OptionalKeys(LIMITERS, Type.Number(), { description: 'shares of step time (0..1) lost to each limiter, as the rules weighed them' }),
+    figures: Type.Record(Type.String(), Type.Union([Type.Number(), Type.String(), Type.Null()]), {
+      description: 'the figures the rules read (window_s, steps, data_share, gpu_util_mean, ...); null where not measured',
+    }),
+  },
+  { description: 'why the verdict' },
+);
+
+export const VerdictStateSchema = Type.Object(
+  {
+    verdict: VerdictSchema,
+    cause: CauseSchema,
+    since: Time('when this verdict began'),
+    evidence: EvidenceSchema,
+    recommendations: Type.Array(RecommendationSchema, { description: 'what to do, most useful first' }),
+    pending: Nullable(
+      Type.Object({
+        verdict: VerdictSchema,
+        cause: CauseSchema,
+        since: Time('since when it holds'),
+      }),
+      { description: 'a different verdict waiting out its hold time; null if none' },
+    ),
+  },
+  { description: 'a verdict in force' },
+);
+
+export const StragglerSchema = Type.Object(
+  {
+    rank: Count('the rank that holds the others back'),
+    reason: Names(STRAGGLER_REASONS, { description: 'its own delay that the other ranks lack' }),
+    excess_ms: Num('ms per step it spends on its own delays beyond the other ranks\' median'),
+    text: Str('the finding, in words'),
+  },
+  { description: 'the rank that holds a synchronous job back' },
+);
+
+export const TimelineSegmentSchema = Type.Object(
+  {
+    start_s: Num("seconds from the job's start"),
+    end_s: Num("seconds from the job's start; the last segment ends now"),
+    verdict: VerdictSchema,
+    cause: CauseSchema,
+  },
+  { description: 'a stretch of time one verdict held' },
+);
+
+const BaselineAndCurrent = (description: string) =>
+  Type.Object({ baseline: NumOrNull('the baseline run\'s'), current: NumOrNull("this run's") }, { description });
+
+export const ComparisonSchema = Type.Object(
+  {
+    step_ms: BaselineAndCurrent('mean step time, ms'),
+    change_pct: NumOrNull("change of the mean step time, percent of the baseline's"),
+    delta_ms: Keys(PHASES, Nullable(Type.Number()), { description: 'ms per step of each phase, this run minus the baseline' }),
+    phase_ms: Type.Object(
+      {
+        baseline: Keys(PHASES, Nullable(Type.Number()), { description: "the baseline's ms per step of each phase" }),
+        current: Keys(PHASES, Nullable(Type.Number()), { description: "this run's ms per step of each phase" }),
+      },
+      { description: 'ms per step of each phase' },
+    ),
+    grew_most: Nullable(Names(PHASES), { description: 'the phase that grew most; null if none grew' }),
+    gpu: Type.Object(
+      {
+        util_mean: BaselineAndCurrent('mean GPU utilization, percent'),
+        sm_clock_frac_mean: BaselineAndCurrent('mean SM clock as a share of its maximum, 0..1'),
+      },
+      { description: "the GPUs' figures" },
+    ),
+    verdict: Type.Object(
+      {
+        baseline: Str("the baseline's verdict"),
+        current: Str("this run's verdict"),
+        baseline_cause: StrOrNull("the baseline's cause"),
+        current_cause: StrOrNull("this run's cause"),
+      },
+      { description: 'the verdicts' },
+    ),
+    env_changes: Type.Array(
+      Type.Object({
+        key: Str('an env key, one level deep (loader.num_workers)'),
+        baseline: Type.Unknown({ description: "the baseline's value, null if unset" }),
+        current: Type.Unknown({ description: "this run's value, null if unset" }),
+      }),
+      { description: 'what differs in the environment' },
+    ),
+    text: Str('the comparison, in words'),
+  },
+  { description: 'this run against the --baseline summary' },
+);
+
+// ---------------------------------------------------------------------------------------------------
+// Jobs and ranks
+
+export const RankStateSchema = Type.Object(
+  {
+    rank: Count('the rank (RANK)'),
+    local_rank: Count('its rank on its node (LOCAL_RANK)'),
+    host: Str('its host name'),
+    pid: Count('its process id'),
+    sessions: Count('hook sessions (process starts) seen for it'),
+    connected: Bool('its hook is connected now'),
+    ended: Bool('its hook said `end`'),
+    steps: Count('steps received in all'),
+    last_step: Type.Integer({ description: "the last step's number; -1 before the first" }),
+    last_step_at: Nullable(Type.String({ format: 'date-time' }), { description: 'when its last step ended; null before the first' }),
+    dropped: Count('step records the hook dropped (its queue was full)'),
+    duplicates: Count('step records received twice'),
+    samples: Count('samples in all, where the hook counts them'),
+    clock_offset_ms: Num("its clock's offset from the sidecar's, ms"),
+    phase_s: Keys(PHASES, Type.Number(), { description: 'seconds spent in each phase, in all' }),
+    breakdown: Keys(PHASES, Type.Number(), { description: 'share of all its step time (0..1) in each phase; all 0 before the first step' }),
+    gpu_phase_s: Type.Object(
+      {
+        timed_steps: Count('steps timed on the GPU (CUDA timing)'),
+        h2d: Num('GPU time in host-to-device copies, s'),
+        compute: Num('GPU time in compute, s'),
+        idle_steps: Count('steps with a measured GPU idle gap'),
+        idle: Num('GPU idle between steps, s'),
+      },
+      { description: 'what CUDA timing measured on the GPU, in all' },
+    ),
+    step_ms: Type.Object(
+      {
+        last: NumOrNull("the last step's time, ms"),
+        mean: NumOrNull('mean over the recent steps, ms'),
+        p50: NumOrNull('median of the recent steps, ms'),
+        p90: NumOrNull('90th percentile of the recent steps, ms'),
+      },
+      { description: 'step times of its recent steps (each null before the first step)' },
+    ),
+    recent_step_ms: Type.Array(Type.Number(), { description: 'its last (up to 64) step times, ms, oldest first' }),
+    env: Type.Record(Type.String(), Type.Unknown(), { description: 'what its hook reported of the environment (framework, loader settings, devices)' }),
+    window: RankWindowSchema,
+    verdict: Nullable(VerdictStateSchema, { description: "the rank's verdict; null before the first or once ended" }),
+    straggler: Bool("it is the job's straggler"),
+  },
+  { description: 'one rank of a job' },
+);
+
+export const JobStateSchema = Type.Object(
+  {
+    job: Str('the job name (STEPSCOPE_JOB)'),
+    run: Type.Integer({ minimum: 1, description: '1 for the first run of this job name, one more for each run after one had ended' }),
+    world_size: Type.Integer({ minimum: 1, description: 'ranks in the job (WORLD_SIZE)' }),
+    started_at: Time("the job's start: its first step's, else its first hello"),
+    duration_s: Num('seconds from its start to now, or to its last step once ended'),
+    connected: Bool('some rank is connected'),
+    ended: Bool('the job ended'),
+    end_reason: Nullable(Names(['all-ranks-ended', 'disconnected', 'shutdown'] as const), { description: 'why it ended; null while it runs' }),
+    steps: Count('steps of all its ranks'),
+    dropped: Count('records its hooks dropped'),
+    duplicates: Count('records received twice'),
+    ranks: Type.Array(RankStateSchema, { description: 'its ranks that report to this sidecar, by rank' }),
+    verdict: Nullable(VerdictStateSchema, { description: "the job's verdict; null before the first or once ended" }),
+    straggler: Nullable(StragglerSchema, { description: 'the rank holding the others back; null if none does' }),
+    timeline: Type.Array(TimelineSegmentSchema, { description: "the job's verdicts over time, oldest first" }),
+    baseline: Nullable(ComparisonSchema, { description: 'this run against the --baseline summary; null without --baseline' }),
+  },
+  { description: 'a training job' },
+);
+
+// ---------------------------------------------------------------------------------------------------
+// The state
+
+export const SidecarStateSchema = Type.Object(
+  {
+    schema: Type.Literal(STATE_SCHEMA, { description: 'this schema and its version' }),
+    version: Str("the sidecar's version"),
+    now: Time('when the state was read'),
+    uptime_s: Num('seconds since the sidecar started'),
+    window_s: Num('the --window, s'),
+    ingest: IngestStatsSchema,
+    journal: Nullable(JournalHealthSchema, { description: 'the journal; null without --out' }),
+    counters: CountersStateSchema,
+    jobs: Type.Array(JobStateSchema, { description: 'jobs seen, live and ended' }),
+  },
+  { description: 'the body of GET /v1/state' },
+);
+
+export type Breakdown = Static<typeof BreakdownSchema>;
+export type CollectorHealth = Static<typeof CollectorHealthSchema>;
+export type IngestStats = Static<typeof IngestStatsSchema>;
+export type JournalHealth = Static<typeof JournalHealthSchema>;
+export type GpuSummary = Static<typeof GpuSummarySchema>;
+export type HostSummary = Static<typeof HostSummarySchema>;
+export type CountersState = Static<typeof CountersStateSchema>;
+export type GpuWindow = Static<typeof GpuWindowSchema>;
+export type HostWindow = Static<typeof HostWindowSchema>;
+export type ProcessWindow = Static<typeof ProcessWindowSchema>;
+export type RankWindow = Static<typeof RankWindowSchema>;
+export type Recommendation = Static<typeof RecommendationSchema>;
+export type Evidence = Static<typeof EvidenceSchema>;
+export type VerdictState = Static<typeof VerdictStateSchema>;
+export type Straggler = Static<typeof StragglerSchema>;
+export type TimelineSegment = Static<typeof TimelineSegmentSchema>;
+export type Comparison = Static<typeof ComparisonSchema>;
+export type RankState = Static<typeof RankStateSchema>;
+export type JobState = Static<typeof JobStateSchema>;
+export type SidecarState = Static<typeof SidecarStateSchema>;

@@ -1,0 +1,74 @@
+import { stat } from 'node:fs/promises';
+import path from 'node:path';
+import type { Engine } from './engine/engine.js';
+import type { JournalEntry } from './engine/entries.js';
+import type { EndedRun } from './engine/snapshot.js';
+import { replayJournal } from './journal/replay.js';
+import { renderSummary } from './outputs/summary-render.js';
+import { writeSummaryFiles } from './outputs/summary-files.js';
+
+export interface ReplayCommandOptions {
+  speed?: number;
+  format: 'text' | 'md' | 'json';
+  write?: string;
+  out?: NodeJS.WritableStream;
+  err?: NodeJS.WritableStream;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * `stepscope replay`: the verdicts, timeline and summary of every run in a recording, recomputed by
+ * the same engine from the same entries, so two people with the same journal see the same diagnosis.
+ */
+export async function runReplay(target: string, options: ReplayCommandOptions): Promise<number> {
+  const out = options.out ?? process.stdout;
+  const err = options.err ?? process.stderr;
+  let dir = target;
+  try {
+    if (!(await stat(target)).isDirectory()) dir = path.dirname(target);
+  } catch (error) {
+    err.write(`stepscope replay: ${target}: ${(error as Error).message}\n`);
+    return 1;
+  }
+  const ended: EndedRun[] = [];
+  let lastAt: number | null = null;
+  const paced = options.speed !== undefined;
+  const onEntry = async (entry: JournalEntry, engine: Engine) => {
+    if (paced && lastAt !== null && entry.at > lastAt) await sleep(Math.min(10_000, (entry.at - lastAt) / options.speed!));
+    lastAt = Math.max(lastAt ?? entry.at, entry.at);
+    if (!paced || (entry.t !== 'tick' && entry.t !== 'stop')) return;
+    const snapshot = engine.snapshot();
+    if (snapshot.at !== entry.at) return;
+    ended.push(...snapshot.ended);
+    for (const event of snapshot.events) {
+      const who = event.rank === null ? `job ${event.job}` : `job ${event.job} rank ${event.rank}`;
+      out.write(`${new Date(event.at).toISOString()} ${who}: ${event.from ?? '-'} → ${event.to}${event.cause ? ` (${event.cause})` : ''}: ${event.judgement.evidence.rule}\n`);
+    }
+  };
+  // At once, ticks publish nothing and the runs that ended come with the one snapshot at the end.
+  const { engine, report } = await replayJournal(dir, { onEntry, publishTicks: paced });
+  if (!paced) ended.push(...engine.snapshot().ended);
+  if (report.problems + report.skipped > 0) {
+    err.write(`stepscope replay: ${report.problems} unreadable and ${report.skipped} unusable entries skipped, e.g.:\n`);
+    for (const example of report.examples.slice(0, 5)) err.write(`  ${example.file} at byte ${example.offset}: ${example.reason}\n`);
+  }
+  if (report.entries === 0 && !report.checkpoint) {
+    err.write(`stepscope replay: no journal in ${dir}\n`);
+    return 1;
+  }
+  // Runs still going when the recording stops are summarised as of its last entry.
+  const runs = [...ended, ...engine.world.jobs.liveJobs().flatMap((job) => engineSummary(engine, job, lastAt ?? engine.snapshot().at))];
+  for (const run of runs) {
+    out.write(options.format === 'json' ? JSON.stringify(run.summary, null, 2) + '\n' : renderSummary(run.summary, options.format) + '\n');
+    if (options.write) await writeSummaryFiles(options.write, run.summary, run.run);
+  }
+  err.write(`stepscope replay: ${report.entries} entries, ${runs.length} run(s), ${report.ms} ms\n`);
+  return 0;
+}
+
+function engineSummary(engine: Engine, job: string, at: number): EndedRun[] {
+  const summary = engine.analyst.summary(job, at);
+  const run = engine.world.jobs.runOf(job);
+  return summary && run !== null ? [{ job, run, summary }] : [];
+}
