@@ -60,6 +60,10 @@ async function simulate({ dir, stepsPerSecond, totalSteps, onHour }) {
     await origCheckpoint(state);
     checkpointMs.push({ ms: performance.now() - started, bytes: wal.health().lastCheckpointBytes });
   };
+  let appended = 0;
+  const origAppend = wal.append.bind(wal);
+  // The bytes of each record as written: crc, space, JSON, newline.
+  wal.append = (value) => ((appended += Buffer.byteLength(JSON.stringify(value)) + 10), origAppend(value));
   const pending = [];
   const record = (entry) => {
     const p = recorder.record(entry);
@@ -109,7 +113,7 @@ async function simulate({ dir, stepsPerSecond, totalSteps, onHour }) {
     if (now >= nextHour) {
       await Promise.all(pending.splice(0));
       global.gc?.();
-      onHour?.({ hour: (now - T0) / 3600_000, steps, bytes: wal.bytes(), folder: dirBytes(dir), rss: process.memoryUsage.rss(), heap: process.memoryUsage().heapUsed, written: wal.health() });
+      onHour?.({ hour: (now - T0) / 3600_000, steps, bytes: wal.bytes(), folder: dirBytes(dir), rss: process.memoryUsage.rss(), heap: process.memoryUsage().heapUsed, appended });
       nextHour += 3600_000;
     }
   }
@@ -118,7 +122,7 @@ async function simulate({ dir, stepsPerSecond, totalSteps, onHour }) {
   const wallS = (performance.now() - wallStart) / 1000;
   written = statSum(dir);
   await recorder.close();
-  return { steps, hours: (now - T0) / 3600_000, cpuUs: cpu.user + cpu.system, wallS, checkpointMs, peakRss, folder: dirBytes(dir), written, engine };
+  return { steps, hours: (now - T0) / 3600_000, cpuUs: cpu.user + cpu.system, wallS, checkpointMs, peakRss, folder: dirBytes(dir), written, appended, engine };
 }
 
 function statSum(dir) {
@@ -151,12 +155,13 @@ async function restart(dir) {
     });
     child.once('exit', (code) => reject(new Error(`sidecar exited ${code}`)));
   });
-  await new Promise((r) => setTimeout(r, 300));
+  await new Promise((r) => setTimeout(r, 2000));
   clearInterval(sampler);
-  const hwm = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'));
-  peak = Math.max(peak, Number(hwm[1]) * 1024);
+  const status = readFileSync(`/proc/${child.pid}/status`, 'utf8');
+  peak = Math.max(peak, Number(/VmHWM:\s+(\d+) kB/.exec(status)[1]) * 1024);
+  const rss = Number(/VmRSS:\s+(\d+) kB/.exec(status)[1]) * 1024;
   child.kill('SIGKILL');
-  return { ...listening, peakRss: peak };
+  return { ...listening, peakRss: peak, rss };
 }
 
 async function sizeAndMemory(totalSteps, stepsPerSecond) {
@@ -197,7 +202,8 @@ if (what === 'rank-memory') {
 
 const totalSteps = stepsArg >= 0 ? Number(args[stepsArg + 1]) : 10_000_000;
 console.log(`# ${RANKS} ranks, ${totalSteps.toLocaleString()} steps`);
-for (const [label, perSecond] of what === 'all' ? [['50 steps/s per rank', 50]] : [[`${what}`, what === 'fast' ? 500 : 50]]) {
+// `size` (default): 50 steps/s per rank, frames of 5 steps; `fast`: 500 steps/s per rank, frames of 50.
+for (const [label, perSecond] of what === 'fast' ? [['500 steps/s per rank', 500]] : [['50 steps/s per rank', 50]]) {
   const { dir, result, hours } = await sizeAndMemory(totalSteps, perSecond);
   const firstHour = hours[0];
   console.log(`\n## ${label}: ${result.hours.toFixed(2)} simulated hours in ${result.wallS.toFixed(1)} s`);
@@ -207,10 +213,11 @@ for (const [label, perSecond] of what === 'all' ? [['50 steps/s per rank', 50]] 
   console.log(`ingest path CPU per step record (engine + journal, fdatasync'ed): ${(result.cpuUs / records).toFixed(2)} µs`);
   const cps = result.checkpointMs;
   if (cps.length) console.log(`checkpoints: ${cps.length}, median ${median(cps.map((c) => c.ms)).toFixed(0)} ms, ${mib(median(cps.map((c) => c.bytes)))} MiB each`);
-  console.log(`journal written per simulated hour: see below; folder at the end: ${mib(result.folder)} MiB`);
+  console.log(`folder at the end: ${mib(result.folder)} MiB`);
   const rs = [];
   for (let i = 0; i < 3; i++) rs.push(await restart(dir));
-  console.log(`restart to listening: median ${median(rs.map((r) => r.ms)).toFixed(0)} ms (replayed ${rs[0].replay?.entries} entries after checkpoint ${rs[0].replay?.checkpoint}), peak RSS ${mib(median(rs.map((r) => r.peakRss)))} MiB`);
+  console.log(`journal written: ${mib(result.appended / result.hours)} MiB per simulated hour (${mib(result.appended)} MiB in all)`);
+  console.log(`restart to listening: median ${median(rs.map((r) => r.ms)).toFixed(0)} ms (replayed ${rs[0].replay?.entries} entries after checkpoint ${rs[0].replay?.checkpoint}), peak RSS ${mib(median(rs.map((r) => r.peakRss)))} MiB, RSS 2 s later ${mib(median(rs.map((r) => r.rss)))} MiB`);
   rmSync(dir, { recursive: true, force: true });
   void firstHour;
 }

@@ -52,7 +52,7 @@ function hookBench(url) {
   return JSON.parse(run.stdout);
 }
 
-async function ingestThroughput(port, { frames = 400, rowsPerFrame = 256, rounds = 5 } = {}) {
+async function ingestThroughput(port, pid, { frames = 400, rowsPerFrame = 256, rounds = 5 } = {}) {
   const results = [];
   for (let round = 0; round < rounds; round++) {
     const socket = new WebSocket(`ws://127.0.0.1:${port}/v1/ingest`);
@@ -74,7 +74,7 @@ async function ingestThroughput(port, { frames = 400, rowsPerFrame = 256, rounds
       }
       payloads.push(encode({ v: 1, type: 'steps', fields: [...STEP_FIELDS], rows, dropped: 0 }));
     }
-    const child = globalThis.__sidecarPid;
+    const child = pid;
     const cpu0 = cpuSeconds(child);
     const t0 = process.hrtime.bigint();
     for (const payload of payloads) socket.send(payload);
@@ -134,13 +134,23 @@ async function collectorCost({ seconds = 10, rounds = 3 } = {}) {
 
 const report = { date: new Date().toISOString(), machine: `${os.cpus().length} x ${os.cpus()[0]?.model}`, node: process.version };
 const { child, port } = await startSidecar();
-globalThis.__sidecarPid = child.pid;
 try {
   if (!only || only === 'hook') {
     // Measures the hook pointed at nothing and at this live sidecar, in one run.
     report.hook = hookBench(`ws://127.0.0.1:${port}/v1/ingest`);
   }
-  if (!only || only === 'ingest') report.ingest = await ingestThroughput(port);
+  if (!only || only === 'ingest') {
+    report.ingest = await ingestThroughput(port, child.pid);
+    // The same with --out: every acknowledgement waits for the journal (write + fdatasync).
+    const out = mkdtempSync(path.join(os.tmpdir(), 'stepscope-bench-out-'));
+    const journaled = await startSidecar(['--gpu-source', 'none', '--out', out]);
+    try {
+      report.ingest_with_journal = await ingestThroughput(journaled.port, journaled.child.pid);
+    } finally {
+      journaled.child.kill('SIGTERM');
+    }
+    report.ingest_with_journal.cpu_ratio_to_without = Number((report.ingest_with_journal.median_sidecar_cpu_us_per_record / report.ingest.median_sidecar_cpu_us_per_record).toFixed(2));
+  }
   if (!only || only === 'counters') report.counters = await collectorCost();
 } finally {
   child.kill('SIGTERM');

@@ -8,7 +8,7 @@ import { SimCollector } from './counters/sim.js';
 import { Engine } from './engine/engine.js';
 import type { EndedRun, EngineSnapshot } from './engine/snapshot.js';
 import { Ingest } from './ingest/ingest.js';
-import { checkMemoryFits, type IngestLimits } from './ingest/limits.js';
+import { checkMemoryFits, DEFAULT_LIMITS, type IngestLimits } from './ingest/limits.js';
 import { Recorder } from './journal/recorder.js';
 import { replayJournal, TICK_MS } from './journal/replay.js';
 import { Wal } from './journal/wal.js';
@@ -89,7 +89,7 @@ async function openJournal(options: ServeOptions, baseline: Summary | null, log:
     const engine = new Engine({ baseline });
     return { engine, recorder: new Recorder(engine, null, recorderOptions(0)) };
   }
-  const { engine, report } = await replayJournal(options.out, { baseline });
+  const { engine, report } = await replayJournal(options.out, { baseline, limits: { ...DEFAULT_LIMITS, ...options.limits } });
   if (report.entries + report.skipped + report.problems > 0 || report.checkpoint) {
     const fields = { out: options.out, checkpoint: report.checkpoint, entries: report.entries, skipped: report.skipped, problems: report.problems, ms: report.ms, jobs: engine.world.jobs.jobCount };
     if (report.problems + report.skipped > 0) log.warn({ ...fields, examples: report.examples.slice(0, 5) }, 'resumed from journal; some of it could not be used');

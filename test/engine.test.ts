@@ -110,6 +110,19 @@ describe('Engine', () => {
     expect(restored.snapshot().jobs[0]!.timeline.length).toBeGreaterThan(0);
   });
 
+  it('keeps no more jobs and ranks than its limits, whatever a journal holds', () => {
+    const engine = new Engine({ limits: { maxJobs: 2, maxRanksPerJob: 64 } });
+    engine.apply(start());
+    for (let rank = 0; rank < 16_384; rank++) engine.apply(hello(`r${rank}`, { rank, world_size: 16_384 }));
+    for (const job of ['b', 'c']) engine.apply(hello(`${job}0`, { job }));
+    const snapshot = engine.apply({ t: 'tick', at: T0 + 250 })!;
+    expect(snapshot.jobs.map((job) => [job.job, job.ranks.length])).toEqual([
+      ['train', 64],
+      ['b', 1],
+    ]);
+    expect(engine.stats.skipped).toEqual({ 'limit-ranks': 16_384 - 64, 'limit-jobs': 1 });
+  });
+
   it('never forgets the session being created when a rank has too many', () => {
     const engine = new Engine();
     engine.apply(start());

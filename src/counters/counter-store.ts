@@ -2,9 +2,21 @@ import { Ring } from '../store/ring.js';
 import { addSample, emptyAggregate, mergeAggregate, type GpuAggregate } from './gpu-aggregate.js';
 import type { GpuSample } from './types.js';
 
-/** GPU sums are kept per slice of this length, for a day, so any job's span can be summed. */
+/**
+ * GPU sums, so that any job's span can be summed in fixed memory: per 10 s slice for the last hour,
+ * then folded into 5 min slices for the rest of the day (a day of 10 s slices was 8,640 objects a GPU).
+ */
 const SLICE_MS = 10_000;
-const SLICES_KEPT = 8_640;
+const SLICES_KEPT = 360;
+const COARSE_MS = 300_000;
+const COARSE_KEPT = 288;
+
+interface GpuEntry {
+  known: KnownGpu;
+  history: Ring<GpuSample>;
+  slices: Map<number, GpuAggregate>;
+  coarse: Map<number, GpuAggregate>;
+}
 
 export interface KnownGpu {
   key: string;
@@ -15,13 +27,13 @@ export interface KnownGpu {
 }
 
 export interface CountersDump<Host> {
-  gpus: Array<{ known: KnownGpu; history: GpuSample[]; slices: Array<[number, GpuAggregate]> }>;
+  gpus: Array<{ known: KnownGpu; history: GpuSample[]; slices: Array<[number, GpuAggregate]>; coarse?: Array<[number, GpuAggregate]> }>;
   host: Host[];
 }
 
 /** Recent counter samples, by GPU and for the host, for matching against steps in time. */
 export class CounterStore<Host extends { at: number } = { at: number }> {
-  private readonly gpus = new Map<string, { known: KnownGpu; history: Ring<GpuSample>; slices: Map<number, GpuAggregate> }>();
+  private readonly gpus = new Map<string, GpuEntry>();
   private readonly host: Ring<Host>;
 
   constructor(private readonly historyPerGpu = 1200, hostHistory = 600) {
@@ -37,6 +49,7 @@ export class CounterStore<Host extends { at: number } = { at: number }> {
           known: { key, index: sample.index, uuid: sample.uuid, name: sample.name, latest: sample },
           history: new Ring(this.historyPerGpu),
           slices: new Map(),
+          coarse: new Map(),
         };
         this.gpus.set(key, entry);
       }
@@ -49,7 +62,7 @@ export class CounterStore<Host extends { at: number } = { at: number }> {
       if (!sums) {
         sums = emptyAggregate();
         entry.slices.set(slice, sums);
-        if (entry.slices.size > SLICES_KEPT) entry.slices.delete(entry.slices.keys().next().value!);
+        if (entry.slices.size > SLICES_KEPT) fold(entry);
       }
       addSample(sums, sample);
     }
@@ -58,7 +71,7 @@ export class CounterStore<Host extends { at: number } = { at: number }> {
   /** Everything held, as plain data, for a checkpoint. */
   dump(): CountersDump<Host> {
     return {
-      gpus: [...this.gpus.values()].map((entry) => ({ known: entry.known, history: entry.history.toArray(), slices: [...entry.slices.entries()] })),
+      gpus: [...this.gpus.values()].map((entry) => ({ known: entry.known, history: entry.history.toArray(), slices: [...entry.slices.entries()], coarse: [...entry.coarse.entries()] })),
       host: this.host.toArray(),
     };
   }
@@ -66,7 +79,9 @@ export class CounterStore<Host extends { at: number } = { at: number }> {
   static load<Host extends { at: number }>(dump: CountersDump<Host>): CounterStore<Host> {
     const store = new CounterStore<Host>();
     for (const gpu of dump.gpus) {
-      store.gpus.set(gpu.known.key, { known: { ...gpu.known }, history: Ring.of(store.historyPerGpu, gpu.history), slices: new Map(gpu.slices.slice(-SLICES_KEPT)) });
+      const entry: GpuEntry = { known: { ...gpu.known }, history: Ring.of(store.historyPerGpu, gpu.history), slices: new Map(gpu.slices), coarse: new Map(gpu.coarse ?? []) };
+      while (entry.slices.size > SLICES_KEPT) fold(entry);
+      store.gpus.set(gpu.known.key, entry);
     }
     for (const sample of dump.host) store.host.push(sample);
     return store;
@@ -75,11 +90,14 @@ export class CounterStore<Host extends { at: number } = { at: number }> {
   /** Sums of one GPU's samples over [from, to], to the nearest slice. */
   gpuAggregate(key: string, from: number, to: number): GpuAggregate {
     const total = emptyAggregate();
-    const slices = this.gpus.get(key)?.slices;
-    if (!slices) return total;
+    const entry = this.gpus.get(key);
+    if (!entry) return total;
     const first = Math.floor(from / SLICE_MS);
     const last = Math.floor(to / SLICE_MS);
-    for (const [slice, sums] of slices) if (slice >= first && slice <= last) mergeAggregate(total, sums);
+    for (const [slice, sums] of entry.slices) if (slice >= first && slice <= last) mergeAggregate(total, sums);
+    const firstCoarse = Math.floor(from / COARSE_MS);
+    const lastCoarse = Math.floor(to / COARSE_MS);
+    for (const [slice, sums] of entry.coarse) if (slice >= firstCoarse && slice <= lastCoarse) mergeAggregate(total, sums);
     return total;
   }
 
@@ -104,6 +122,17 @@ export class CounterStore<Host extends { at: number } = { at: number }> {
   latestHost(): Host | null {
     return this.host.toArray().at(-1) ?? null;
   }
+}
+
+/** Moves the oldest 10 s slice into its 5 min slice, dropping 5 min slices older than a day. */
+function fold(entry: GpuEntry): void {
+  const [slice, sums] = entry.slices.entries().next().value!;
+  entry.slices.delete(slice);
+  const coarse = Math.floor((slice * SLICE_MS) / COARSE_MS);
+  const into = entry.coarse.get(coarse);
+  if (into) mergeAggregate(into, sums);
+  else entry.coarse.set(coarse, sums);
+  if (entry.coarse.size > COARSE_KEPT) entry.coarse.delete(entry.coarse.keys().next().value!);
 }
 
 export function gpuKey(sample: Pick<GpuSample, 'uuid' | 'index'>): string {

@@ -4,7 +4,7 @@ import { compare } from '../analysis/compare.js';
 import { JobAnalysis, type AnalysisDump } from '../analysis/job-analysis.js';
 import { CounterStore, type CountersDump } from '../counters/counter-store.js';
 import type { HostSample } from '../counters/host.js';
-import { JobStore, UnknownSessionError, type JobsDump } from '../store/job-store.js';
+import { JobStore, LimitError, UnknownSessionError, type JobsDump } from '../store/job-store.js';
 import { Analyst, type Windows } from './analyst.js';
 import type { EngineConfig, JournalEntry } from './entries.js';
 import { freeze, historySeries, verdictState, windowFor, type EndedRun, type EngineSnapshot, type JobState, type RankTotals } from './snapshot.js';
@@ -22,6 +22,11 @@ export interface EngineCheckpoint {
   counters: CountersDump<HostSample>;
   analyses: AnalysisDump[];
   stats: EngineStats;
+}
+
+export interface EngineLimits {
+  maxJobs: number;
+  maxRanksPerJob: number;
 }
 
 export const DEFAULT_CONFIG: EngineConfig = { windowMs: 4_000, holdMs: 2_000, endGraceMs: 10_000 };
@@ -55,9 +60,10 @@ export class Engine {
   private source: { gpu: string; reason: string } | null = null;
   private latest: EngineSnapshot;
 
-  constructor(options: { config?: EngineConfig; baseline?: Summary | null; world?: World } = {}) {
+  constructor(options: { config?: EngineConfig; baseline?: Summary | null; world?: World; limits?: EngineLimits } = {}) {
     this.config = options.config ?? DEFAULT_CONFIG;
     this.world = options.world ?? emptyWorld();
+    this.limit(options.limits ?? null);
     this.analyst = new Analyst(this.world, { holdMs: this.config.holdMs, baseline: options.baseline ?? null });
     this.latest = this.publish(0, [], []);
   }
@@ -76,6 +82,12 @@ export class Engine {
     return this.source;
   }
 
+  /** Jobs and ranks per job the engine keeps (what the ingest also refuses beyond). */
+  limit(limits: EngineLimits | null): void {
+    this.world.jobs.maxJobs = limits?.maxJobs ?? Number.POSITIVE_INFINITY;
+    this.world.jobs.maxRanksPerJob = limits?.maxRanksPerJob ?? Number.POSITIVE_INFINITY;
+  }
+
   /** The whole state as plain data: a journal checkpoint. */
   toCheckpoint(): EngineCheckpoint {
     return {
@@ -92,11 +104,11 @@ export class Engine {
   }
 
   /** An engine holding a checkpoint's state; throws if it is not one. */
-  static fromCheckpoint(value: unknown, baseline: Summary | null = null): Engine {
+  static fromCheckpoint(value: unknown, baseline: Summary | null = null, limits: EngineLimits | null = null): Engine {
     const checkpoint = value as Partial<EngineCheckpoint> | null;
     if (checkpoint?.format !== CHECKPOINT_FORMAT) throw new Error(`not a checkpoint of this version (expected ${CHECKPOINT_FORMAT})`);
     const world: World = { jobs: JobStore.load(checkpoint.jobs!), counters: CounterStore.load<HostSample>(checkpoint.counters!), hookGpu: checkpoint.hookGpu === true };
-    const engine = new Engine({ config: checkpoint.config!, baseline, world });
+    const engine = new Engine({ config: checkpoint.config!, baseline, world, limits: limits ?? undefined });
     engine.source = checkpoint.source ?? null;
     engine.stats.applied = checkpoint.stats?.applied ?? 0;
     Object.assign(engine.stats.skipped, checkpoint.stats?.skipped ?? {});
@@ -112,7 +124,8 @@ export class Engine {
       this.stats.applied += 1;
       return published;
     } catch (error) {
-      const reason = error instanceof UnknownSessionError ? 'unknown-session' : `${entry.t}: ${(error as Error).message}`.slice(0, 120);
+      const reason =
+        error instanceof UnknownSessionError ? 'unknown-session' : error instanceof LimitError ? `limit-${error.limit}` : `${entry.t}: ${(error as Error).message}`.slice(0, 120);
       this.stats.skipped[reason] = (this.stats.skipped[reason] ?? 0) + 1;
       return null;
     }

@@ -54,7 +54,7 @@ export class Ingest {
   ) {
     this.now = options.now ?? Date.now;
     this.limits = { ...DEFAULT_LIMITS, ...options.limits };
-    this.engine.world.jobs.maxJobs = this.limits.maxJobs;
+    this.engine.limit(this.limits);
     this.wants = { nvml: engine.world.hookGpu, interval_ms: options.gpuIntervalMs ?? 500, process: true };
   }
 

@@ -47,6 +47,13 @@ export interface StoreOptions {
 
 export class UnknownSessionError extends Error {}
 
+/** A hello past --max-jobs or --max-ranks: refused live before it is logged, skipped in a replay. */
+export class LimitError extends Error {
+  constructor(readonly limit: 'jobs' | 'ranks') {
+    super(`too many ${limit}`);
+  }
+}
+
 type SessionDump = Omit<Session, 'job' | 'rank'>;
 type RankDump = Omit<Rank, 'latest' | 'sessions' | 'recent' | 'buckets' | 'histogram' | 'process'> & {
   latest: string;
@@ -66,8 +73,12 @@ export type JobsDump = Array<Omit<Job, 'ranks'> & { ranks: RankDump[] }>;
 export class JobStore {
   private readonly jobs = new Map<string, Job>();
   private readonly sessions = new Map<string, Session>();
-  /** Jobs kept; the ingest refuses a new job beyond it unless an ended one can go. */
+  /**
+   * Jobs and ranks per job kept: the ingest refuses a hello past them before logging it, and a
+   * journal replayed with more (written with higher limits, or forged) cannot fill the heap.
+   */
   maxJobs = Number.POSITIVE_INFINITY;
+  maxRanksPerJob = Number.POSITIVE_INFINITY;
   private readonly recentSteps: number;
   private readonly sessionsPerRank: number;
 
@@ -418,7 +429,7 @@ export class JobStore {
     }
     if (!job) {
       // Room for a new job: the oldest ended one is forgotten (its summary is written).
-      if (this.jobs.size >= this.maxJobs) this.evictEndedJob();
+      if (this.jobs.size >= this.maxJobs && this.evictEndedJob() === null) throw new LimitError('jobs');
       job = this.newJob(hello, at, 1);
     }
     job.worldSize = Math.max(job.worldSize, hello.world_size);
@@ -451,6 +462,7 @@ export class JobStore {
   private rankFor(job: Job, hello: Hello): Rank {
     let rank = job.ranks.get(hello.rank);
     if (!rank) {
+      if (job.ranks.size >= this.maxRanksPerJob) throw new LimitError('ranks');
       rank = {
         rank: hello.rank,
         localRank: hello.local_rank,
