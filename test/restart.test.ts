@@ -1,0 +1,97 @@
+import { rmSync } from 'node:fs';
+import { afterEach, describe, expect, it } from 'vitest';
+import { Engine } from '../src/engine/engine.js';
+import type { JournalEntry } from '../src/engine/entries.js';
+import { Recorder } from '../src/journal/recorder.js';
+import { replayJournal } from '../src/journal/replay.js';
+import { Wal } from '../src/journal/wal.js';
+import { createLogger } from '../src/log/log.js';
+import { hello, run, T0 } from './support/entries.js';
+import { tempDir } from './support/sidecar.js';
+
+/**
+ * A sidecar killed mid-job and started again on its --out ends up where an uninterrupted one does:
+ * the same verdicts, timeline, straggler and summary, with or without a checkpoint before the kill.
+ */
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+const config = { windowMs: 4_000, holdMs: 1_000, endGraceMs: 2_000 };
+
+/** Two ranks: healthy for 10 s, then rank 1's loader slows down for 10 s (it becomes the straggler), then both end. */
+function job(): JournalEntry[] {
+  const r0a = run('a', 0, 10, { data: 1, compute: 20 });
+  const r1a = run('b', 0, 10, { data: 1, compute: 20 });
+  const r0b = run('a', 10_000, 10, { data: 1, compute: 20, other: 30 }, r0a.nextSeq);
+  const r1b = run('b', 10_000, 10, { data: 30, compute: 20, other: 1 }, r1a.nextSeq);
+  const ticks = (entries: JournalEntry[]) => entries.filter((e) => e.t !== 'tick');
+  const merged = [...r0a.entries, ...ticks(r1a.entries), ...r0b.entries, ...ticks(r1b.entries)].sort((x, y) => x.at - y.at || Number(x.t === 'tick') - Number(y.t === 'tick'));
+  return [
+    { t: 'start', at: T0, config },
+    hello('a', { world_size: 2 }),
+    hello('b', { rank: 1, local_rank: 1, world_size: 2 }),
+    { t: 'connect', at: T0, session: 'a' },
+    { t: 'connect', at: T0, session: 'b' },
+    ...merged,
+    { t: 'end', at: T0 + 20_000, session: 'a', reason: 'close' },
+    { t: 'end', at: T0 + 20_000, session: 'b', reason: 'close' },
+    { t: 'tick', at: T0 + 20_250 },
+  ];
+}
+
+async function recorderOn(dir: string, engine: Engine, clock: { now: number }) {
+  const wal = await Wal.open({ dir, maxBytes: 64 * 1024 * 1024, now: () => clock.now });
+  return new Recorder(engine, wal, { checkpointBytes: 1 << 30, checkpointMs: 3_600_000, samplesGiveUpShare: 0.75, now: () => clock.now, log: createLogger('silent') });
+}
+
+async function feed(recorder: Recorder, clock: { now: number }, entries: JournalEntry[]) {
+  const written: Array<Promise<unknown>> = [];
+  for (const entry of entries) {
+    clock.now = entry.at;
+    written.push(recorder.record(entry));
+  }
+  await Promise.all(written);
+}
+
+describe('a sidecar killed mid-job and started again', () => {
+  it.each([
+    ['from the segments alone', false],
+    ['from a checkpoint and the segments after it', true],
+  ])('gives the same verdicts, timeline and summary as an uninterrupted run (%s)', async (_title, checkpoint) => {
+    const entries = job();
+    const uninterrupted = new Engine();
+    let ended = null;
+    for (const entry of entries) ended = uninterrupted.apply(entry)?.ended.length ? uninterrupted.snapshot() : ended;
+
+    const dir = tempDir();
+    dirs.push(dir);
+    const clock = { now: T0 };
+    const kill = entries.findIndex((e) => e.at >= T0 + 14_000);
+    const first = await recorderOn(dir, new Engine(), clock);
+    await feed(first, clock, entries.slice(0, kill));
+    if (checkpoint) await first.checkpoint();
+    // SIGKILL: the first recorder is abandoned as it is, nothing closed or flushed beyond what was acknowledged.
+
+    const { engine, report } = await replayJournal(dir);
+    expect(report).toMatchObject({ problems: 0, skipped: 0, checkpoint: checkpoint ? expect.stringMatching(/^checkpoint-/) : null });
+    const second = await recorderOn(dir, engine, clock);
+    const restartAt = entries[kill]!.at;
+    // As serve() does on start, and as the hooks do when they reconnect.
+    await feed(second, clock, [
+      { t: 'start', at: restartAt, config },
+      { t: 'connect', at: restartAt, session: 'a' },
+      { t: 'connect', at: restartAt, session: 'b' },
+      ...entries.slice(kill),
+    ]);
+    const restarted = engine.snapshot();
+    expect(restarted.ended).toHaveLength(1);
+    expect(restarted.ended[0]!.summary).toEqual(ended!.ended[0]!.summary);
+    expect(restarted.ended[0]!.summary.straggler).toMatchObject({ rank: 1, reason: 'data' });
+    expect(restarted.jobs[0]!.timeline).toEqual(ended!.jobs[0]!.timeline);
+    expect(restarted.jobs[0]!.ranks.map((r) => r.verdict)).toEqual(ended!.jobs[0]!.ranks.map((r) => r.verdict));
+    await second.close();
+  });
+});
