@@ -3,9 +3,10 @@ import type { VerdictEvent } from '../src/analysis/job-analysis.js';
 import { emptyGpuSample, ThrottleReason, type GpuSample } from '../src/counters/types.js';
 import { Engine } from '../src/engine/engine.js';
 import { toRow } from '../src/engine/entries.js';
-import type { EngineSnapshot, HistorySeries } from '../src/engine/snapshot.js';
+import type { EngineSnapshot } from '../src/engine/snapshot.js';
 import { sidecarState } from '../src/outputs/state.js';
-import type { SnapshotFrame, StreamFrame, StreamHistory, VerdictFrame } from '../src/protocol/stream.js';
+import { historyTail } from '../src/outputs/stream.js';
+import type { SnapshotFrame, StreamFrame, VerdictFrame } from '../src/protocol/stream.js';
 import { streamUrl } from '../src/viewer/client.js';
 import { fit, fmtMs, resample, sparkline, stackedBarText, stackedCells } from '../src/viewer/format.js';
 import { FIXED_LINES, fitColumns, layout } from '../src/viewer/layout.js';
@@ -42,17 +43,6 @@ interface GpuScript {
   figures: (t: number) => Partial<GpuSample>;
 }
 
-/** The last `slices` slices of a snapshot's history (all of it when null), as the stream sends them. */
-function historyTail(history: HistorySeries, slices: number | null): StreamHistory {
-  const total = Math.max(0, ...history.ranks.map((r) => r.step_ms.length), ...history.gpus.map((g) => g.util.length));
-  const skip = slices === null ? 0 : Math.max(0, total - slices);
-  return {
-    from: new Date(history.from + skip * history.sliceMs).toISOString(),
-    slice_s: history.sliceMs / 1000,
-    ranks: history.ranks.map((r) => ({ ...r, step_ms: r.step_ms.slice(skip) })),
-    gpus: history.gpus.map((g) => ({ ...g, util: g.util.slice(skip), sm_clock_pct: g.sm_clock_pct.slice(skip) })),
-  };
-}
 
 class SimulatedSidecar {
   readonly engine = new Engine();
@@ -123,7 +113,7 @@ class SimulatedSidecar {
       windowMs: 4000,
     });
     // An update holds the slices a tick can have changed: a snapshot, all of them.
-    const history = historyTail(snapshot.history, type === 'snapshot' ? null : 3);
+    const history = historyTail(snapshot.history, snapshot.at, type === 'snapshot' ? null : 3);
     const body = { v: 1, type, seq, at: new Date(this.at).toISOString(), rate_hz: 4, state, history };
     return parseFrame(JSON.stringify(body));
   }

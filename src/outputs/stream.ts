@@ -29,7 +29,7 @@ export interface StreamHub {
 }
 
 /** The last `slices` slices of the snapshot's history (all of it when null), as a frame carries them. */
-function historyTail(history: HistorySeries, at: number, slices: number | null): StreamHistory {
+export function historyTail(history: HistorySeries, at: number, slices: number | null): StreamHistory {
   const total = Math.max(0, Math.ceil((at - history.from) / history.sliceMs));
   const skip = slices === null ? 0 : Math.max(0, total - slices);
   return {
