@@ -52,7 +52,7 @@ async function simulate({ dir, stepsPerSecond, totalSteps, onHour }) {
   let now = T0;
   const wal = await Wal.open({ dir, maxBytes: 512 * 1024 * 1024, now: () => now });
   const engine = new Engine();
-  const recorder = new Recorder(engine, wal, { checkpointBytes: 32 * 1024 * 1024, checkpointMs: 5 * 60_000, samplesGiveUpShare: 0.75, now: () => now, log });
+  const recorder = new Recorder(engine, wal, { checkpointBytes: 16 * 1024 * 1024, checkpointMs: 5 * 60_000, samplesGiveUpShare: 0.75, now: () => now, log });
   const checkpointMs = [];
   const origCheckpoint = wal.checkpoint.bind(wal);
   wal.checkpoint = async (state) => {

@@ -133,7 +133,8 @@ async function collectorCost({ seconds = 10, rounds = 3 } = {}) {
 }
 
 const report = { date: new Date().toISOString(), machine: `${os.cpus().length} x ${os.cpus()[0]?.model}`, node: process.version };
-const { child, port } = await startSidecar();
+// Each ingest round is a job of its own: room for all of them.
+const { child, port } = await startSidecar(['--gpu-source', 'none', '--max-jobs', '16']);
 try {
   if (!only || only === 'hook') {
     // Measures the hook pointed at nothing and at this live sidecar, in one run.
@@ -143,7 +144,7 @@ try {
     report.ingest = await ingestThroughput(port, child.pid);
     // The same with --out: every acknowledgement waits for the journal (write + fdatasync).
     const out = mkdtempSync(path.join(os.tmpdir(), 'stepscope-bench-out-'));
-    const journaled = await startSidecar(['--gpu-source', 'none', '--out', out]);
+    const journaled = await startSidecar(['--gpu-source', 'none', '--max-jobs', '16', '--out', out]);
     try {
       report.ingest_with_journal = await ingestThroughput(journaled.port, journaled.child.pid);
     } finally {

@@ -102,7 +102,7 @@ program
       .argParser(integer(16 * 1024 * 1024, 1024 ** 4))
       .env('STEPSCOPE_JOURNAL_MAX_BYTES'),
   )
-  .addOption(new Option('--stream-rate <n>', 'state updates a second sent to each viewer on ws /v1/stream').default(4).argParser(rate).env('STEPSCOPE_STREAM_RATE'))
+  .addOption(new Option('--stream-rate <n>', 'state updates a second sent to each viewer on ws /v1/stream (at most one per engine tick, 4 a second)').default(4).argParser(rate).env('STEPSCOPE_STREAM_RATE'))
   .action(async (options, command: Command) => {
     // commander turns a boolean flag on for any value of its variable, "false" included.
     for (const [key, name] of [['exitOnEnd', 'STEPSCOPE_EXIT_ON_END'], ['insecure', 'STEPSCOPE_INSECURE']] as const) {

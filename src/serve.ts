@@ -78,7 +78,7 @@ async function loadBaseline(file: string | undefined): Promise<Summary | null> {
 /** The engine as the journal left it (or a new one), and a recorder that journals from here on. */
 async function openJournal(options: ServeOptions, baseline: Summary | null, log: Logger): Promise<{ engine: Engine; recorder: Recorder }> {
   const recorderOptions = (maxBytes: number) => ({
-    checkpointBytes: Math.min(32 * 1024 * 1024, Math.floor(maxBytes / 8)),
+    checkpointBytes: Math.min(16 * 1024 * 1024, Math.floor(maxBytes / 8)),
     checkpointMs: CHECKPOINT_MS,
     samplesGiveUpShare: 0.75,
     now: Date.now,

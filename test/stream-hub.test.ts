@@ -51,6 +51,9 @@ async function harness(rateHz: number): Promise<Harness> {
     rateHz,
     log: pino({ level: 'silent' }),
   });
+  // The engine publishing a snapshot at the stream's rate.
+  const engineTicks = setInterval(() => listener?.(snapshot()), 1000 / rateHz);
+  app.addHook('onClose', async () => clearInterval(engineTicks));
   await app.listen({ host: '127.0.0.1', port: 0 });
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : 0;

@@ -16,8 +16,8 @@ export interface StreamOptions {
   state: () => SidecarState;
   /** The engine's latest snapshot (its sparkline history and time). */
   snapshot: () => EngineSnapshot;
-  /** Each new snapshot, whose verdict changes go out as they happen. */
-  onSnapshot?: Subscribe<EngineSnapshot>;
+  /** Each new snapshot: its verdict changes go out at once, and a state frame at most `rateHz` a second. */
+  onSnapshot: Subscribe<EngineSnapshot>;
   rateHz?: number;
   limits?: Partial<StreamLimits>;
   log: Logger;
@@ -111,17 +111,21 @@ export function registerStream(app: FastifyInstance, options: StreamOptions): St
     current = readState();
     for (const viewer of viewers) send(viewer, current);
   };
-  const ticker = setInterval(tick, tickMs);
-  ticker.unref();
   const heartbeat = setInterval(() => viewers.forEach((viewer) => viewer.heartbeat()), limits.heartbeatMs);
   heartbeat.unref();
 
-  const unsubscribe = options.onSnapshot?.(({ events }) => {
+  // Frames go out as the engine publishes (each tick), at most `rateHz` a second: a frame shows a
+  // step one engine tick after it arrived, not a tick of the stream's own later.
+  let lastTickAt = Number.NEGATIVE_INFINITY;
+  const unsubscribe = options.onSnapshot((snapshot) => {
     if (viewers.size === 0) return;
-    for (const event of events) {
+    for (const event of snapshot.events) {
       const frame = encode(verdictFrame(event));
       for (const viewer of viewers) viewer.offer(frame, 'event', event.at);
     }
+    if (snapshot.at - lastTickAt < tickMs * 0.9) return;
+    lastTickAt = snapshot.at;
+    tick();
   });
 
   app.get('/v1/stream', { websocket: true }, (socket, request) => {
@@ -135,7 +139,6 @@ export function registerStream(app: FastifyInstance, options: StreamOptions): St
   });
 
   const close = () => {
-    clearInterval(ticker);
     clearInterval(heartbeat);
     unsubscribe?.();
     // A viewer that does not answer the close promptly must not hold up the sidecar's exit.
