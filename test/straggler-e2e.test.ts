@@ -6,6 +6,7 @@ import { fakeNvidiaSmiEnv } from './support/fake-gpu.js';
 import { startFakeProc } from './support/fake-proc.js';
 import { findPython } from './support/python.js';
 import { fixture, runPython } from './support/run-python.js';
+import { expectScenario, RECORDING, recordScenario, type ScenarioMeta } from './support/scenarios.js';
 import { startSidecar, tempDir } from './support/sidecar.js';
 
 /**
@@ -48,7 +49,7 @@ function freePort(): Promise<number> {
 }
 
 describe.skipIf(!torch.python)(`straggler in a real torch.distributed job${torch.python ? '' : ` (skipped: ${torch.why})`}`, () => {
-  it("names rank 1, whose loader is slow, though both ranks' steps take the same time", async () => {
+  it("names rank 1, whose loader is slow, though both ranks' steps take the same time", async (context) => {
     const proc = startFakeProc({ cpuPct: 30 });
     cleanups.push(() => proc.stop());
     const out = tempDir();
@@ -60,13 +61,14 @@ describe.skipIf(!torch.python)(`straggler in a real torch.distributed job${torch
 
     const port = await freePort();
     const job = 'ddp-slow-loader';
+    const loop = ['--steps', '200', '--data-ms', '1', '--slow-rank', '1', '--slow-data-ms', '30', '--compute-ms', '5'];
     const ranks = [0, 1].map((rank) => {
       const pidFile = path.join(out, `rank${rank}.pid`);
       cleanups.push(() => killByPidFile(pidFile));
       return runPython(
         torch.python!,
         fixture('ddp_loop.py'),
-        ['--port', String(port), '--steps', '200', '--data-ms', '1', '--slow-rank', '1', '--slow-data-ms', '30', '--compute-ms', '5', '--pid-file', pidFile],
+        ['--port', String(port), ...loop, '--pid-file', pidFile],
         { STEPSCOPE_URL: sidecar.ingestUrl, STEPSCOPE_JOB: job, RANK: String(rank), WORLD_SIZE: '2', LOCAL_RANK: String(rank), MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port) },
         90_000,
       );
@@ -109,5 +111,35 @@ describe.skipIf(!torch.python)(`straggler in a real torch.distributed job${torch
       [0, [0]],
       [1, [1]],
     ]);
+
+    // What test/verdicts-replay.test.ts checks on the recording (STEPSCOPE_RECORD).
+    const meta: ScenarioMeta = {
+      format: 'stepscope.scenario/v1',
+      title: context.task.name,
+      suite: context.task.suite?.name ?? '',
+      test: 'test/straggler-e2e.test.ts',
+      job,
+      worldSize: 2,
+      steps: 400,
+      script: { loop, host: { cpuPct: 30 }, gpu: { gpus: 2 } },
+      expect: {
+        verdict: summary.ranks[1].verdict,
+        cause: summary.ranks[1].cause,
+        // The job's timeline as it came out (this test pins down the straggler, not the timeline).
+        timeline: summary.timeline.slice(summary.timeline.findIndex((s: any) => s.verdict !== 'warming-up' && s.verdict !== 'idle')).map((s: any) => [s.verdict, s.cause]),
+        straggler: { rank: 1, reason: 'data' },
+        ranks: [
+          { rank: 0, verdict: 'compute-bound', straggler: false },
+          { rank: 1, verdict: 'input-bound', straggler: true },
+        ],
+        gpus: [
+          { index: 0, ranks: [0] },
+          { index: 1, ranks: [1] },
+        ],
+      },
+      recordedAt: new Date().toISOString(),
+    };
+    expectScenario(summary, meta);
+    if (RECORDING && !context.task.result?.errors?.length) recordScenario(out, meta);
   });
 });

@@ -1,5 +1,6 @@
 import { cpSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { atFileEnd } from './children.js';
 import { ROOT, tempDir } from './sidecar.js';
 
 /**
@@ -97,6 +98,12 @@ export function startFakeProc(initial: HostLoad, { intervalMs = 200 }: { interva
 
   advance();
   const timer = setInterval(advance, intervalMs);
+  const stop = () => {
+    clearInterval(timer);
+    rmSync(root, { recursive: true, force: true });
+  };
+  // Stopped at the end of the file at the latest (test/support/cleanup.ts), if a test did not.
+  const forget = atFileEnd(stop);
   return {
     root,
     set(next) {
@@ -104,8 +111,8 @@ export function startFakeProc(initial: HostLoad, { intervalMs = 200 }: { interva
       load = checked(next);
     },
     stop() {
-      clearInterval(timer);
-      rmSync(root, { recursive: true, force: true });
+      forget();
+      stop();
     },
   };
 }

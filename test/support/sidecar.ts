@@ -3,6 +3,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { killTree, track } from './children.js';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const CLI = path.join(ROOT, 'dist', 'cli.js');
@@ -30,12 +31,20 @@ export function tempDir(prefix = 'stepscope-test-'): string {
   return mkdtempSync(path.join(tmpdir(), prefix));
 }
 
-/** Starts the real sidecar (`node dist/cli.js serve`) on a free port and waits until it listens. */
-export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv = {}): Promise<RunningSidecar> {
-  const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', ...args], {
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+/**
+ * Starts the real sidecar (`node dist/cli.js serve`) on a free port and waits until it listens
+ * (`listenTimeoutMs`). If it does not (it exits first, the wait times out, or it cannot be spawned),
+ * the sidecar and whatever it started are killed before this rejects: a failed start leaves nothing
+ * running. Registered with ./children.ts, so that it is killed at the end of the file at the latest.
+ */
+export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv = {}, { listenTimeoutMs = 10_000 }: { listenTimeoutMs?: number } = {}): Promise<RunningSidecar> {
+  const child = track(
+    spawn(process.execPath, [CLI, 'serve', '--port', '0', ...args], {
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    }),
+    `sidecar ${args.join(' ')}`,
+  );
   const logs: LogLine[] = [];
   const stderr: string[] = [];
   const listeners = new Set<() => void>();
@@ -58,6 +67,9 @@ export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv =
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
     child.once('exit', (code, signal) => resolve({ code, signal })),
   );
+  // A spawn that fails emits 'error' (and no 'exit'); unheard, it would take the test worker down.
+  const spawnFailed = new Promise<never>((_resolve, reject) => child.once('error', (error) => reject(new Error(`sidecar could not be started: ${error.message}`))));
+  spawnFailed.catch(() => undefined);
 
   const waitForLog = (predicate: (line: LogLine) => boolean, timeoutMs = 10_000): Promise<LogLine> =>
     new Promise((resolve, reject) => {
@@ -77,12 +89,21 @@ export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv =
       check();
     });
 
-  const listening = await Promise.race([
-    waitForLog((line) => line.msg === 'listening'),
-    exited.then(({ code }) => {
-      throw new Error(`sidecar exited with ${code} before listening: ${stderr.join('')}`);
-    }),
-  ]);
+  let listening: LogLine;
+  try {
+    listening = await Promise.race([
+      waitForLog((line) => line.msg === 'listening', listenTimeoutMs),
+      exited.then(({ code, signal }) => {
+        throw new Error(`sidecar exited with ${code ?? signal} before listening: ${stderr.join('')}`);
+      }),
+      spawnFailed,
+    ]);
+  } catch (error) {
+    // Exited early (its children may not have), never listened, or the wait timed out: kill it all.
+    killTree(child);
+    if (child.pid !== undefined) await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 5_000))]);
+    throw error;
+  }
   const port = listening.port as number;
   const http = `http://127.0.0.1:${port}`;
   return {
