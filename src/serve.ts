@@ -50,6 +50,8 @@ export interface ServeOptions {
   limits?: Partial<IngestLimits>;
   /** Hard cap on the journal's bytes under --out (default 512 MiB). */
   journalMaxBytes?: number;
+  /** How often the engine ticks (default 250 ms); the stream sends at most one frame a tick. */
+  tickMs?: number;
 }
 
 export interface Sidecar {
@@ -189,7 +191,7 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
       if (options.exitOnEnd && endedHere > 0 && engine.world.jobs.liveJobs().length === 0 && stopping === null) void stop('every job ended');
     });
   };
-  const tickTimer = setInterval(() => void recorder.record({ t: 'tick', at: Date.now() }).then(published, fail('tick')), TICK_MS);
+  const tickTimer = setInterval(() => void recorder.record({ t: 'tick', at: Date.now() }).then(published, fail('tick')), options.tickMs ?? TICK_MS);
 
   const app = await buildServer({
     ingest,

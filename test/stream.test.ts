@@ -200,7 +200,7 @@ describe('ws /v1/stream with a viewer that stops reading', () => {
   }
 
   it('keeps acknowledging steps at full rate and other viewers updated, coalesces the stuck viewer, then closes it with 4008', async () => {
-    const sidecar = await startScriptedSidecar({ streamRateHz: 50, streamLimits: limits });
+    const sidecar = await startScriptedSidecar({ streamRateHz: 50, tickMs: 20, streamLimits: limits });
     const drivers = await busyJob(sidecar);
     const healthy = await connectViewer(sidecar.streamUrl);
     let pausedAt = 0;
@@ -238,7 +238,7 @@ describe('ws /v1/stream with a viewer that stops reading', () => {
   });
 
   it('sends a viewer that fell behind and caught up the newest state whole, not the updates it missed', async () => {
-    const sidecar = await startScriptedSidecar({ streamRateHz: 50, streamLimits: limits });
+    const sidecar = await startScriptedSidecar({ streamRateHz: 50, tickMs: 20, streamLimits: limits });
     await busyJob(sidecar);
     const lagging = await connectViewer(sidecar.streamUrl, { onFirst: (socket) => tcp(socket).pause() });
     await sidecar.waitForLog((line) => line.msg === 'viewer behind; sending it the newest state once it catches up', 30_000);
