@@ -4,6 +4,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { findPython } from './support/python.js';
 import { CLI, tempDir } from './support/sidecar.js';
+import { track } from './support/children.js';
 
 /** `stepscope demo` as a newcomer runs it, without a terminal: the whole story, then its summary. */
 
@@ -11,7 +12,7 @@ const plain = findPython();
 
 function run(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 55_000): Promise<{ code: number | null; stdout: string; stderr: string; seconds: number }> {
   const started = Date.now();
-  const child = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = track(spawn(process.execPath, [CLI, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] }), 'demo');
   let stdout = '';
   let stderr = '';
   child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));

@@ -7,6 +7,7 @@ import { STEP_FIELDS } from '../src/protocol/messages.js';
 import type { ServeOptions } from '../src/serve.js';
 import { startFakeProc } from './support/fake-proc.js';
 import { ROOT, startSidecar, waitFor, type LogLine } from './support/sidecar.js';
+import { track } from './support/children.js';
 
 /**
  * ws /v1/stream on the real sidecar: many viewers at once, a viewer that stops reading, a viewer that
@@ -109,7 +110,7 @@ async function startScriptedSidecar(options: Partial<ServeOptions>): Promise<Scr
     gpuIntervalMs: 500, hostIntervalMs: 1000, procRoot: '/proc', windowS: 4, holdS: 2, handleSignals: true, ...options,
   } satisfies ServeOptions;
   const script = `import { serve } from ${JSON.stringify(path.join(ROOT, 'dist', 'serve.js'))}; await serve(${JSON.stringify(full)});`;
-  const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = track(spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'pipe'] }), 'scripted sidecar');
   cleanups.push(() => {
     child.kill('SIGKILL');
   });

@@ -7,6 +7,7 @@ import { WebSocketServer } from 'ws';
 import { findPython } from './support/python.js';
 import { fixture, runPython } from './support/run-python.js';
 import { CLI, startSidecar, tempDir, waitFor } from './support/sidecar.js';
+import { track } from './support/children.js';
 
 /** `stepscope watch --plain`: one line per update, what logs and scripts read; against real sidecars and real hooks. */
 
@@ -25,7 +26,7 @@ interface Watcher {
 }
 
 function watch(...args: string[]): Watcher {
-  const child = spawn(process.execPath, [CLI, 'watch', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = track(spawn(process.execPath, [CLI, 'watch', ...args], { stdio: ['ignore', 'pipe', 'pipe'] }), 'viewer');
   cleanups.push(() => {
     child.kill('SIGKILL');
   });
