@@ -1,5 +1,4 @@
-import { rmSync } from 'node:fs';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { JournalEntry } from '../src/engine/entries.js';
 import { JournalRefused } from '../src/journal/recorder.js';
 import { replayJournal } from '../src/journal/replay.js';
@@ -9,7 +8,8 @@ import { FullDisk } from './support/full-disk.js';
 import { inProcess } from './support/in-process.js';
 import { findPython } from './support/python.js';
 import { fixture, runPython } from './support/run-python.js';
-import { tempDir, waitFor } from './support/sidecar.js';
+import { waitFor } from './support/sidecar.js';
+import { useTempDirs } from './support/temp-dirs.js';
 
 /**
  * Decide → log → apply → acknowledge, through the real write-ahead log on a disk that fills up:
@@ -17,14 +17,10 @@ import { tempDir, waitFor } from './support/sidecar.js';
  * /readyz and /metrics say so, and once the disk has room again ingest resumes.
  */
 
-const dirs: string[] = [];
-afterEach(() => {
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
+const tempDir = useTempDirs('stepscope-journal-');
 
 async function sidecarOnDisk() {
   const dir = tempDir();
-  dirs.push(dir);
   const disk = new FullDisk();
   let now = T0;
   const wal = await Wal.open({ dir, maxBytes: 64 * 1024 * 1024, fs: disk, retryMs: 1000, now: () => now });
@@ -110,7 +106,6 @@ describe('the real hook against a sidecar whose disk fills up mid-job', () => {
   const plain = findPython();
   it.skipIf(!plain.python)('loses nothing: what was refused is resent and counted once when space returns', async () => {
     const dir = tempDir();
-    dirs.push(dir);
     const disk = new FullDisk();
     const wal = await Wal.open({ dir, maxBytes: 64 * 1024 * 1024, fs: disk, retryMs: 200 });
     // Real time here: the hook runs on its own clock, and the sidecar's ticks are not needed.

@@ -1,7 +1,7 @@
-import { appendFileSync, existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { appendFileSync, existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { Writable } from 'node:stream';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine/engine.js';
 import type { JournalEntry } from '../src/engine/entries.js';
 import { Recorder } from '../src/journal/recorder.js';
@@ -9,14 +9,11 @@ import { Wal } from '../src/journal/wal.js';
 import { createLogger } from '../src/log/log.js';
 import { runReplay } from '../src/replay-command.js';
 import { hello, run, T0 } from './support/entries.js';
-import { tempDir } from './support/sidecar.js';
+import { useTempDirs } from './support/temp-dirs.js';
 
 /** `stepscope replay`: a recording written through the real journal, replayed by the command. */
 
-const dirs: string[] = [];
-afterEach(() => {
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
+const tempDir = useTempDirs('stepscope-replay-');
 
 function sink() {
   let text = '';
@@ -32,7 +29,6 @@ function sink() {
 /** Two runs of one job: the first healthy then starved of data, ended; the second still running. */
 async function recording(): Promise<{ dir: string; live: Engine }> {
   const dir = tempDir();
-  dirs.push(dir);
   let now = T0;
   const wal = await Wal.open({ dir, maxBytes: 64 * 1024 * 1024, now: () => now });
   const live = new Engine();
@@ -85,7 +81,6 @@ describe('stepscope replay', () => {
   it('writes the summaries as the sidecar would, each run its own file', async () => {
     const { dir } = await recording();
     const again = tempDir();
-    dirs.push(again);
     expect(await runReplay(dir, { format: 'text', write: again, out: sink().stream, err: sink().stream })).toBe(0);
     expect(readdirSync(again).sort()).toEqual(['summary-train.2.json', 'summary-train.2.md', 'summary-train.json', 'summary-train.md', 'summary.json', 'summary.md']);
     expect(JSON.parse(readFileSync(path.join(again, 'summary-train.json'), 'utf8')).steps).toBe(480);
@@ -113,7 +108,6 @@ describe('stepscope replay', () => {
 
   it('says so when there is no journal', async () => {
     const dir = tempDir();
-    dirs.push(dir);
     const err = sink();
     expect(await runReplay(dir, { format: 'text', out: sink().stream, err: err.stream })).toBe(1);
     expect(err.text()).toContain(`no journal in ${dir}`);

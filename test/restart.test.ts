@@ -1,5 +1,4 @@
-import { rmSync } from 'node:fs';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine/engine.js';
 import type { JournalEntry } from '../src/engine/entries.js';
 import { Recorder } from '../src/journal/recorder.js';
@@ -7,17 +6,14 @@ import { replayJournal } from '../src/journal/replay.js';
 import { Wal } from '../src/journal/wal.js';
 import { createLogger } from '../src/log/log.js';
 import { hello, run, T0 } from './support/entries.js';
-import { tempDir } from './support/sidecar.js';
+import { useTempDirs } from './support/temp-dirs.js';
 
 /**
  * A sidecar killed mid-job and started again on its --out ends up where an uninterrupted one does:
  * the same verdicts, timeline, straggler and summary, with or without a checkpoint before the kill.
  */
 
-const dirs: string[] = [];
-afterEach(() => {
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
+const tempDir = useTempDirs('stepscope-restart-');
 
 const config = { windowMs: 4_000, holdMs: 1_000, endGraceMs: 2_000 };
 
@@ -67,7 +63,6 @@ describe('a sidecar killed mid-job and started again', () => {
     for (const entry of entries) ended = uninterrupted.apply(entry)?.ended.length ? uninterrupted.snapshot() : ended;
 
     const dir = tempDir();
-    dirs.push(dir);
     const clock = { now: T0 };
     const kill = entries.findIndex((e) => e.at >= T0 + 14_000);
     const first = await recorderOn(dir, new Engine(), clock);

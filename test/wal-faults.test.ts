@@ -1,21 +1,13 @@
-import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { segmentName } from '../src/journal/wal-files.js';
 import { nodeWalFs, type WalFileHandle, type WalFs, type WalOpenFlags } from '../src/journal/wal-fs.js';
 import { readWal, type WalItem, type WalProblem } from '../src/journal/wal-read.js';
 import { Wal, WalFullError, WalWriteError, type WalHealth, type WalOptions } from '../src/journal/wal.js';
+import { useTempDirs } from './support/temp-dirs.js';
 
-const dirs: string[] = [];
-function tempDir(): string {
-  const dir = mkdtempSync(path.join(tmpdir(), 'stepscope-wal-faults-'));
-  dirs.push(dir);
-  return dir;
-}
-afterEach(() => {
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
+const tempDir = useTempDirs('stepscope-wal-faults-');
 
 type Op = 'write' | 'datasync' | 'truncate' | 'open' | 'rename' | 'syncDir';
 

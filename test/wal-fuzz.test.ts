@@ -1,10 +1,11 @@
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseWalName, segmentName } from '../src/journal/wal-files.js';
 import { readWal, type WalItem, type WalProblem } from '../src/journal/wal-read.js';
 import { Wal } from '../src/journal/wal.js';
+import { useTempDirs } from './support/temp-dirs.js';
 
 /**
  * Damages a real journal at random (seeded, so a failure replays) and checks the reader against an
@@ -12,15 +13,7 @@ import { Wal } from '../src/journal/wal.js';
  * every other line with its file and offset. It must never throw.
  */
 
-const dirs: string[] = [];
-function tempDir(): string {
-  const dir = mkdtempSync(path.join(tmpdir(), 'stepscope-wal-fuzz-'));
-  dirs.push(dir);
-  return dir;
-}
-afterEach(() => {
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
+const tempDir = useTempDirs('stepscope-wal-fuzz-');
 
 function mulberry32(seed: number): () => number {
   let a = seed >>> 0;

@@ -1,20 +1,12 @@
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { LEGACY_FILE, MAX_RECORD_BYTES, checkpointName, encodeLine, segmentName } from '../src/journal/wal-files.js';
 import { readWal, type WalItem, type WalProblem } from '../src/journal/wal-read.js';
 import { Wal, WalWriteError } from '../src/journal/wal.js';
+import { useTempDirs } from './support/temp-dirs.js';
 
-const dirs: string[] = [];
-function tempDir(): string {
-  const dir = mkdtempSync(path.join(tmpdir(), 'stepscope-wal-'));
-  dirs.push(dir);
-  return dir;
-}
-afterEach(() => {
-  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
+const tempDir = useTempDirs('stepscope-wal-');
 
 async function readAll(dir: string, maxLineBytes?: number): Promise<{ items: WalItem[]; bad: WalProblem[] }> {
   const items: WalItem[] = [];
