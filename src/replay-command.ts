@@ -58,17 +58,11 @@ export async function runReplay(target: string, options: ReplayCommandOptions): 
     return 1;
   }
   // Runs still going when the recording stops are summarised as of its last entry.
-  const runs = [...ended, ...engine.world.jobs.liveJobs().flatMap((job) => engineSummary(engine, job, lastAt ?? engine.snapshot().at))];
+  const runs = [...ended, ...engine.world.jobs.liveJobs().flatMap((job) => engine.runSummary(job, lastAt ?? engine.snapshot().at))];
   for (const run of runs) {
     out.write(options.format === 'json' ? JSON.stringify(run.summary, null, 2) + '\n' : renderSummary(run.summary, options.format) + '\n');
     if (options.write) await writeSummaryFiles(options.write, run.summary, run.run);
   }
   err.write(`stepscope replay: ${report.entries} entries, ${runs.length} run(s), ${report.ms} ms\n`);
   return 0;
-}
-
-function engineSummary(engine: Engine, job: string, at: number): EndedRun[] {
-  const summary = engine.analyst.summary(job, at);
-  const run = engine.world.jobs.runOf(job);
-  return summary && run !== null ? [{ job, run, summary }] : [];
 }

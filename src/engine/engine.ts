@@ -165,7 +165,7 @@ export class Engine {
   private tick(at: number): EngineSnapshot | null {
     const windows = this.windows(at);
     const events = this.analyst.tick(at, windows);
-    const ended = this.world.jobs.settle(at, this.config.endGraceMs).flatMap((job) => this.endedRun(job, at));
+    const ended = this.world.jobs.settle(at, this.config.endGraceMs).flatMap((job) => this.runSummary(job, at));
     if (this.replaying) {
       this.replayedAt = at;
       this.replayedEnded.push(...ended);
@@ -187,7 +187,7 @@ export class Engine {
   }
 
   private stop(at: number): EngineSnapshot | null {
-    const ended = this.world.jobs.endAll(at).flatMap((job) => this.endedRun(job, at));
+    const ended = this.world.jobs.endAll(at).flatMap((job) => this.runSummary(job, at));
     if (this.replaying) {
       this.replayedAt = at;
       this.replayedEnded.push(...ended);
@@ -197,7 +197,8 @@ export class Engine {
     return this.latest;
   }
 
-  private endedRun(job: string, at: number): EndedRun[] {
+  /** The summary of the job's current run as of `at` (none for a job not held). */
+  runSummary(job: string, at: number): EndedRun[] {
     const summary = this.analyst.summary(job, at);
     const run = this.world.jobs.runOf(job);
     return summary && run !== null ? [{ job, run, summary }] : [];
@@ -205,7 +206,7 @@ export class Engine {
 
   /** Ended runs whose summaries were never written (the sidecar stopped first), to write them now. */
   unsummarized(at: number): EndedRun[] {
-    return this.world.jobs.unsummarized().flatMap((job) => this.endedRun(job, at));
+    return this.world.jobs.unsummarized().flatMap((job) => this.runSummary(job, at));
   }
 
   private publish(at: number, events: EngineSnapshot['events'], ended: EndedRun[], windows: Windows = this.windows(at)): EngineSnapshot {
@@ -227,7 +228,8 @@ export class Engine {
         baseline: baseline && live ? compare(baseline, live) : null,
         ranks: job.ranks.map((rank) => ({
           ...rank,
-          window: jobWindows?.get(rank.rank) ?? windowFor(views.find((v) => v.job === job.job && v.rank === rank.rank)!, counters, at, this.config.windowMs),
+          // Every rank of the store has its window: `windows` covers every rank view.
+          window: jobWindows!.get(rank.rank)!,
           verdict: verdictState(analysis?.rankVerdict(rank.rank) ?? null),
           straggler: straggler?.rank === rank.rank,
         })),

@@ -1,6 +1,7 @@
 import { deviceHint, matchGpu, type GpuMatch } from '../analysis/gpu-match.js';
 import type { TimelineSegment, VerdictEvent } from '../analysis/job-analysis.js';
 import type { Straggler } from '../model/straggler.js';
+import { round } from '../model/round.js';
 import type { Summary } from '../analysis/summary.js';
 import type { Judgement } from '../analysis/verdict.js';
 import { rankWindow, type RankWindow } from '../analysis/window.js';
@@ -118,7 +119,6 @@ export function windowFor(view: RankView, counters: CounterStore<HostSample>, at
   });
 }
 
-const round = (x: number, digits: number) => Math.round(x * 10 ** digits) / 10 ** digits;
 
 function meanPerSlice(samples: GpuSample[], from: number, sliceMs: number, slices: number, pick: (s: GpuSample) => number | null): Array<number | null> {
   const total = new Array<number>(slices).fill(0);

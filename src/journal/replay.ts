@@ -56,11 +56,10 @@ export async function replayJournal(dir: string, options: ReplayOptions = {}): P
   let sawStart = false;
   let nextTick: number | null = null;
   const apply = async (entry: JournalEntry) => {
-    const skippedBefore = Object.values(engine.stats.skipped).reduce((a, b) => a + b, 0);
+    const applied = engine.stats.applied;
     engine.apply(entry);
-    const skippedAfter = Object.values(engine.stats.skipped).reduce((a, b) => a + b, 0);
-    if (skippedAfter > skippedBefore) report.skipped += 1;
-    else report.entries += 1;
+    if (engine.stats.applied > applied) report.entries += 1;
+    else report.skipped += 1;
     await options.onEntry?.(entry, engine);
   };
   for await (const item of readWal(dir, { onBad: (bad) => problem(bad.file, bad.offset, bad.reason) })) {

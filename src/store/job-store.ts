@@ -45,6 +45,9 @@ export interface StoreOptions {
   sessionsPerRank?: number;
 }
 
+/** An ended job with nobody connected: its summary is written, so it can make room for a new one. */
+const evictable = (job: Job) => job.endedAt !== null && job.connections === 0;
+
 export class UnknownSessionError extends Error {}
 
 /** A hello past --max-jobs or --max-ranks: refused live before it is logged, skipped in a replay. */
@@ -212,7 +215,7 @@ export class JobStore {
   }
 
   hasEndedJob(): boolean {
-    return [...this.jobs.values()].some((job) => job.endedAt !== null && job.connections === 0);
+    return [...this.jobs.values()].some(evictable);
   }
 
   end(sessionId: string): void {
@@ -280,7 +283,7 @@ export class JobStore {
   evictEndedJob(): string | null {
     let oldest: Job | null = null;
     for (const job of this.jobs.values()) {
-      if (job.endedAt !== null && job.connections === 0 && (!oldest || job.endedAt < oldest.endedAt!)) oldest = job;
+      if (evictable(job) && (!oldest || job.endedAt! < oldest.endedAt!)) oldest = job;
     }
     if (!oldest) return null;
     this.forgetJob(oldest);
