@@ -26,7 +26,9 @@ export async function runReplay(target: string, options: ReplayCommandOptions): 
   const err = options.err ?? process.stderr;
   let dir = target;
   try {
-    if (!(await stat(target)).isDirectory()) dir = path.dirname(target);
+    const info = await stat(target);
+    if (!info.isDirectory() && !info.isFile()) throw new Error('not a folder or a regular file (a FIFO, socket or device cannot be a journal)');
+    if (!info.isDirectory()) dir = path.dirname(target);
   } catch (error) {
     err.write(`stepscope replay: ${target}: ${(error as Error).message}\n`);
     return 1;

@@ -231,10 +231,12 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
     for (const signal of ['SIGTERM', 'SIGINT'] as const) process.once(signal, () => void stop(signal));
   }
 
-  await app.listen({ host: options.host, port: options.port });
+  // `[::1]` as in a URL is `::1` to listen on.
+  const listenHost = options.host.replace(/^\[(.*)\]$/, '$1');
+  await app.listen({ host: listenHost, port: options.port });
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : options.port;
-  const url = `ws://${options.host.includes(':') ? `[${options.host}]` : options.host}:${port}`;
+  const url = `ws://${listenHost.includes(':') ? `[${listenHost}]` : listenHost}:${port}`;
   log.info({ url, port, out: options.out ?? null, gpu_source: gpu.source }, 'listening');
 
   return { app, ingest, engine, log, url, stopped, stop };

@@ -1,7 +1,7 @@
 import websocket from '@fastify/websocket';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
-import { HookConnection } from './ingest/connection.js';
+import { ConnectionSlots, HookConnection } from './ingest/connection.js';
 import type { SourceStatus } from './counters/status.js';
 import type { EngineSnapshot } from './engine/snapshot.js';
 import type { Ingest } from './ingest/ingest.js';
@@ -35,6 +35,12 @@ export interface ServerOptions {
 
 export const VERSION = '0.1.0';
 
+/** A URL as logged: its query is dropped, since a careless client may put a token there (`?token=`). */
+export function withoutQuery(url: string): string {
+  const at = url.indexOf('?');
+  return at === -1 ? url : `${url.slice(0, at)}?[redacted]`;
+}
+
 export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
   const { ingest, log } = options;
   const now = options.now ?? Date.now;
@@ -61,7 +67,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     app.addHook('onRequest', async (request, reply) => {
       if (bearerMatches(request.headers.authorization, token)) return;
       ingest.limited('unauthorized');
-      log.warn({ remote: request.socket.remoteAddress, url: request.url }, 'request without the right token refused');
+      log.warn({ remote: request.socket.remoteAddress, url: withoutQuery(request.url) }, 'request without the right token refused');
       await reply.code(401).header('www-authenticate', 'Bearer').send({ error: 'unauthorized: send Authorization: Bearer <token>' });
     });
   }
@@ -96,8 +102,9 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     viewers: () => stream.viewers,
   });
 
+  const slots = new ConnectionSlots(ingest.limits.maxPending);
   app.get('/v1/ingest', { websocket: true }, (socket, request) => {
-    const hook = new HookConnection(socket, ingest, log, `${request.socket.remoteAddress}:${request.socket.remotePort}`);
+    const hook = new HookConnection(socket, ingest, log, `${request.socket.remoteAddress}:${request.socket.remotePort}`, slots);
     hooks.add(hook);
     socket.once('close', () => hooks.delete(hook));
   });

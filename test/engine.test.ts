@@ -114,13 +114,27 @@ describe('Engine', () => {
     const engine = new Engine({ limits: { maxJobs: 2, maxRanksPerJob: 64 } });
     engine.apply(start());
     for (let rank = 0; rank < 16_384; rank++) engine.apply(hello(`r${rank}`, { rank, world_size: 16_384 }));
-    for (const job of ['b', 'c']) engine.apply(hello(`${job}0`, { job }));
+    engine.apply({ t: 'connect', at: T0, session: 'r0' });
+    for (const job of ['b', 'c']) {
+      engine.apply(hello(`${job}0`, { job }));
+      engine.apply({ t: 'connect', at: T0, session: `${job}0` });
+    }
     const snapshot = engine.apply({ t: 'tick', at: T0 + 250 })!;
     expect(snapshot.jobs.map((job) => [job.job, job.ranks.length])).toEqual([
       ['train', 64],
       ['b', 1],
     ]);
-    expect(engine.stats.skipped).toEqual({ 'limit-ranks': 16_384 - 64, 'limit-jobs': 1 });
+    expect(engine.stats.skipped).toEqual({ 'limit-ranks': 16_384 - 64, 'limit-jobs': 1, 'unknown-session': 1 });
+  });
+
+  it('lets a new job take the place of one that said hello, sent no step and left', () => {
+    const engine = new Engine({ limits: { maxJobs: 1, maxRanksPerJob: 64 } });
+    engine.apply(start());
+    engine.apply(hello('squatter', { job: 'squat' }));
+    engine.apply(hello('real', { job: 'train' }, 10));
+    const snapshot = engine.apply({ t: 'tick', at: T0 + 250 })!;
+    expect(snapshot.jobs.map((job) => job.job)).toEqual(['train']);
+    expect(engine.stats.skipped).toEqual({});
   });
 
   it('never forgets the session being created when a rank has too many', () => {

@@ -20,6 +20,7 @@ describe('ingest over a real websocket', () => {
       v: 1,
       type: 'welcome',
       session: 'sess-0',
+      resume: expect.stringMatching(/^[0-9a-f]{32}$/),
       ack: 0,
       counters: { nvml: false, interval_ms: 500, process: true },
     });
@@ -69,7 +70,7 @@ describe('ingest over a real websocket', () => {
     ['another protocol version', (h) => h.send(hello({ v: 2 })), 1008, /unsupported protocol version 2/],
     ['an unknown message type', (h) => h.send({ v: 1, type: 'launch' }), 1008, /unknown message type launch/],
     ['steps before hello', (h) => h.send(steps([row({ seq: 1 })])), 1008, /before hello/],
-    ['a hello without its job', (h) => h.send(withoutKey(hello(), 'job')), 1007, /hello: must have required property 'job'/],
+    ['a hello without its job', (h) => h.send(withoutKey(hello(), 'job')), 1007, /hello.job: missing/],
     ['a hello whose job is nil', (h) => h.send(hello({ job: null })), 1007, /hello.job: must be string/],
     ['a rank beyond the world size', (h) => h.send(hello({ rank: 4, world_size: 4 })), 1007, /hello.rank: 4 is not below world_size 4/],
   ];

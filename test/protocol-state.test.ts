@@ -9,7 +9,7 @@ import { compare } from '../src/analysis/compare.js';
 import type { Summary } from '../src/analysis/summary.js';
 import { emptyGpuSample, ThrottleReason } from '../src/counters/types.js';
 import type { HostSample } from '../src/counters/host.js';
-import type { Hello, StepRecord } from '../src/protocol/messages.js';
+import type { Env, Hello, StepRecord } from '../src/protocol/messages.js';
 import { InputError, MAX_INPUT_ERROR_LENGTH, parseInput } from '../src/protocol/parse.js';
 import { ComparisonSchema, SidecarStateSchema, STATE_SCHEMA, type SidecarState } from '../src/protocol/state.js';
 import { SnapshotFrameSchema, StreamFrameSchema, type SnapshotFrame } from '../src/protocol/stream.js';
@@ -41,7 +41,7 @@ function undeclared(schema: TSchema, value: unknown): string[] {
   return [...Value.Diff(cleaned, value)].map((edit) => `${edit.type} ${edit.path}`);
 }
 
-const hello = (job: string, rank: number, env: Record<string, unknown> = {}): Hello => ({
+const hello = (job: string, rank: number, env: Env = {}): Hello => ({
   type: 'hello',
   job,
   rank,

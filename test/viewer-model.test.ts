@@ -105,7 +105,7 @@ class SimulatedSidecar {
     const snapshot = this.snapshot();
     const state = sidecarState({
       snapshot,
-      ingest: { connections: 0, connectionsTotal: 0, frames: 0, records: 0, duplicates: 0, rejected: {}, limited: {} },
+      ingest: { connections: 0, connectionsTotal: 0, frames: 0, records: 0, duplicates: 0, rejected: {}, limited: {}, implausible: {} },
       sources: { gpu: { source: 'sim', reason: 'test', health: null }, host: null },
       journal: null,
       version: 'test',

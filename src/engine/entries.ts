@@ -2,6 +2,7 @@ import { Ajv, type ErrorObject } from 'ajv';
 import type { HostSample } from '../counters/host.js';
 import type { GpuSample } from '../counters/types.js';
 import type { CounterBatch } from '../protocol/counters.js';
+import { EnvSchema, HelloSchema, ResumeSecret } from '../protocol/hook-schema.js';
 import type { Env, Hello, StepRecord } from '../protocol/messages.js';
 
 /**
@@ -22,12 +23,16 @@ export type JournalEntry =
   | { t: 'start'; at: number; config: EngineConfig }
   /** The GPU counter source the sidecar chose: hook-forwarded GPU readings count only when it is `hook`. */
   | { t: 'source'; at: number; gpu: string; reason: string }
-  | { t: 'hello'; at: number; hello: Hello }
+  /** `secret`: the session's resume secret (minted for a new session, the held one when resumed). */
+  | { t: 'hello'; at: number; hello: Hello; secret?: string }
   | { t: 'connect'; at: number; session: string }
   | { t: 'disconnect'; at: number; session: string }
   | { t: 'env'; at: number; session: string; env: Env }
-  /** `duplicates`: records of the frame left out as already held (counted, not stored). */
-  | { t: 'steps'; at: number; session: string; dropped: number; rows: StepRow[]; duplicates?: number }
+  /**
+   * `duplicates`: records of the frame left out as already held (counted, not stored); `refused`:
+   * records left out for implausible times, counted, and acknowledged up to seq `through`.
+   */
+  | { t: 'steps'; at: number; session: string; dropped: number; rows: StepRow[]; duplicates?: number; refused?: { count: number; through: number } }
   | { t: 'end'; at: number; session: string; reason: string }
   | { t: 'counters'; at: number; session: string; batch: CounterBatch }
   | { t: 'gpu'; at: number; samples: GpuSample[] }
@@ -85,35 +90,17 @@ const ENTRY_SCHEMAS: Record<EntryType, object> = {
     },
   },
   source: { required: ['gpu', 'reason'], properties: { gpu: { type: 'string', maxLength: 32 }, reason: { type: 'string', maxLength: 4096 } } },
-  hello: {
-    required: ['hello'],
-    properties: {
-      hello: {
-        type: 'object',
-        required: ['job', 'rank', 'local_rank', 'world_size', 'session', 'pid', 'host', 'clock', 'env'],
-        properties: {
-          job: id,
-          rank: int,
-          local_rank: int,
-          world_size: { type: 'integer', minimum: 1 },
-          session: id,
-          pid: int,
-          host: { type: 'string' },
-          clock: { type: 'object', required: ['wall_ms', 'mono_ns'], properties: { wall_ms: { type: 'number' }, mono_ns: { type: 'number' } } },
-          env: object,
-        },
-      },
-    },
-  },
+  hello: { required: ['hello'], properties: { hello: HelloSchema, secret: ResumeSecret } },
   connect: { required: ['session'], properties: { session: id } },
   disconnect: { required: ['session'], properties: { session: id } },
-  env: { required: ['session', 'env'], properties: { session: id, env: object } },
+  env: { required: ['session', 'env'], properties: { session: id, env: EnvSchema } },
   steps: {
     required: ['session', 'dropped', 'rows'],
     properties: {
       session: id,
       dropped: int,
       duplicates: int,
+      refused: { type: 'object', required: ['count', 'through'], properties: { count: int, through: int } },
       rows: { type: 'array', items: { type: 'array', minItems: 7, maxItems: 64, items: nullableNumber } },
     },
   },

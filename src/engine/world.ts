@@ -18,7 +18,7 @@ export function applyData(world: World, entry: JournalEntry): void {
   const { jobs, counters } = world;
   switch (entry.t) {
     case 'hello':
-      jobs.hello(entry.hello, entry.at);
+      jobs.hello(entry.hello, entry.at, entry.secret ?? null);
       break;
     case 'connect':
       jobs.connected(entry.session);
@@ -30,7 +30,7 @@ export function applyData(world: World, entry: JournalEntry): void {
       jobs.env(entry.session, entry.env);
       break;
     case 'steps':
-      jobs.steps(entry.session, entry.rows.map(fromRow), entry.dropped, entry.at, entry.duplicates ?? 0);
+      jobs.steps(entry.session, entry.rows.map(fromRow), entry.dropped, entry.at, entry.duplicates ?? 0, entry.refused ?? null);
       break;
     case 'end':
       jobs.end(entry.session);

@@ -1,12 +1,14 @@
 import type { Logger } from 'pino';
 import type { RawData, WebSocket } from 'ws';
 import { decode, encode } from '../protocol/codec.js';
-import { CloseCode, parseHookMessage, ProtocolError, sidecarFrame, type Hello, type SidecarMessage } from '../protocol/messages.js';
+import { CloseCode, parseHookMessage, ProtocolError, sidecarFrame, type Hello, type HelloMessage, type HookMessage, type SidecarMessage } from '../protocol/messages.js';
 import { JournalRefused } from '../journal/recorder.js';
 import type { Ingest } from './ingest.js';
 import { RateLimiter } from './limits.js';
 
 const MAX_REASON_BYTES = 123;
+/** Frames a client may send between its hello and the welcome (a hook waits for welcome; a pipelining client need not). */
+const MAX_EARLY_FRAMES = 64;
 
 /** At most 123 bytes of UTF-8, cut at a character boundary: ws throws on a longer reason. */
 export function closeReason(text: string): string {
@@ -25,30 +27,87 @@ function toBuffer(data: RawData): Buffer {
   return Buffer.from(data);
 }
 
-/** One hook's websocket: hello first, then steps / env / end, each validated before use. */
+/**
+ * The hook connections of one sidecar, so that sockets that never say hello cannot take the slots
+ * real ranks need: at most `maxPending` wait for a hello at once, and a new one closes the oldest.
+ */
+export class ConnectionSlots {
+  private readonly pending = new Set<HookConnection>();
+
+  constructor(private readonly maxPending: number) {}
+
+  /** Makes room for `connection`'s hello, closing the oldest connection still waiting for one. */
+  waitHello(connection: HookConnection): void {
+    while (this.pending.size >= this.maxPending) {
+      const oldest = this.pending.values().next().value!;
+      this.pending.delete(oldest);
+      oldest.evict();
+    }
+    this.pending.add(connection);
+  }
+
+  settled(connection: HookConnection): void {
+    this.pending.delete(connection);
+  }
+}
+
+/** One hook's websocket: hello first, then (after welcome) steps / env / end / counters, each validated before use. */
 export class HookConnection {
   private hello: Hello | null = null;
+  /** Whether `welcome` was sent: frames that come before it wait (a few) until the hello is recorded. */
+  private welcomed = false;
+  private readonly early: HookMessage[] = [];
   /** Whether the connect was recorded (so a disconnect is owed). */
   private registered = false;
   private closed = false;
   private log: Logger;
   private readonly rate: RateLimiter;
+  private lastHeard = Date.now();
+  private readonly timers: NodeJS.Timeout[] = [];
 
   constructor(
     private readonly socket: WebSocket,
     private readonly ingest: Ingest,
     log: Logger,
     remote: string,
+    private readonly slots: ConnectionSlots,
   ) {
     this.log = log.child({ remote });
-    this.rate = new RateLimiter(ingest.limits.framesPerSecond, ingest.limits.burst, Date.now());
-    const full = ingest.stats.connections >= ingest.limits.maxConnections;
+    const limits = ingest.limits;
+    this.rate = new RateLimiter(limits.framesPerSecond, limits.burst, Date.now());
+    const full = ingest.stats.connections >= limits.maxConnections;
     ingest.stats.connections += 1;
     ingest.stats.connectionsTotal += 1;
     socket.on('message', (data, isBinary) => this.onMessage(data, isBinary));
+    socket.on('pong', () => (this.lastHeard = Date.now()));
     socket.on('close', () => this.onClose());
     socket.on('error', (error) => this.onSocketError(error));
-    if (full) this.limit('connections', CloseCode.tryAgainLater, `too many connections: this sidecar takes ${ingest.limits.maxConnections}`);
+    if (full) {
+      this.limit('connections', CloseCode.tryAgainLater, `too many connections: this sidecar takes ${limits.maxConnections}`);
+      return;
+    }
+    slots.waitHello(this);
+    this.timers.push(setTimeout(() => this.helloOverdue(), limits.helloTimeoutMs).unref());
+    const every = Math.max(10, Math.floor(limits.idleTimeoutMs / 3));
+    this.timers.push(setInterval(() => this.checkIdle(), every).unref());
+  }
+
+  /** Closed to make room for a newer connection while it had still not said hello. */
+  evict(): void {
+    this.limit('pending', CloseCode.policyViolation, 'no hello yet, and newer connections are waiting: send hello first');
+  }
+
+  private helloOverdue(): void {
+    if (this.hello === null) this.limit('hello-timeout', CloseCode.policyViolation, `no hello within ${this.ingest.limits.helloTimeoutMs} ms`);
+  }
+
+  private checkIdle(): void {
+    const quiet = Date.now() - this.lastHeard;
+    if (quiet >= this.ingest.limits.idleTimeoutMs) {
+      this.limit('idle', CloseCode.goingAway, `nothing heard for ${Math.round(quiet / 1000)} s (no frame, no pong)`);
+      return;
+    }
+    if (this.socket.readyState === this.socket.OPEN) this.socket.ping();
   }
 
   private limit(limit: string, code: number, reason: string): void {
@@ -66,8 +125,9 @@ export class HookConnection {
 
   private onMessage(data: RawData, isBinary: boolean): void {
     if (this.closed) return;
+    this.lastHeard = Date.now();
     this.ingest.stats.frames += 1;
-    if (!this.rate.take(Date.now())) {
+    if (!this.rate.take(this.lastHeard)) {
       this.limit('frame-rate', CloseCode.policyViolation, `too many frames: at most ${this.ingest.limits.framesPerSecond} a second`);
       return;
     }
@@ -86,13 +146,18 @@ export class HookConnection {
     }
   }
 
-  private handle(message: ReturnType<typeof parseHookMessage>): void {
+  private handle(message: HookMessage): void {
     if (message.type === 'hello') {
       this.onHello(message);
       return;
     }
     const hello = this.hello;
     if (!hello) throw new ProtocolError(CloseCode.policyViolation, `${message.type}: sent before hello`);
+    if (!this.welcomed) {
+      if (this.early.length >= MAX_EARLY_FRAMES) throw new ProtocolError(CloseCode.policyViolation, `${message.type}: more than ${MAX_EARLY_FRAMES} frames before welcome`);
+      this.early.push(message);
+      return;
+    }
     switch (message.type) {
       case 'steps':
         this.ingest.steps(hello.session, message).then(
@@ -116,28 +181,34 @@ export class HookConnection {
     }
   }
 
-  private onHello(hello: Hello): void {
-    if (this.hello && (this.hello.session !== hello.session || this.hello.job !== hello.job || this.hello.rank !== hello.rank)) {
-      throw new ProtocolError(CloseCode.policyViolation, 'hello: a connection cannot change its job, rank or session');
-    }
-    const first = this.hello === null;
-    const refusal = first ? this.ingest.refusal(hello) : null;
+  private onHello(message: HelloMessage): void {
+    const hello = message.hello;
+    if (this.hello) throw new ProtocolError(CloseCode.policyViolation, 'hello: sent twice on one connection');
+    const refusal = this.ingest.refusal(hello);
     if (refusal) {
       this.limit(refusal.limit, CloseCode.policyViolation, `hello: ${refusal.reason}`);
       return;
     }
     this.hello = hello;
-    if (first) this.log = this.log.child({ job: hello.job, rank: hello.rank });
-    this.ingest.hello(hello).then(
+    this.slots.settled(this);
+    this.log = this.log.child({ job: hello.job, rank: hello.rank });
+    this.ingest.hello(hello, message.resume).then(
       async (result) => {
-        if (first) {
-          await this.ingest.connected(hello.session);
-          this.registered = true;
-          // Closed while the hello was being written: its disconnect is owed now.
-          if (this.closed) void this.ingest.disconnected(hello.session).catch(() => undefined);
-        }
-        this.send({ type: 'welcome', session: hello.session, ack: result.ack, counters: this.ingest.wants });
+        await this.ingest.connected(hello.session);
+        this.registered = true;
+        // Closed while the hello was being written: its disconnect is owed now.
+        if (this.closed) void this.ingest.disconnected(hello.session).catch(() => undefined);
+        this.welcomed = true;
+        this.send({ type: 'welcome', session: hello.session, resume: result.secret, ack: result.ack, counters: this.ingest.wants });
         this.log.info({ session: hello.session, resumed: result.resumed, ack: result.ack, world_size: hello.world_size }, 'hook connected');
+        for (const message of this.early.splice(0)) {
+          if (this.closed) break;
+          try {
+            this.handle(message);
+          } catch (error) {
+            this.fail(error as Error);
+          }
+        }
       },
       (error: Error) => this.fail(error),
     );
@@ -155,6 +226,10 @@ export class HookConnection {
   }
 
   private fail(error: Error): void {
+    if (error instanceof ProtocolError) {
+      this.refuse(error);
+      return;
+    }
     if (error instanceof JournalRefused) {
       // The hook keeps what was not acknowledged and sends it again once it reconnects.
       this.log.warn({ err: error.message }, 'journal cannot write; closing connection, the hook will resend');
@@ -174,6 +249,8 @@ export class HookConnection {
   private onClose(): void {
     if (this.closed) return;
     this.closed = true;
+    for (const timer of this.timers) clearTimeout(timer);
+    this.slots.settled(this);
     this.ingest.stats.connections -= 1;
     if (this.hello && this.registered) void this.ingest.disconnected(this.hello.session).catch(() => undefined);
   }

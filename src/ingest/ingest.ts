@@ -3,7 +3,9 @@ import type { HostSample } from '../counters/host.js';
 import type { Engine } from '../engine/engine.js';
 import { toRow, type JournalEntry } from '../engine/entries.js';
 import type { CounterBatch } from '../protocol/counters.js';
-import type { Env, Hello, Steps } from '../protocol/messages.js';
+import { CloseCode, ProtocolError, type Env, type Hello, type Steps, type StepRecord } from '../protocol/messages.js';
+import { mintSecret } from '../protocol/session-secret.js';
+import { EnvTooLargeError } from '../store/job-store.js';
 import type { Recorder } from '../journal/recorder.js';
 import { DEFAULT_LIMITS, type IngestLimits } from './limits.js';
 
@@ -17,12 +19,24 @@ export interface IngestStats {
   rejected: Record<string, number>;
   /** Connections closed for a limit, by limit. */
   limited: Record<string, number>;
+  /** Records and samples left out, acknowledged, for times no clock of the rank could give (by kind). */
+  implausible: Record<string, number>;
 }
 
 export interface HelloResult {
   ack: number;
   resumed: boolean;
+  /** The session's resume secret, for `welcome`. */
+  secret: string;
 }
+
+/**
+ * How far from the sidecar's clock a rank's record may end, mapped through the rank's latest hello.
+ * Ahead: transit and the drift of the hook's monotonic clock against the sidecar's wall clock
+ * between hellos stay far below 10 minutes. Behind: the hook buffers records while disconnected
+ * (100,000 of them), which at one step a second is about a day; a week is room for that.
+ */
+export const CLOCK_SANITY = { aheadMs: 10 * 60_000, behindMs: 7 * 86_400_000 } as const;
 
 /**
  * Turns validated hook messages into journal entries: decides what is new, has the recorder log it
@@ -38,6 +52,7 @@ export class Ingest {
     duplicates: 0,
     rejected: {},
     limited: {},
+    implausible: {},
   };
 
   private readonly now: () => number;
@@ -46,6 +61,8 @@ export class Ingest {
   readonly limits: IngestLimits;
   /** Per session, the highest seq already sent to the journal (written or on its way). */
   private readonly logged = new Map<string, number>();
+  /** Secrets decided for sessions whose hello is still being written: a second hello must present them too. */
+  private readonly minted = new Map<string, string>();
 
   constructor(
     readonly engine: Engine,
@@ -65,7 +82,7 @@ export class Ingest {
   /** The limit this hello would pass (a new job or rank past the limits), or null. */
   refusal(hello: Hello): { limit: 'jobs' | 'ranks'; reason: string } | null {
     const jobs = this.store;
-    if (!jobs.hasJob(hello.job) && jobs.jobCount >= this.limits.maxJobs && !jobs.hasEndedJob()) {
+    if (!jobs.hasJob(hello.job) && jobs.jobCount >= this.limits.maxJobs && !jobs.hasEvictableJob()) {
       return { limit: 'jobs', reason: `too many jobs: this sidecar takes ${this.limits.maxJobs}` };
     }
     if (!jobs.hasRank(hello.job, hello.rank) && jobs.rankCount(hello.job) >= this.limits.maxRanksPerJob) {
@@ -78,32 +95,70 @@ export class Ingest {
     this.stats.limited[limit] = (this.stats.limited[limit] ?? 0) + 1;
   }
 
-  async hello(hello: Hello): Promise<HelloResult> {
+  /**
+   * Binds the session to its job and rank and to a secret: a hello for a session that another job
+   * or rank holds, or that does not present the session's secret, is refused (1008).
+   */
+  async hello(hello: Hello, resume: string | null = null): Promise<HelloResult> {
+    const pending = this.minted.get(hello.session);
+    const conflict = pending !== undefined && pending !== resume ? `session ${hello.session} is being opened by another connection` : this.store.sessionConflict(hello, resume);
+    if (conflict) throw new ProtocolError(CloseCode.policyViolation, `hello: ${conflict}`);
     const resumed = this.store.hasSession(hello.session, hello.job);
-    await this.record({ t: 'hello', at: this.now(), hello });
-    return { ack: this.store.ack(hello.session), resumed };
+    const secret = pending ?? this.store.secretOf(hello.session) ?? mintSecret();
+    this.minted.set(hello.session, secret);
+    try {
+      await this.record({ t: 'hello', at: this.now(), hello, secret });
+    } finally {
+      this.minted.delete(hello.session);
+    }
+    return { ack: this.store.ack(hello.session), resumed, secret };
   }
 
+  /** An env update that would grow the rank's env past its bound is refused (1008); the rank's env is kept. */
   env(session: string, env: Env): Promise<void> {
+    try {
+      this.store.mergedEnv(session, env);
+    } catch (error) {
+      if (error instanceof EnvTooLargeError) throw new ProtocolError(CloseCode.policyViolation, error.message);
+      throw error;
+    }
     return this.record({ t: 'env', at: this.now(), session, env });
   }
 
-  /** Resolves to the sequence number to acknowledge, once what it covers is written and applied. */
+  /**
+   * Resolves to the sequence number to acknowledge, once what it covers is written and applied.
+   * Refuses (1008) seqs no hook could have reached; leaves out, counts and acknowledges records
+   * that end where the rank's clock could not put them.
+   */
   async steps(session: string, message: Steps): Promise<number> {
+    const at = this.now();
     const after = Math.max(this.store.ack(session), this.logged.get(session) ?? 0);
     const fresh = message.records.filter((record) => record.seq > after);
     const duplicates = message.records.length - fresh.length;
     this.stats.duplicates += duplicates;
     if (fresh.length > 0) {
-      this.logged.set(session, Math.max(after, ...fresh.map((record) => record.seq)));
+      this.checkSeqs(session, after, fresh, message.dropped);
+      const plausible = fresh.filter((record) => this.plausible(session, record.endNs, at));
+      const implausible = fresh.length - plausible.length;
+      const through = fresh.at(-1)!.seq;
+      if (implausible > 0) this.stats.implausible.steps = (this.stats.implausible.steps ?? 0) + implausible;
+      this.logged.set(session, Math.max(after, through));
       try {
-        await this.record({ t: 'steps', at: this.now(), session, dropped: message.dropped, rows: fresh.map(toRow), duplicates });
+        await this.record({
+          t: 'steps',
+          at,
+          session,
+          dropped: message.dropped,
+          rows: plausible.map(toRow),
+          duplicates,
+          ...(implausible > 0 ? { refused: { count: implausible, through } } : {}),
+        });
       } catch (error) {
         // Nothing of it was acknowledged: after the hook reconnects, its resent records are new again.
         this.logged.delete(session);
         throw error;
       }
-      this.stats.records += fresh.length;
+      this.stats.records += plausible.length;
     } else {
       // A frame of duplicates still waits for what it covers to be written.
       await this.record({ t: 'steps', at: this.now(), session, dropped: message.dropped, rows: [], duplicates });
@@ -117,8 +172,41 @@ export class Ingest {
     return this.store.ack(session);
   }
 
-  counters(session: string, batch: CounterBatch): Promise<void> {
-    return this.record({ t: 'counters', at: this.now(), session, batch });
+  /** Samples at times the rank's clock could not give are left out and counted. */
+  async counters(session: string, batch: CounterBatch): Promise<void> {
+    const at = this.now();
+    const kept = (batch.samples as Array<{ at_ns: number }>).filter((sample) => this.plausible(session, sample.at_ns, at));
+    const left = batch.samples.length - kept.length;
+    if (left > 0) this.stats.implausible.counters = (this.stats.implausible.counters ?? 0) + left;
+    if (kept.length === 0) return;
+    await this.record({ t: 'counters', at, session, batch: { ...batch, samples: kept } as CounterBatch });
+  }
+
+  /** Whether a hook monotonic time maps, through the session's latest hello, to within CLOCK_SANITY of `at`. */
+  private plausible(session: string, monoNs: number, at: number): boolean {
+    const range = this.store.seqRange(session);
+    if (!range) return true;
+    const sidecarAt = range.helloAt + (monoNs - range.monoAtHello) / 1e6;
+    return sidecarAt <= at + CLOCK_SANITY.aheadMs && sidecarAt >= at - CLOCK_SANITY.behindMs;
+  }
+
+  /**
+   * A hook numbers every record it makes, so past what this session is known to hold (or what the
+   * hook said had been acknowledged) there can only be the records it sends and those it says it
+   * dropped. A seq beyond that would make the rank's real records look like duplicates.
+   */
+  private checkSeqs(session: string, after: number, fresh: readonly StepRecord[], dropped: number): void {
+    const range = this.store.seqRange(session);
+    if (!range) throw new ProtocolError(CloseCode.policyViolation, 'steps: the session is not open');
+    const base = Math.max(after, range.base);
+    const limit = base + fresh.length + Math.max(0, dropped - range.dropped);
+    const last = fresh.at(-1)!.seq;
+    if (last > limit) {
+      throw new ProtocolError(
+        CloseCode.policyViolation,
+        `steps.rows: seq ${last} is beyond what this session can have sent (${base} held, ${fresh.length} new, ${Math.max(0, dropped - range.dropped)} dropped)`,
+      );
+    }
   }
 
   /** Samples from the sidecar's own GPU collector. */

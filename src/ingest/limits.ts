@@ -8,6 +8,12 @@ export interface IngestLimits {
   burst: number;
   maxJobs: number;
   maxRanksPerJob: number;
+  /** Connections that have not said hello yet; past it the oldest is closed to make room. */
+  maxPending: number;
+  /** A connection that has not said hello by then is closed. */
+  helloTimeoutMs: number;
+  /** A connection from which nothing came (no frame, no answer to a ping) for this long is closed. */
+  idleTimeoutMs: number;
 }
 
 export const DEFAULT_LIMITS: IngestLimits = {
@@ -18,6 +24,11 @@ export const DEFAULT_LIMITS: IngestLimits = {
   // A pod's sidecar sees one job of up to a node's ranks (64 with MIG slices); a few ended runs stay beside it.
   maxJobs: 4,
   maxRanksPerJob: 64,
+  // A hook says hello within milliseconds of connecting; 64 is room for every rank of a node at once.
+  maxPending: 64,
+  helloTimeoutMs: 5_000,
+  // Pinged every third of it: a hook's I/O thread answers even while training is busy or paused.
+  idleTimeoutMs: 60_000,
 };
 
 /**

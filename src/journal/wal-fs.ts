@@ -1,3 +1,4 @@
+import { constants } from 'node:fs';
 import { mkdir, open, readdir, rename, stat, unlink, type FileHandle } from 'node:fs/promises';
 
 /**
@@ -70,13 +71,21 @@ export const nodeWalFs: WalFs = {
     }
   },
   async mkdir(path) {
-    await mkdir(path, { recursive: true });
+    await mkdir(path, { recursive: true, mode: 0o700 });
   },
   readdir(path) {
     return readdir(path);
   },
   async open(path, flags) {
-    return new NodeFileHandle(await open(path, flags));
+    // Only the sidecar's user reads its journal: it holds what hooks sent and the sessions' resume secrets.
+    if (flags !== 'r') return new NodeFileHandle(await open(path, flags, 0o600));
+    // Opened without blocking and checked: a FIFO or device planted in the folder would hang a plain open or read.
+    const handle = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
+    if (!(await handle.stat()).isFile()) {
+      await handle.close();
+      throw new Error('not a regular file (a FIFO, socket or device is never part of a journal)');
+    }
+    return new NodeFileHandle(handle);
   },
   rename(from, to) {
     return rename(from, to);

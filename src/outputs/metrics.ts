@@ -11,7 +11,7 @@ export type { MetricsInputs } from './metrics-scrape.js';
 
 // Reported from zero, so that rate() and increase() see the first refusal.
 const REFUSAL_CODES = [CloseCode.protocolError, CloseCode.unsupportedData, CloseCode.invalidPayload, CloseCode.policyViolation, CloseCode.tooBig, CloseCode.tryAgainLater];
-const LIMITS = ['connections', 'frame-rate', 'jobs', 'ranks'];
+const LIMITS = ['connections', 'frame-rate', 'hello-timeout', 'idle', 'jobs', 'pending', 'ranks', 'unauthorized'];
 
 /** Counts by key, the known keys from zero, in a stable order. */
 function* byKey(counts: Record<string, number>, known: readonly (string | number)[]): Generator<[string, number]> {
@@ -42,10 +42,18 @@ function registerIngestFamilies(registry: Registry, inputs: MetricsInputs): void
   });
   counterFamily(registry, {
     name: 'stepscope_ingest_limited_connections_total',
-    help: 'Hook connections closed for passing a limit (connections, frame rate, jobs, ranks per job), by limit.',
+    help: 'Hook connections closed for passing a limit (connections, frame rate, no hello in time, idle, jobs, waiting for hello, ranks per job, no token), by limit.',
     labelNames: ['limit'],
     *samples() {
       for (const [limit, count] of byKey(stats.limited, LIMITS)) yield [{ limit }, count];
+    },
+  });
+  counterFamily(registry, {
+    name: 'stepscope_ingest_implausible_total',
+    help: 'Step records and counter samples left out (and acknowledged) for times the rank\'s clock could not give, by kind.',
+    labelNames: ['kind'],
+    *samples() {
+      for (const [kind, count] of byKey(stats.implausible, ['counters', 'steps'])) yield [{ kind }, count];
     },
   });
   gaugeFamily(registry, { name: 'stepscope_viewer_open_connections', help: 'Viewer connections (ws /v1/stream) open now.', labelNames: [], samples: () => single(inputs.viewers()) });

@@ -1,6 +1,7 @@
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { SUMMARY_SCHEMA, type Summary } from '../analysis/summary.js';
+import { fileSafeName } from '../model/names.js';
 import { renderSummary } from './summary-render.js';
 
 async function writeAtomically(file: string, text: string): Promise<void> {
@@ -9,13 +10,9 @@ async function writeAtomically(file: string, text: string): Promise<void> {
   await rename(partial, file);
 }
 
-function safeName(job: string): string {
-  return job.replace(/[^A-Za-z0-9._-]+/g, '_').slice(0, 100);
-}
-
-/** `summary-<job>` for a job's first run, `summary-<job>.<run>` for the runs after it. */
+/** `summary-<job>` for a job's first run, `summary-<job>.<run>` for the runs after it; the job name encoded (fileSafeName). */
 export function summaryBase(job: string, run: number): string {
-  return `summary-${safeName(job)}${run > 1 ? `.${run}` : ''}`;
+  return `summary-${fileSafeName(job)}${run > 1 ? `.${run}` : ''}`;
 }
 
 /**

@@ -1,5 +1,7 @@
-import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+import type { Static, TSchema } from '@sinclair/typebox';
 import { parseCounterBatch, type CounterBatch } from './counters.js';
+import { EndFrame, ENV_LIMITS, EnvFrame, HelloFrame, MAX_ROWS_PER_FRAME, StepsFrame, type Env, type Hello } from './hook-schema.js';
+import { parseInput } from './parse.js';
 
 export const PROTOCOL_VERSION = 1;
 
@@ -23,25 +25,18 @@ export class ProtocolError extends Error {
   }
 }
 
-export type Env = Record<string, unknown>;
-
-export interface Hello {
-  type: 'hello';
-  job: string;
-  rank: number;
-  local_rank: number;
-  world_size: number;
-  session: string;
-  pid: number;
-  host: string;
-  /** wall_ns arrives as a bigint when beyond 2^53 (it is, for today's dates); kept as ms here. */
-  clock: { wall_ms: number; mono_ns: number };
-  env: Env;
-}
+export type { Env, Hello };
 
 export interface EnvUpdate {
   type: 'env';
   env: Env;
+}
+
+/** A `hello` as parsed: what is kept, and the resume secret it presented (never journaled). */
+export interface HelloMessage {
+  type: 'hello';
+  hello: Hello;
+  resume: string | null;
 }
 
 export interface StepRecord {
@@ -71,90 +66,40 @@ export interface End {
 
 export type Counters = { type: 'counters' } & CounterBatch;
 
-export type HookMessage = Hello | EnvUpdate | Steps | End | Counters;
+export type HookMessage = HelloMessage | EnvUpdate | Steps | End | Counters;
 
-export const MAX_ROWS_PER_FRAME = 4096;
+export { MAX_ROWS_PER_FRAME };
 const DAY_NS = 86_400 * 1e9;
 // Phases are timed with separate clock reads, so their sum may exceed the step by a hair.
 const PHASE_SLACK_NS = 1e6;
 
-const uint = { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER } as const;
-const envSchema = { type: 'object', maxProperties: 64 } as const;
-
-const schemas = {
-  hello: {
-    type: 'object',
-    required: ['job', 'rank', 'local_rank', 'world_size', 'session', 'pid', 'host', 'clock', 'env'],
-    properties: {
-      job: { type: 'string', minLength: 1, maxLength: 128 },
-      rank: uint,
-      local_rank: { ...uint, maximum: 65535 },
-      world_size: { type: 'integer', minimum: 1, maximum: 65536 },
-      session: { type: 'string', minLength: 1, maxLength: 64 },
-      pid: uint,
-      host: { type: 'string', maxLength: 255 },
-      clock: {
-        type: 'object',
-        required: ['wall_ns', 'mono_ns'],
-        properties: { wall_ns: {}, mono_ns: uint },
-      },
-      env: envSchema,
-    },
-  },
-  env: {
-    type: 'object',
-    required: ['env'],
-    properties: { env: envSchema },
-  },
-  steps: {
-    type: 'object',
-    required: ['fields', 'rows', 'dropped'],
-    properties: {
-      fields: {
-        type: 'array',
-        minItems: 8,
-        maxItems: 64,
-        items: { type: 'string', maxLength: 64 },
-      },
-      rows: {
-        type: 'array',
-        minItems: 1,
-        maxItems: MAX_ROWS_PER_FRAME,
-        items: { type: 'array', maxItems: 64 },
-      },
-      dropped: uint,
-    },
-  },
-  end: {
-    type: 'object',
-    required: ['reason'],
-    properties: { reason: { type: 'string', maxLength: 64 } },
-  },
-  counters: {
-    type: 'object',
-    required: ['source', 'samples'],
-    properties: {
-      source: { type: 'string', maxLength: 64 },
-      samples: { type: 'array', maxItems: 64 },
-    },
-  },
-} as const;
-
-type MessageType = keyof typeof schemas;
-
-const ajv = new Ajv({ allErrors: false, strict: true });
-const validators = Object.fromEntries(
-  Object.entries(schemas).map(([type, schema]) => [type, ajv.compile(schema)]),
-) as Record<MessageType, ValidateFunction>;
-
-function describe(type: string, error: ErrorObject | undefined): string {
-  if (!error) return `${type}: invalid`;
-  const where = error.instancePath.replace(/^\//, '').replaceAll('/', '.');
-  return `${type}${where ? '.' + where : ''}: ${error.message ?? 'invalid'}`;
-}
+const MESSAGE_TYPES = ['hello', 'env', 'steps', 'end', 'counters'] as const;
+type MessageType = (typeof MESSAGE_TYPES)[number];
 
 function isMessageType(type: unknown): type is MessageType {
-  return typeof type === 'string' && Object.hasOwn(schemas, type);
+  return typeof type === 'string' && (MESSAGE_TYPES as readonly string[]).includes(type);
+}
+
+/** `value` as `schema`'s type, or a ProtocolError (1007) that says where and why. */
+function parseFrame<T extends TSchema>(schema: T, value: unknown, type: MessageType): Static<T> {
+  try {
+    return parseInput(schema, value, type);
+  } catch (error) {
+    throw new ProtocolError(CloseCode.invalidPayload, (error as Error).message);
+  }
+}
+
+/**
+ * What msgpack can carry and JSON cannot, made representable before `env` is checked: integers
+ * beyond 2^53 are kept as their decimal text (a seed, an id), everything else is left for the
+ * schema to refuse. Only own enumerable keys are copied, into fresh objects.
+ */
+function representable(value: unknown, depth = 0): unknown {
+  if (typeof value === 'bigint') return value.toString();
+  if (depth > 4 || typeof value !== 'object' || value === null) return value;
+  if (Array.isArray(value)) return value.map((item: unknown) => representable(item, depth + 1));
+  if (Object.getPrototypeOf(value) !== Object.prototype && Object.getPrototypeOf(value) !== null) return value;
+  return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, representable(item, depth + 1)]));
 }
 
 /** Validates one decoded frame from a hook; throws ProtocolError with the close code to use. */
@@ -164,25 +109,20 @@ export function parseHookMessage(value: unknown): HookMessage {
   }
   const frame = value as Record<string, unknown>;
   if (frame.v !== PROTOCOL_VERSION) {
-    throw new ProtocolError(CloseCode.policyViolation, `v: unsupported protocol version ${String(frame.v)}`);
+    throw new ProtocolError(CloseCode.policyViolation, `v: unsupported protocol version ${String(frame.v).slice(0, 32)}`);
   }
   if (!isMessageType(frame.type)) {
     throw new ProtocolError(CloseCode.policyViolation, `type: unknown message type ${String(frame.type).slice(0, 32)}`);
   }
-  const type = frame.type;
-  const validate = validators[type];
-  if (!validate(frame)) {
-    throw new ProtocolError(CloseCode.invalidPayload, describe(type, validate.errors?.[0]));
-  }
-  switch (type) {
+  switch (frame.type) {
     case 'hello':
-      return parseHello(frame);
+      return parseHello(parseFrame(HelloFrame, { ...frame, env: representable(frame.env) }, 'hello'));
     case 'env':
-      return { type: 'env', env: frame.env as Env };
+      return { type: 'env', env: checkEnvSize(parseFrame(EnvFrame, { env: representable(frame.env) }, 'env').env, 'env') };
     case 'steps':
-      return parseSteps(frame);
+      return parseSteps(parseFrame(StepsFrame, frame, 'steps'));
     case 'end':
-      return { type: 'end', reason: frame.reason as string };
+      return { type: 'end', reason: parseFrame(EndFrame, frame, 'end').reason };
     case 'counters': {
       const batch = parseCounterBatch(frame.source, frame.samples);
       if (typeof batch === 'string') throw new ProtocolError(CloseCode.invalidPayload, batch);
@@ -191,29 +131,43 @@ export function parseHookMessage(value: unknown): HookMessage {
   }
 }
 
+/** The serialised size of an env, as it is kept and served. */
+export function envBytes(env: Env): number {
+  return Buffer.byteLength(JSON.stringify(env));
+}
+
+function checkEnvSize(env: Env, what: string): Env {
+  const bytes = envBytes(env);
+  if (bytes > ENV_LIMITS.rankBytes) {
+    throw new ProtocolError(CloseCode.invalidPayload, `${what}: ${bytes} bytes as JSON, more than the ${ENV_LIMITS.rankBytes} a rank may hold`);
+  }
+  return env;
+}
+
 function wallMs(value: unknown): number {
-  if (typeof value === 'bigint' && value >= 0n) return Number(value / 1000n) / 1000;
+  if (typeof value === 'bigint' && value >= 0n && value <= 2n ** 63n) return Number(value / 1000n) / 1000;
   if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value / 1e6;
   throw new ProtocolError(CloseCode.invalidPayload, 'hello.clock.wall_ns: must be a non-negative integer');
 }
 
-function parseHello(frame: Record<string, unknown>): Hello {
-  const hello = frame as unknown as Omit<Hello, 'clock'> & { clock: { wall_ns: unknown; mono_ns: number } };
-  if (hello.rank >= hello.world_size) {
-    throw new ProtocolError(CloseCode.invalidPayload, `hello.rank: ${hello.rank} is not below world_size ${hello.world_size}`);
+function parseHello(frame: Static<typeof HelloFrame>): HelloMessage {
+  if (frame.rank >= frame.world_size) {
+    throw new ProtocolError(CloseCode.invalidPayload, `hello.rank: ${frame.rank} is not below world_size ${frame.world_size}`);
   }
-  return {
+  const hello: Hello = {
     type: 'hello',
-    job: hello.job,
-    rank: hello.rank,
-    local_rank: hello.local_rank,
-    world_size: hello.world_size,
-    session: hello.session,
-    pid: hello.pid,
-    host: hello.host,
-    clock: { wall_ms: wallMs(hello.clock.wall_ns), mono_ns: hello.clock.mono_ns },
-    env: hello.env,
+    job: frame.job,
+    rank: frame.rank,
+    local_rank: frame.local_rank,
+    world_size: frame.world_size,
+    session: frame.session,
+    pid: frame.pid,
+    host: frame.host,
+    clock: { wall_ms: wallMs(frame.clock.wall_ns), mono_ns: frame.clock.mono_ns },
+    env: checkEnvSize(frame.env, 'hello.env'),
   };
+  if (frame.acked !== undefined) hello.acked = frame.acked;
+  return { type: 'hello', hello, resume: frame.resume ?? null };
 }
 
 const REQUIRED_COLUMNS = ['seq', 'step', 'end_ns', 'dur_ns', 'data_ns', 'h2d_ns', 'compute_ns', 'samples'] as const;
@@ -234,7 +188,7 @@ function columnIndex(fields: string[]): Map<string, number> {
   return index;
 }
 
-function readColumn(row: unknown[], r: number, name: string, at: number | undefined): number | null {
+function readColumn(row: readonly unknown[], r: number, name: string, at: number | undefined): number | null {
   const value = at === undefined ? null : row[at];
   if (value === null || value === undefined) {
     if (NULLABLE.has(name)) return null;
@@ -252,9 +206,8 @@ function describeValue(value: unknown): string {
   return typeof value;
 }
 
-function parseSteps(frame: Record<string, unknown>): Steps {
-  const fields = frame.fields as string[];
-  const rows = frame.rows as unknown[][];
+function parseSteps(frame: Static<typeof StepsFrame>): Steps {
+  const { fields, rows } = frame;
   const index = columnIndex(fields);
   const at = (name: string) => index.get(name);
   const records: StepRecord[] = new Array(rows.length);
@@ -282,7 +235,7 @@ function parseSteps(frame: Record<string, unknown>): Steps {
     previousSeq = record.seq;
     records[r] = record;
   }
-  return { type: 'steps', records, dropped: frame.dropped as number };
+  return { type: 'steps', records, dropped: frame.dropped };
 }
 
 function checkRecord(record: StepRecord, r: number, previousSeq: number): void {
@@ -308,6 +261,8 @@ function checkRecord(record: StepRecord, r: number, previousSeq: number): void {
 export interface Welcome {
   type: 'welcome';
   session: string;
+  /** The secret to send back as `resume` in any later hello of this session: only its holder resumes it. */
+  resume: string;
   ack: number;
   /** Which counters the sidecar wants the hook to forward, and how often (ms). */
   counters: { nvml: boolean; interval_ms: number; process: boolean };

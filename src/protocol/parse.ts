@@ -78,6 +78,8 @@ function shown(value: unknown): string {
     case 'number':
     case 'boolean':
       return clip(String(value), MAX_VALUE);
+    case 'bigint':
+      return 'an integer beyond 2^53';
     default:
       return typeof value;
   }

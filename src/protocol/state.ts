@@ -56,6 +56,7 @@ export const IngestStatsSchema = Type.Object(
     duplicates: Count('step records received again (resent after a reconnect) and not counted twice'),
     rejected: CountsBy('connections closed for a bad frame or a limit, by websocket close code'),
     limited: CountsBy('connections closed for a limit, by limit'),
+    implausible: CountsBy('step records (steps) and counter samples (counters) left out and acknowledged because they lie where the rank\'s clock could not put them'),
   },
   { description: 'what the hooks sent since the sidecar started' },
 );

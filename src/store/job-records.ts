@@ -28,6 +28,12 @@ export interface Session {
   /** Sidecar time and hook monotonic time at the latest hello: maps hook times onto the sidecar's clock. */
   helloAt: number;
   monoAtHello: number;
+  /** What a hello must present to resume this session (null: journaled before secrets existed). */
+  secret: string | null;
+  /** The highest seq the hook said was acknowledged when this sidecar first saw the session. */
+  seqBase: number;
+  /** Records refused for implausible times, counted (they are acknowledged, never applied). */
+  refused: number;
 }
 
 /** A step record placed on the sidecar's clock. */

@@ -1,6 +1,8 @@
 import type { GpuSample } from '../model/gpu.js';
 import { nvmlToGpuSample, type CounterBatch } from '../protocol/counters.js';
-import type { Env, Hello, StepRecord } from '../protocol/messages.js';
+import { ENV_LIMITS } from '../protocol/hook-schema.js';
+import { envBytes, type Env, type Hello, type StepRecord } from '../protocol/messages.js';
+import { secretMatches } from '../protocol/session-secret.js';
 import { addDuration, emptyDurations, type DurationCounts } from './duration-counts.js';
 import { LogHistogram } from './histogram.js';
 import { toSidecarMs, type EndReason, type Job, type ProcessAt, type Rank, type Session, type TimedStep } from './job-records.js';
@@ -45,10 +47,21 @@ export interface StoreOptions {
   sessionsPerRank?: number;
 }
 
-/** An ended job with nobody connected: its summary is written, so it can make room for a new one. */
-const evictable = (job: Job) => job.endedAt !== null && job.connections === 0;
+/**
+ * A job with nobody connected that has ended (its summary is written) or never sent a step (a hello
+ * and nothing more): it can make room for a new job, so silent job names cannot keep a real job out.
+ */
+const evictable = (job: Job) => job.connections === 0 && (job.endedAt !== null || job.firstStepAt === null);
+/** When a job stopped mattering, for evicting the oldest first. */
+const staleSince = (job: Job) => job.endedAt ?? job.disconnectedSince ?? job.helloAt;
 
 export class UnknownSessionError extends Error {}
+
+/** A hello for a session id that another job or rank holds, or without the session's resume secret. */
+export class SessionConflictError extends Error {}
+
+/** An env update that would grow a rank's env past its bound. */
+export class EnvTooLargeError extends Error {}
 
 /** A hello past --max-jobs or --max-ranks: refused live before it is logged, skipped in a replay. */
 export class LimitError extends Error {
@@ -90,7 +103,35 @@ export class JobStore {
     this.sessionsPerRank = options.sessionsPerRank ?? 16;
   }
 
-  hello(hello: Hello, at: number): HelloResult {
+  /**
+   * Why this hello may not take its session, or null: a session id stays bound to the job and rank
+   * that first used it, and only a hook that presents the secret handed out for it may resume it.
+   * `resume` is what the hello presented (null: none); a session journaled before secrets existed takes any.
+   */
+  sessionConflict(hello: Hello, resume: string | null): string | null {
+    const session = this.sessions.get(hello.session);
+    if (!session) return null;
+    if (session.job.id !== hello.job || session.rank.rank !== hello.rank) {
+      return `session ${hello.session} belongs to another job or rank: each process needs its own session id`;
+    }
+    if (session.secret !== null && !secretMatches(session.secret, resume)) {
+      return `session ${hello.session} is already held: resuming it needs the secret its welcome handed out`;
+    }
+    return null;
+  }
+
+  /** The secret of a known session (null for an unknown one, or one journaled before secrets). */
+  secretOf(sessionId: string): string | null {
+    return this.sessions.get(sessionId)?.secret ?? null;
+  }
+
+  /**
+   * `secret` is the session's resume secret: minted by the ingest for a new session, the held one
+   * for a resumed session (both journaled with the hello, so a replay binds sessions the same way).
+   */
+  hello(hello: Hello, at: number, secret: string | null = null): HelloResult {
+    const held = this.sessions.get(hello.session);
+    if (held && (held.job.id !== hello.job || held.rank.rank !== hello.rank)) throw new SessionConflictError(`session ${hello.session} belongs to another job or rank`);
     const job = this.jobFor(hello, at);
     let session = this.sessions.get(hello.session);
     if (session && session.job !== job) session = undefined;
@@ -111,6 +152,9 @@ export class JobStore {
         clockOffsetMs: 0,
         helloAt: at,
         monoAtHello: 0,
+        secret,
+        seqBase: hello.acked ?? 0,
+        refused: 0,
       };
       this.sessions.set(session.id, session);
       rank.sessions.push(session);
@@ -122,7 +166,9 @@ export class JobStore {
     session.clockOffsetMs = at - hello.clock.wall_ms;
     session.helloAt = at;
     session.monoAtHello = hello.clock.mono_ns;
-    Object.assign(session.rank.env, hello.env);
+    if (session.secret === null) session.secret = secret;
+    // A hello carries the hook's whole env: it replaces the rank's, so repeated hellos cannot grow it.
+    session.rank.env = { ...hello.env };
     if (job.endedAt !== null) {
       job.endedAt = null;
       job.endReason = null;
@@ -130,12 +176,25 @@ export class JobStore {
     return { ack: session.maxSeq, resumed };
   }
 
+  /** The rank's env with `update` merged in, or an EnvTooLargeError when that would pass the rank's bound. */
+  mergedEnv(sessionId: string, update: Env): Env {
+    const merged = { ...this.session(sessionId).rank.env, ...update };
+    if (Object.keys(merged).length > ENV_LIMITS.entries || envBytes(merged) > ENV_LIMITS.rankBytes) {
+      throw new EnvTooLargeError(`env: the rank's env would pass ${ENV_LIMITS.entries} keys or ${ENV_LIMITS.rankBytes} bytes`);
+    }
+    return merged;
+  }
+
   env(sessionId: string, env: Env): void {
-    Object.assign(this.session(sessionId).rank.env, env);
+    this.session(sessionId).rank.env = this.mergedEnv(sessionId, env);
   }
 
   /** Adds the records not seen before; records at or below the session's highest seq are duplicates. */
-  steps(sessionId: string, records: readonly StepRecord[], dropped: number, at: number, duplicatesSeen = 0): StepsResult {
+  /**
+   * `refused`: records of the frame refused for implausible times, up to seq `through`, which the
+   * acknowledgement covers all the same (they are never applied, and never to be sent again).
+   */
+  steps(sessionId: string, records: readonly StepRecord[], dropped: number, at: number, duplicatesSeen = 0, refused: { count: number; through: number } | null = null): StepsResult {
     const session = this.session(sessionId);
     const rank = session.rank;
     const accepted: StepRecord[] = [];
@@ -160,6 +219,10 @@ export class JobStore {
       rank.lastStep = record.step;
     }
     if (accepted.length > 0) rank.lastStepAt = at;
+    if (refused) {
+      session.refused += refused.count;
+      session.maxSeq = Math.max(session.maxSeq, refused.through);
+    }
     session.duplicates += duplicates;
     session.dropped = Math.max(session.dropped, dropped);
     return { accepted, duplicates, ack: session.maxSeq };
@@ -203,6 +266,17 @@ export class JobStore {
     return views;
   }
 
+  /**
+   * What bounds the seqs a session may send next: the hook counts every record it makes, so past the
+   * highest seq held (or what the hook said was acknowledged) only the records sent and those it
+   * says it dropped can lie. Null for an unknown session.
+   */
+  seqRange(sessionId: string): { base: number; dropped: number; helloAt: number; monoAtHello: number } | null {
+    const session = this.sessions.get(sessionId);
+    if (!session) return null;
+    return { base: Math.max(session.maxSeq, session.seqBase), dropped: session.dropped, helloAt: session.helloAt, monoAtHello: session.monoAtHello };
+  }
+
   /** Highest sequence number held for the session (0 for one not known). */
   ack(sessionId: string): number {
     return this.sessions.get(sessionId)?.maxSeq ?? 0;
@@ -214,7 +288,8 @@ export class JobStore {
     return session !== undefined && session.job.id === jobId;
   }
 
-  hasEndedJob(): boolean {
+  /** Whether a job could be forgotten to make room for a new one. */
+  hasEvictableJob(): boolean {
     return [...this.jobs.values()].some(evictable);
   }
 
@@ -283,7 +358,7 @@ export class JobStore {
   evictEndedJob(): string | null {
     let oldest: Job | null = null;
     for (const job of this.jobs.values()) {
-      if (evictable(job) && (!oldest || job.endedAt! < oldest.endedAt!)) oldest = job;
+      if (evictable(job) && (!oldest || staleSince(job) < staleSince(oldest))) oldest = job;
     }
     if (!oldest) return null;
     this.forgetJob(oldest);
@@ -400,7 +475,8 @@ export class JobStore {
           process: Ring.of(120, rankDump.process),
         };
         for (const sessionDump of rankDump.sessions) {
-          const session: Session = { ...sessionDump, job, rank };
+          // Checkpoints written before secrets and seq bounds existed lack them.
+          const session: Session = { ...sessionDump, secret: sessionDump.secret ?? null, seqBase: sessionDump.seqBase ?? 0, refused: sessionDump.refused ?? 0, job, rank };
           rank.sessions.push(session);
           store.sessions.set(session.id, session);
         }

@@ -2,6 +2,12 @@ import WebSocket from 'ws';
 import { decode, encode } from '../../src/protocol/codec.js';
 import { STEP_FIELDS } from '../../src/protocol/messages.js';
 
+/**
+ * The resume secrets welcomes handed out, by session: like a real hook, a TestHook presents its
+ * session's secret in a later hello (unless the hello says `resume` itself).
+ */
+const secrets = new Map<string, string>();
+
 /** A scripted hook speaking the wire protocol from TypeScript, for tests of the sidecar alone. */
 export class TestHook {
   readonly received: any[] = [];
@@ -10,7 +16,9 @@ export class TestHook {
 
   private constructor(readonly socket: WebSocket) {
     socket.on('message', (data: Buffer) => {
-      this.received.push(decode(data));
+      const message = decode(data);
+      if (message?.type === 'welcome' && typeof message.resume === 'string') secrets.set(message.session, message.resume);
+      this.received.push(message);
       for (const waiter of this.waiters.splice(0)) waiter();
     });
     this.closed = new Promise((resolve) => socket.once('close', (code, reason) => resolve({ code, reason: reason.toString() })));
@@ -26,7 +34,9 @@ export class TestHook {
   }
 
   send(message: unknown): void {
-    this.socket.send(encode(message));
+    const frame = message as Record<string, unknown> | null;
+    const held = frame?.type === 'hello' && !('resume' in frame) ? secrets.get(String(frame.session)) : undefined;
+    this.socket.send(encode(held ? { ...frame, resume: held } : message));
   }
 
   sendRaw(data: Buffer | string, binary = true): void {
