@@ -99,7 +99,7 @@ describe('values a client sends stay bounded and representable', () => {
     await hook.next((m) => m.type === 'welcome');
     for (let round = 0; round < 200; round++) hook.send({ v: 1, type: 'env', env: { [`u${round}`]: 'v'.repeat(1000) } });
     const closed = await hook.closed;
-    expect(closed.code).toBe(1008);
+    expect(closed.code).toBe(1007);
     expect(closed.reason).toMatch(/env: the rank's env would pass/);
     const after = await state(side);
     expect(JSON.stringify(after.body.jobs[0].ranks[0].env).length).toBeLessThanOrEqual(16 * 1024);

@@ -20,10 +20,10 @@ import os
 import threading
 import weakref
 
-from . import _env, _log
-from ._scope import PHASES, Scope
+from . import _env, _log, _ws
+from ._scope import PHASES, CloseResult, Scope
 
-__all__ = ["init", "Scope", "PHASES", "DEFAULT_URL", "__version__"]
+__all__ = ["init", "Scope", "CloseResult", "PHASES", "DEFAULT_URL", "__version__"]
 
 __version__ = "0.1.0"
 
@@ -70,8 +70,8 @@ def init(
     exit_timeout seconds the atexit handler waits for the sidecar when close() was not called.
 
     Calling init again closes the scope the previous call returned (waiting at most 1 s) and
-    returns a new one, with a new session. Never raises: on an internal error the scope
-    returned records nothing.
+    returns a new one, with a new session. Never raises: on an internal error, or with a URL or
+    token that cannot work (said once), the scope returned times steps but sends nothing.
     """
     global _current
     with _lock:
@@ -79,30 +79,67 @@ def init(
     if previous is not None:
         previous.close(timeout=1.0)
     try:
-        url = url or os.environ.get("STEPSCOPE_URL") or DEFAULT_URL
+        if url:
+            source = "url"
+        else:
+            url = os.environ.get("STEPSCOPE_URL", "").strip() or DEFAULT_URL
+            source = "STEPSCOPE_URL" if os.environ.get("STEPSCOPE_URL", "").strip() else "default URL"
+        token_source = "STEPSCOPE_TOKEN" if token is None else "init(token=...)"
         token = os.environ.get("STEPSCOPE_TOKEN") if token is None else token
-        connection = {
-            "url": url,
-            "identity": _env.identity(job=job, rank=rank, world_size=world_size, local_rank=local_rank),
-            "env": _env.fingerprint(__version__),
-            "headers": {"Authorization": "Bearer " + token} if token else {},
-            "batch_interval": float(batch_interval),
-            "max_unacked": int(max_unacked),
-        }
-        scope = Scope(
-            connection,
-            cuda=cuda,
-            gpu_event_pairs=int(gpu_event_pairs),
-            buffer_size=int(buffer_size),
-            exit_timeout=float(exit_timeout),
-        )
+        token = str(token).strip() if token is not None else None  # a newline read from a secret file
+        identity = _env.identity(job=job, rank=rank, world_size=world_size, local_rank=local_rank)
+        problem, topic = _url_problem(url, source), ":url"
+        if problem is None:
+            problem, topic = _token_problem(token, token_source), ":token"
+        if problem is not None:
+            _log.warn_once(_log.USAGE + topic, problem + "; not sending: steps are still timed here")
+            scope = Scope(None, buffer_size=int(buffer_size), disabled=problem)
+        else:
+            connection = {
+                "url": url,
+                "identity": identity,
+                "env": _env.fingerprint(__version__),
+                "headers": {"Authorization": "Bearer " + token} if token else {},
+                "batch_interval": float(batch_interval),
+                "max_unacked": int(max_unacked),
+            }
+            scope = Scope(
+                connection,
+                cuda=cuda,
+                gpu_event_pairs=int(gpu_event_pairs),
+                buffer_size=int(buffer_size),
+                exit_timeout=float(exit_timeout),
+            )
     except Exception as exc:
-        _log.warn_once(_log.INTERNAL, "could not start (%s: %s); recording nothing" % (type(exc).__name__, exc))
-        scope = Scope(None)
+        _log.warn_once(_log.INTERNAL, "could not start (%s: %s); sending nothing" % (type(exc).__name__, exc))
+        scope = Scope(None, disabled="the hook could not start (%s)" % type(exc).__name__)
     with _lock:
         _current = scope
         _live.add(scope)
     return scope
+
+
+def _url_problem(url, source: str):
+    """One sentence on what is wrong with the sidecar URL, naming where it came from; None if fine."""
+    try:
+        _ws.check_url(url)
+        return None
+    except _ws.BadURL as exc:
+        shown = _ws.redact_url(url) if isinstance(url, str) else url
+        where = {"url": "init(url=%r)", "STEPSCOPE_URL": "STEPSCOPE_URL=%r"}.get(source, "the default URL %r") % shown
+        return "%s is not a usable sidecar URL: %s. Accepted: %s, e.g. %s" % (where, exc, _ws.ACCEPTED_URLS, DEFAULT_URL)
+
+
+def _token_problem(token, source: str):
+    """What makes the token unsendable in an HTTP header (never showing it), or None."""
+    if not token:
+        return None
+    for c in token:
+        if ord(c) < 0x20 or ord(c) == 0x7F:
+            return "%s contains a control character, which no HTTP header can carry" % source
+        if ord(c) > 0x7E:
+            return "%s contains a non-ASCII character (%r), which the sidecar cannot match" % (source, c)
+    return None
 
 
 def _close_all_at_exit() -> None:

@@ -9,28 +9,91 @@ import sys
 import time
 import uuid
 
+from . import _log
+
 __all__ = ["identity", "default_job", "fingerprint", "gpu_fingerprint", "loader_fingerprint", "looks_like_dataloader"]
 
 _MAX_JOB_CHARS = 128
 
 
-def _env_int(name: str, default: int, minimum: int = 0) -> int:
+_MAX_WORLD_SIZE = 65536  # what the sidecar takes; ranks are below it, local ranks up to 65535
+
+
+def _to_int(value):
+    """``value`` as an int (an integral number, or its decimal text), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, str):
+        try:
+            return int(value.strip(), 10)
+        except ValueError:
+            return None
     try:
-        value = int(os.environ.get(name, ""))
-    except ValueError:
-        return default
-    return value if value >= minimum else default
+        import operator
+
+        return operator.index(value)  # numpy integers and the like
+    except Exception:
+        return None
+
+
+def _setting(argument, arg_name: str, env_name: str, default: int, problems: list):
+    """The value of a rank setting and how to name it in a message; unparsable ones are reported."""
+    if argument is None:
+        raw = os.environ.get(env_name)
+        if raw is None or not raw.strip():
+            return default, None
+        label = "%s=%r" % (env_name, raw)
+    else:
+        raw = argument
+        label = "init(%s=%r)" % (arg_name, argument)
+    value = _to_int(raw)
+    if value is None:
+        problems.append("%s is not an integer: using %s %d" % (label, arg_name, default))
+        return default, None
+    return value, label
 
 
 def identity(*, job=None, rank=None, world_size=None, local_rank=None, host=None) -> dict:
-    """The identity fields of `hello` (job, rank, local_rank, world_size, session, pid, host)."""
+    """The identity fields of `hello` (job, rank, local_rank, world_size, session, pid, host).
+
+    Rank settings the sidecar would refuse (not integers, negative, rank >= world size, beyond
+    its limits) are replaced by usable ones, and one line says what was wrong and what is used.
+    """
     host = host or socket.gethostname() or "unknown-host"
-    rank = _env_int("RANK", 0) if rank is None else int(rank)
-    world_size = _env_int("WORLD_SIZE", 1, minimum=1) if world_size is None else int(world_size)
-    local_rank = _env_int("LOCAL_RANK", 0) if local_rank is None else int(local_rank)
-    rank = max(rank, 0)
-    local_rank = min(max(local_rank, 0), 65535)
-    world_size = min(max(world_size, rank + 1, 1), 65536)
+    problems = []
+    rank, rank_from = _setting(rank, "rank", "RANK", 0, problems)
+    world_size, size_from = _setting(world_size, "world_size", "WORLD_SIZE", 1, problems)
+    local_rank, local_from = _setting(local_rank, "local_rank", "LOCAL_RANK", 0, problems)
+    if rank < 0:
+        problems.append("%s is negative: using rank 0" % rank_from)
+        rank = 0
+    elif rank >= _MAX_WORLD_SIZE:
+        problems.append("%s is beyond the sidecar's limit: using rank %d" % (rank_from, _MAX_WORLD_SIZE - 1))
+        rank = _MAX_WORLD_SIZE - 1
+    if world_size < 1:
+        problems.append("%s is below 1: using world_size %d" % (size_from, max(1, rank + 1)))
+        world_size = max(1, rank + 1)
+    elif world_size > _MAX_WORLD_SIZE:
+        problems.append("%s is beyond the sidecar's limit: using world_size %d" % (size_from, _MAX_WORLD_SIZE))
+        world_size = _MAX_WORLD_SIZE
+    if rank >= world_size:
+        problems.append(
+            "rank %d (%s) is not below world_size %d (%s): using world_size %d"
+            % (rank, rank_from or "default", world_size, size_from or "default", rank + 1)
+        )
+        world_size = rank + 1
+    if local_rank < 0:
+        problems.append("%s is negative: using local_rank 0" % local_from)
+        local_rank = 0
+    elif local_rank > _MAX_WORLD_SIZE - 1:
+        problems.append("%s is beyond the sidecar's limit: using local_rank %d" % (local_from, _MAX_WORLD_SIZE - 1))
+        local_rank = _MAX_WORLD_SIZE - 1
+    if problems:
+        _log.warn_once("identity", "invalid rank settings: " + "; ".join(problems))
     job = str(job) if job else (os.environ.get("STEPSCOPE_JOB") or default_job(host))
     return {
         "job": job[:_MAX_JOB_CHARS],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+import re
 import struct
 
 from . import _msgpack
@@ -53,11 +54,19 @@ class ProtocolError(ValueError):
     pass
 
 
-def hello(identity: dict, env: dict, wall_ns: int, mono_ns: int) -> bytes:
+_RESUME = re.compile(r"[0-9a-f]{32}\Z")
+
+
+def hello(identity: dict, env: dict, wall_ns: int, mono_ns: int, *, acked: int = 0, resume=None) -> bytes:
+    """``acked``: the highest seq acknowledged in this session so far (0 before any ack).
+    ``resume``: the secret the session's first `welcome` handed out; left out before that."""
     message = {"v": VERSION, "type": "hello"}
     message.update(identity)
     message["clock"] = {"wall_ns": wall_ns, "mono_ns": mono_ns}
     message["env"] = env
+    message["acked"] = min(max(int(acked), 0), MAX_INT)
+    if resume is not None:
+        message["resume"] = resume
     return _msgpack.packb(message)
 
 
@@ -137,13 +146,16 @@ def encode_row(
 
 
 def _samples(samples):
-    if samples is None or type(samples) is bool:
-        return None
-    if type(samples) is int or isinstance(samples, numbers.Integral):
-        samples = int(samples)
-        return samples if samples >= 0 else None
-    if isinstance(samples, float) and samples.is_integer() and samples >= 0:
-        return int(samples)
+    try:
+        if samples is None or type(samples) is bool:
+            return None
+        if type(samples) is int or isinstance(samples, numbers.Integral):
+            samples = int(samples)
+            return samples if samples >= 0 else None
+        if isinstance(samples, float) and samples.is_integer() and samples >= 0:
+            return int(samples)
+    except Exception:  # an Integral whose int() fails: the record is kept, without a sample count
+        pass
     return None
 
 
@@ -159,8 +171,9 @@ def parse_server_message(payload: bytes) -> dict:
         raise ProtocolError("undecodable message from sidecar: %s" % exc) from None
     if not isinstance(message, dict):
         raise ProtocolError("sidecar message is not a map")
-    if message.get("v") != VERSION:
-        raise ProtocolError("sidecar speaks protocol version %r" % (message.get("v"),))
+    version = message.get("v")
+    if type(version) is not int or version != VERSION:
+        raise ProtocolError("sidecar speaks protocol version %s" % (repr(version)[:20],))
     kind = message.get("type")
     if not isinstance(kind, str):
         raise ProtocolError("sidecar message without a type")
@@ -168,4 +181,8 @@ def parse_server_message(payload: bytes) -> dict:
         ack = message.get("ack")
         if type(ack) is not int or ack < 0:
             raise ProtocolError("%s.ack is not a non-negative integer" % kind)
+    if kind == "welcome":
+        resume = message.get("resume")
+        if resume is not None and (type(resume) is not str or not _RESUME.match(resume)):
+            raise ProtocolError("welcome.resume is not 32 lowercase hex digits")
     return message

@@ -7,6 +7,7 @@ step ends by appending one tuple to a bounded deque that the sender thread drain
 from __future__ import annotations
 
 import collections
+import itertools
 import sys
 import threading
 import time
@@ -14,12 +15,67 @@ import time
 from . import _cuda, _env, _log
 from ._sender import Sender
 
-__all__ = ["Scope", "PHASES"]
+__all__ = ["Scope", "PHASES", "CloseResult"]
 
 PHASES = ("data", "h2d", "compute")
 _WAKE_AT = 256  # queued records that wake the sender before its timer does
 
 _now = time.perf_counter_ns
+_scope_ids = itertools.count(1)
+
+
+class CloseResult:
+    """What closing a scope achieved (``scope.close_result``); true only if the sidecar acknowledged
+    every record and the end, which is what ``scope.close()`` returns.
+
+    records      step records this scope measured
+    delivered    records the sidecar acknowledged
+    dropped      records the hook discarded because its bounded buffers were full (the oldest first)
+    undelivered  records kept but never acknowledged: still buffered when close() gave up, or never
+                 sent because sending was off (bad URL, token or hello refused)
+    end_acked    the sidecar acknowledged the `end` message
+    reason       why not everything was delivered, in words (None when it was)
+
+    ``delivered + dropped + undelivered == records``. It compares equal to True or False as its
+    truth value does.
+    """
+
+    __slots__ = ("records", "delivered", "dropped", "undelivered", "end_acked", "reason")
+
+    def __init__(self, records=0, delivered=0, dropped=0, undelivered=0, end_acked=False, reason=None):
+        self.records = records
+        self.delivered = delivered
+        self.dropped = dropped
+        self.undelivered = undelivered
+        self.end_acked = end_acked
+        self.reason = reason
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.end_acked and not self.dropped and not self.undelivered)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __eq__(self, other):
+        if isinstance(other, bool):
+            return self.ok is other
+        if isinstance(other, CloseResult):
+            return self.as_dict() == other.as_dict()
+        return NotImplemented
+
+    def __ne__(self, other):
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __hash__(self):
+        return hash(self.ok)
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __repr__(self):
+        return "CloseResult(%s)" % ", ".join("%s=%r" % item for item in self.as_dict().items())
 
 
 class _Phase:
@@ -144,9 +200,10 @@ class Scope:
         gpu_event_pairs: int = 256,
         buffer_size: int = 16384,
         exit_timeout: float = 2.0,
+        disabled=None,
     ):
         """``connection``: keyword arguments of :class:`Sender` (url, identity, env, ...), or
-        None for a scope that records but sends nothing."""
+        None for a scope that records but sends nothing (``disabled`` says why, for close())."""
         self._queue = collections.deque(maxlen=max(1, buffer_size))
         self._wake = threading.Event()
         self._sender = None
@@ -169,6 +226,8 @@ class Scope:
         self._closed = False
         self._close_result = None
         self._errors = 0
+        self._id = next(_scope_ids)
+        self._disabled = disabled if connection is None else None
         if connection is not None:
             self._sender = Sender(self._queue, self._wake, tick=self._background_tick, **connection)
             self._sender.start()
@@ -201,7 +260,7 @@ class Scope:
     def stats(self) -> dict:
         """Delivery counters, for tests and diagnostics."""
         try:
-            stats = self._sender.snapshot() if self._sender is not None else _idle_stats()
+            stats = self._sender.snapshot() if self._sender is not None else _idle_stats(self._disabled)
             stats["records"] = self._seq
             stats["warnings"] = _log.count()
             stats["errors"] += self._errors
@@ -220,10 +279,17 @@ class Scope:
     def close(self, timeout: float = 5.0) -> bool:
         """Deliver what is buffered, send `end` and wait up to ``timeout`` s for its ack.
 
-        Returns True when the sidecar acknowledged every record and the end. Never raises;
-        later calls return the first result.
+        Returns True only when the sidecar acknowledged every record and the end: False when
+        any record was dropped or not delivered. :attr:`close_result` then says how many of
+        each and why, and one line is printed when records were lost. Never raises; later
+        calls return the first result.
         """
-        return self._close("close", timeout)
+        return bool(self._close("close", timeout))
+
+    @property
+    def close_result(self):
+        """The :class:`CloseResult` of the close (``close()``, ``init()`` again, or exit); None before."""
+        return self._close_result
 
     # --- training-thread internals ----------------------------------------
 
@@ -369,43 +435,120 @@ class Scope:
                 self._phases.pop("h2d", None)
                 self._phases.pop("compute", None)
 
-    def _close(self, reason: str, timeout: float) -> bool:
+    def _close(self, reason: str, timeout: float) -> CloseResult:
         try:
             if self._closed:
-                return bool(self._close_result)
+                result = self._close_result
+                return result if result is not None else CloseResult(reason="closed")
             self._closed = True
             if self._batch_in_step:
                 self._batch_in_step = False
                 self._end_step(_now(), None)
-            result = False
-            if self._sender is not None:
-                result = self._sender.close(reason, timeout)
-            self._close_result = result
+            sender = self._sender
+            if sender is not None:
+                sender.close(reason, timeout)
+            result = self._close_result = self._result(sender, timeout)
+            if result.dropped or result.undelivered:
+                self._report_loss(result, reason)
             return result
         except Exception:
             self._internal_error()
-            return False
+            if self._close_result is None:
+                self._close_result = CloseResult(records=self._seq, undelivered=self._seq, reason="internal error")
+            return self._close_result
+
+    def _result(self, sender, timeout) -> CloseResult:
+        records = self._seq
+        if sender is None:
+            why = self._disabled or "sending is off"
+            return CloseResult(records=records, undelivered=records, reason=why)
+        delivered = min(sender.acked, records)
+        dropped = min(sender.dropped, records - delivered)
+        undelivered = records - delivered - dropped
+        end_acked = sender.end_acked and sender.disabled is None
+        if sender.disabled is not None:
+            reason = sender.disabled
+        elif undelivered:
+            reason = sender.last_problem or "the sidecar did not acknowledge them within %.1f s" % max(0.0, float(timeout))
+        elif dropped:
+            reason = "the hook's buffers were full while the sidecar was away or slow (buffer_size, max_unacked)"
+        elif not end_acked:
+            reason = sender.last_problem or "the sidecar did not acknowledge the end within %.1f s" % max(0.0, float(timeout))
+        else:
+            reason = None
+        return CloseResult(records, delivered, dropped, undelivered, end_acked, reason)
+
+    def _report_loss(self, result: CloseResult, how: str) -> None:
+        parts = []
+        if result.dropped:
+            parts.append("%d dropped (buffers full)" % result.dropped)
+        if result.undelivered:
+            parts.append("%d not delivered" % result.undelivered)
+        _log.warn_once(
+            "close:%d" % self._id,
+            "%s: %d of %d step records delivered to the sidecar; %s: %s"
+            % ("close" if how == "close" else "at exit", result.delivered, result.records, ", ".join(parts), result.reason),
+        )
 
     def _close_at_exit(self):
         self._close("exit", self._exit_timeout)
 
     def _after_fork_in_child(self):
-        """In a forked child (a DataLoader worker) the scope goes quiet: no thread, no CUDA."""
+        """In a forked child (a DataLoader worker) the scope goes inert: no thread, no socket, no CUDA.
+
+        The sender thread does not exist here, and the socket was already pointed away (see
+        ``_ws``); the scope becomes a :class:`_ForkedScope`, whose methods do nothing.
+        """
+        sender = self._sender
+        self._sender = None
         self._closed = True
-        self._close_result = False
+        self._seq = 0
+        self._close_result = CloseResult(reason="this scope belongs to the parent process (forked child)")
         self._queue = collections.deque(maxlen=1)
         self._wake = threading.Event()  # the parent's sender thread may have held its lock
         self._gpu = None
         self._h2d.timer = None
         self._compute.timer = None
         self._gpu_mode = "off"
-        if self._sender is not None:
-            self._sender.abandon()
-            self._sender = None
+        self._batch_in_step = False
+        self.__class__ = _ForkedScope
+        if sender is not None:
+            sender.abandon()
 
 
-def _idle_stats() -> dict:
+class _ForkedScope(Scope):
+    """A scope inherited by a forked child: every call is a cheap no-op (the parent reports)."""
+
+    def loader(self, iterable):
+        return iterable
+
+    def phase(self, name):
+        return _NULL_PHASE
+
+    def step(self, samples=None):
+        pass
+
+    def stats(self) -> dict:
+        stats = _idle_stats(None)
+        stats.update(records=0, warnings=_log.count(), closed=True, gpu=False)
+        return stats
+
+    def close(self, timeout: float = 5.0) -> bool:
+        return False
+
+    def _close(self, reason, timeout):
+        return self._close_result
+
+    def _end_step(self, t, samples):
+        pass
+
+    def _iterate(self, iterator):
+        return iterator
+
+
+def _idle_stats(disabled) -> dict:
     return {
+        "disabled": disabled,
         "sent": 0,
         "acked": 0,
         "ack_seq": 0,

@@ -16,12 +16,22 @@ import time
 from . import _log, _protocol
 from ._counters import CounterSchedule
 from ._protocol import ProtocolError
-from ._ws import OP_BINARY, ConnectionClosed, HandshakeError, WebSocket, WebSocketError
+from ._ws import OP_BINARY, BadURL, ConnectionClosed, HandshakeError, ResolveError, WebSocket, WebSocketError, redact_url
 
 __all__ = ["Sender"]
 
 _NETWORK_ERRORS = (OSError, WebSocketError, ProtocolError)
-_REFUSAL_CODES = (1003, 1007, 1008)
+# Refusals that sending the same again cannot change: a text frame (1003), a message the sidecar
+# finds invalid (1007), and a hello it will not take (1008 with a reason "hello: ...": too many jobs
+# or ranks, a session id another job holds, a resume without the session's secret). Other 1008s
+# (too many frames a second, no hello in time) pass, and are retried.
+_REFUSAL_CODES = (1003, 1007)
+_HELLO_REFUSED = 1008
+# Close codes worth a line (once each) without giving up: a policy limit, frame too big, a sidecar
+# bug, try again later.
+_NOTED_CODES = (1008, 1009, 1011, 1013)
+_TOKEN_STATUSES = (401, 403)
+_NOT_SENT = "steps are still timed here but not sent"
 
 
 class Sender:
@@ -73,6 +83,9 @@ class Sender:
         self._failures = 0
         self._next_attempt = 0.0
         self._ever_connected = False
+        self._resume = None  # the session's secret, from its first welcome; sent in every later hello
+        self.disabled = None  # why sending stopped for good (token or hello refused), else None
+        self.last_problem = None  # the latest connection problem, in words (for close's report)
 
         self._thread = None
         self._closing = False
@@ -123,14 +136,26 @@ class Sender:
             self._wake.set()
             if thread is not threading.current_thread():
                 thread.join(timeout + self._io_timeout + 0.5)
-            self._result = self._end_acked and not self._unacked
+            self._result = self._end_acked and not self._unacked and self.disabled is None
             return self._result
 
+    @property
+    def end_acked(self) -> bool:
+        return self._end_acked
+
     def abandon(self) -> None:
-        """Forget the connection without a word (in a forked child, whose thread is gone)."""
+        """Forget the connection without a word (in a forked child, whose thread is gone).
+
+        The socket's descriptor was already pointed away in the child by ``_ws``'s fork handler;
+        no close frame is sent and nothing is shut down: the parent still uses the connection.
+        """
+        ws = self._ws
         self._thread = None
         self._ws = None
         self._result = False
+        self._close_lock = threading.Lock()  # the parent's close() may have held it at the fork
+        if ws is not None:
+            ws.forget_after_fork()
 
     @property
     def connected(self) -> bool:
@@ -138,6 +163,7 @@ class Sender:
 
     def snapshot(self) -> dict:
         return {
+            "disabled": self.disabled,
             "sent": self.sent,
             "acked": self.acked,
             "ack_seq": self.ack_seq,
@@ -155,7 +181,7 @@ class Sender:
 
     def _run(self) -> None:
         try:
-            while not self._finished.is_set():
+            while not self._finished.is_set() and self.disabled is None:
                 try:
                     self._cycle()
                 except Exception as exc:  # a bug here must never reach training
@@ -182,6 +208,8 @@ class Sender:
             return
         if self._ws is None and time.monotonic() >= self._next_attempt:
             self._connect(self._connect_timeout, self._welcome_timeout)
+            if self.disabled is not None:
+                return
         if self._ws is not None:
             self._exchange()
         timeout = self._batch_interval
@@ -192,7 +220,7 @@ class Sender:
 
     def _close_cycle(self) -> None:
         remaining = self._close_deadline - time.monotonic()
-        if remaining <= 0 or self._end_acked:
+        if remaining <= 0 or self._end_acked or self.disabled is not None:
             self._finished.set()
             return
         if self._ws is None:
@@ -203,12 +231,15 @@ class Sender:
             if not self._close_attempted or time.monotonic() >= self._next_attempt:
                 self._close_attempted = True
                 self._connect(min(self._connect_timeout, remaining), remaining)
+        if self.disabled is not None:
+            self._finished.set()
+            return
         if self._ws is None:
             wait = max(0.0, self._next_attempt - time.monotonic())
         else:
             self._exchange()
             wait = 0.05
-        if self._end_acked:
+        if self._end_acked or self.disabled is not None:
             self._finished.set()
             return
         wait = min(wait, max(0.0, self._close_deadline - time.monotonic()))
@@ -285,7 +316,12 @@ class Sender:
             ws.set_timeout(self._io_timeout)
             ws.send_binary(
                 _protocol.hello(
-                    self._identity, self._env, time.time_ns(), time.perf_counter_ns() - self._mono_origin
+                    self._identity,
+                    self._env,
+                    time.time_ns(),
+                    time.perf_counter_ns() - self._mono_origin,
+                    acked=self.ack_seq,
+                    resume=self._resume,
                 )
             )
             welcome = self._await_welcome(ws, welcome_timeout)
@@ -296,7 +332,10 @@ class Sender:
         self._ws = ws
         self.connects += 1
         self._ever_connected = True
+        self.last_problem = None
         self._end_sent = False
+        if welcome.get("resume") is not None:
+            self._resume = welcome["resume"]
         self._apply_ack(welcome["ack"])
         self._unsent = len(self._unacked)  # resend everything the sidecar does not hold
         self._counters.configure(welcome.get("counters"), time.monotonic())
@@ -341,6 +380,7 @@ class Sender:
         if kind in ("ack", "welcome"):
             self._apply_ack(message["ack"])
             self._failures = 0  # a working connection: the next loss retries quickly again
+            self.last_problem = None
             if kind == "ack" and message.get("end") is True and self._end_sent:
                 self._end_acked = True
 
@@ -371,22 +411,91 @@ class Sender:
     # --- connection state --------------------------------------------------
 
     def _connection_failed(self, exc: BaseException) -> None:
+        """A connection attempt failed: give up for good on what no retry can fix, else retry later.
+
+        Each kind of problem is said once (one line per kind for the life of the process), so a
+        sidecar that stays away, or a host name that does not resolve yet, is not repeated every try.
+        """
+        if self._refused_for_good(exc):
+            return
         self._schedule_retry()
-        refused = isinstance(exc, (HandshakeError, ProtocolError, ConnectionClosed))
-        _log.warn_once(
-            _log.SIDECAR,
-            "sidecar at %s %s (%s); buffering and retrying"
-            % (self._url, "refused the connection" if refused else "unreachable", _describe(exc)),
-        )
+        url = redact_url(self._url)
+        self.last_problem = "sidecar at %s: %s" % (url, _describe(exc))
+        if isinstance(exc, ResolveError):
+            _log.warn_once(
+                _log.SIDECAR + ":resolve:" + exc.host,
+                "sidecar host %r (in %s) cannot be resolved (%s); buffering and retrying until it can"
+                % (exc.host, url, _printable(str(exc.error))),
+            )
+        elif isinstance(exc, HandshakeError) and exc.status is not None:
+            _log.warn_once(
+                "%s:http:%d" % (_log.SIDECAR, exc.status),
+                "sidecar at %s refused the connection (%s); buffering and retrying" % (url, _describe(exc)),
+            )
+        elif isinstance(exc, ConnectionClosed) and exc.code is not None:
+            _log.warn_once(
+                "%s:close:%d" % (_log.SIDECAR, exc.code),
+                "sidecar at %s refused the connection (%s); buffering and retrying" % (url, _describe(exc)),
+            )
+        elif isinstance(exc, (HandshakeError, ProtocolError, ConnectionClosed, WebSocketError)):
+            _log.warn_once(
+                _log.SIDECAR + ":protocol",
+                "sidecar at %s refused the connection (%s); buffering and retrying" % (url, _describe(exc)),
+            )
+        else:
+            _log.warn_once(_log.SIDECAR, "sidecar at %s unreachable (%s); buffering and retrying" % (url, _describe(exc)))
 
     def _connection_lost(self, exc: BaseException) -> None:
         self._drop_connection()
+        if self._refused_for_good(exc):
+            return
         self._schedule_retry()
+        self.last_problem = "sidecar at %s: %s" % (redact_url(self._url), _describe(exc))
         if isinstance(exc, ConnectionClosed):
             if exc.code == 1009:
                 self._rows_per_frame = max(1, min(self._rows_per_frame, self._last_frame_rows) // 2)
-            if exc.code in _REFUSAL_CODES or exc.code == 1009:
-                _log.warn_once(_log.SIDECAR, "sidecar at %s closed the connection (%s); retrying" % (self._url, _describe(exc)))
+            if exc.code in _NOTED_CODES:
+                _log.warn_once(
+                    "%s:close:%d" % (_log.SIDECAR, exc.code),
+                    "sidecar at %s closed the connection (%s); retrying" % (redact_url(self._url), _describe(exc)),
+                )
+
+    def _refused_for_good(self, exc: BaseException) -> bool:
+        """Stop sending (said once) if ``exc`` is a refusal that retrying cannot change."""
+        url = redact_url(self._url)
+        if isinstance(exc, HandshakeError) and exc.status in _TOKEN_STATUSES:
+            token = self._headers.get("Authorization", "")[len("Bearer ") :]
+            hint = "the token sent is not the sidecar's" if token else "no token is set"
+            reason = "token refused: check STEPSCOPE_TOKEN (the sidecar at %s answered HTTP %d; %s)" % (
+                url,
+                exc.status,
+                hint,
+            )
+        elif isinstance(exc, ConnectionClosed) and (
+            exc.code in _REFUSAL_CODES or (exc.code == _HELLO_REFUSED and exc.reason.startswith("hello:"))
+        ):
+            reason = "the sidecar at %s refused this process (close code %d: %s)" % (
+                url,
+                exc.code,
+                _printable(exc.reason) or "no reason given",
+            )
+        elif isinstance(exc, BadURL):
+            reason = "%s is not a websocket URL (%s)" % (url, exc)
+        else:
+            return False
+        self._stop(reason)
+        return True
+
+    def _stop(self, reason: str) -> None:
+        self.disabled = reason
+        self.last_problem = reason
+        _log.warn_once(_log.SIDECAR + ":stopped", "%s; not retrying: %s" % (reason, _NOT_SENT))
+        self._drop_connection()
+        # Nothing will be sent: let go of what was kept for it (close() counts it as undelivered).
+        self._unacked.clear()
+        self._pending.clear()
+        self._unsent = 0
+        self._wake.set()
 
     def _drop_connection(self) -> None:
         if self._ws is not None:
@@ -400,10 +509,16 @@ class Sender:
         self._next_attempt = time.monotonic() + delay * random.uniform(0.5, 1.0)
 
 
+def _printable(text: str, limit: int = 200) -> str:
+    """``text`` with control characters replaced: what a peer sent must not steer a terminal."""
+    text = str(text)[:limit]
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, ConnectionClosed) and exc.code is not None:
-        return ("%d %s" % (exc.code, exc.reason)).strip()
-    text = str(exc)
+        return ("%d %s" % (exc.code, _printable(exc.reason))).strip()
+    text = _printable(str(exc))
     name = type(exc).__name__
     if isinstance(exc, (ConnectionError, TimeoutError)) or not text:
         return name  # "ConnectionRefusedError" says it all

@@ -12,6 +12,7 @@ import encodings.idna  # noqa: F401  (imported here: a first import from a threa
 import hashlib
 import math
 import os
+import re
 import select
 import socket
 import struct
@@ -23,7 +24,10 @@ __all__ = [
     "WebSocket",
     "WebSocketError",
     "HandshakeError",
+    "ResolveError",
+    "BadURL",
     "ConnectionClosed",
+    "check_url",
     "FrameParser",
     "encode_frame",
     "OP_CONT",
@@ -56,7 +60,184 @@ class WebSocketError(Exception):
 
 
 class HandshakeError(WebSocketError):
-    pass
+    """The upgrade failed; ``status`` is the HTTP status the server answered with, if it answered."""
+
+    def __init__(self, message, status=None):
+        super().__init__(message)
+        self.status = status
+
+
+class ResolveError(WebSocketError):
+    """The URL's host name could not be resolved (DNS); it may resolve later."""
+
+    def __init__(self, host, error):
+        self.host = host
+        self.error = error
+        super().__init__("cannot resolve host %r: %s" % (host, error))
+
+
+class BadURL(WebSocketError):
+    """A URL that no retry can make work (scheme, host, port, syntax)."""
+
+
+ACCEPTED_URLS = "ws://HOST[:PORT][/PATH] or wss://HOST[:PORT][/PATH]"
+
+
+def check_url(url):
+    """``(scheme, host, port, path)`` of a websocket URL, or :class:`BadURL` saying what is wrong."""
+    if not isinstance(url, str):
+        raise BadURL("not a string but %s" % type(url).__name__)
+    bad = [c for c in url if c.isspace() or ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0]
+    if bad:
+        raise BadURL("it contains %s" % ("whitespace" if bad[0].isspace() else "a control character"))
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:  # "Port out of range 0-65535", "Invalid IPv6 URL", ...
+        raise BadURL(str(exc)) from None
+    scheme = parts.scheme.lower()
+    if "://" not in url:
+        raise BadURL("it has no scheme")
+    if scheme not in ("ws", "wss"):
+        raise BadURL("unsupported scheme %r" % parts.scheme)
+    if parts.username is not None or parts.password is not None:
+        raise BadURL("credentials in the URL are not supported (use STEPSCOPE_TOKEN)")
+    host = parts.hostname
+    if not host:
+        raise BadURL("it has no host")
+    if ":" not in host:  # not an IPv6 literal: a name must be one DNS could ever resolve
+        try:
+            host.encode("idna")
+        except UnicodeError:
+            raise BadURL("%r is not a valid host name" % host) from None
+    if port == 0:
+        raise BadURL("port 0")
+    if parts.fragment or url.endswith("#"):
+        raise BadURL("a websocket URL has no #fragment")
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    return scheme, host, port or (443 if scheme == "wss" else 80), path
+
+
+def redact_url(url):
+    """``url`` with any password replaced, for messages."""
+    try:
+        return re.sub(r"^([^/?#]*//[^/?#@:]*:)[^/?#@]*@", r"\1***@", str(url))
+    except Exception:
+        return "<unprintable URL>"
+
+
+# --- sockets and fork ---------------------------------------------------------
+#
+# Every socket the hook opens is listed here (by descriptor) from its creation to its close, under
+# a lock that a fork waits for (briefly). A forked child -- a DataLoader worker -- must not keep the
+# training process's connection open: the sidecar would see it end only when the last worker exits.
+# In the child each listed descriptor is pointed at /dev/null (dup2), which drops the child's hold on
+# the connection without a byte sent (the parent still uses it) and leaves no number free to reuse
+# while Python objects that think they own it are still alive. Sockets are created non-inheritable
+# (Python's default, PEP 446), so exec'd children never get them.
+
+_fd_lock = threading.Lock()
+_open_sockets = {}  # descriptor -> the socket object that owns it (held, so that no GC closes it unlisted)
+_fork_held = False
+
+
+def _new_socket(family, kind, proto):
+    with _fd_lock:
+        sock = socket.socket(family, kind, proto)
+        _open_sockets[sock.fileno()] = sock
+    return sock
+
+
+def _wrap_tls(sock, host: str):
+    """The TLS socket over ``sock`` (same descriptor, listed in its place); no handshake yet."""
+    import ssl
+
+    context = ssl.create_default_context()
+    fd = sock.fileno()
+    with _fd_lock:  # wrap_socket closes the descriptor itself when it fails: never while it is listed
+        try:
+            tls = context.wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
+        except BaseException:
+            _open_sockets.pop(fd, None)
+            try:
+                sock.close()
+            except (OSError, ValueError):
+                pass
+            raise
+        _open_sockets[fd] = tls
+    return tls
+
+
+def _close_socket(sock) -> None:
+    with _fd_lock:
+        try:
+            fd = sock.fileno()
+        except (OSError, ValueError):
+            fd = -1
+        if _open_sockets.get(fd) is sock:
+            del _open_sockets[fd]
+        try:
+            sock.close()
+        except (OSError, ValueError):
+            pass
+
+
+def open_fds():
+    """Descriptors of the hook's open sockets (tests)."""
+    with _fd_lock:
+        return set(_open_sockets)
+
+
+def _before_fork() -> None:
+    global _fork_held
+    # Bounded: a fork is never held up for long, even by a bug.
+    _fork_held = _fd_lock.acquire(timeout=0.1)
+
+
+def _after_fork_in_parent() -> None:
+    global _fork_held
+    if _fork_held:
+        _fork_held = False
+        _fd_lock.release()
+
+
+def _after_fork_in_child() -> None:
+    global _fd_lock, _fork_held
+    _fd_lock = threading.Lock()
+    _fork_held = False
+    if _open_sockets:
+        _detach_in_child(list(_open_sockets))
+    # Whatever still holds these objects in the child now holds /dev/null; closing them is harmless.
+    _open_sockets.clear()
+
+
+def _detach_in_child(fds) -> None:
+    spare = []
+    try:
+        null = os.open(os.devnull, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        try:  # no /dev/null here: any descriptor that is not the socket will do
+            null, other = os.pipe()
+            spare.append(other)
+        except OSError:
+            return
+    spare.append(null)
+    for fd in fds:
+        try:
+            os.dup2(null, fd, inheritable=False)
+        except OSError:
+            pass
+    for fd in spare:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 
 
 class ConnectionClosed(WebSocketError):
@@ -157,6 +338,7 @@ class WebSocket:
         self._fragment_opcode = None
         self._fragment_bytes = 0
         self._closed = False
+        self._forgotten = False
         self._error = None
         self._poller = None
         if hasattr(select, "poll"):
@@ -165,31 +347,20 @@ class WebSocket:
 
     @classmethod
     def connect(cls, url: str, *, headers=None, timeout: float = 5.0) -> "WebSocket":
-        parts = urlsplit(url)
-        scheme = parts.scheme.lower()
-        if scheme not in ("ws", "wss"):
-            raise HandshakeError("unsupported URL scheme %r (use ws:// or wss://)" % parts.scheme)
-        host = parts.hostname
-        if not host:
-            raise HandshakeError("URL has no host: %r" % url)
-        port = parts.port or (443 if scheme == "wss" else 80)
-        path = parts.path or "/"
-        if parts.query:
-            path += "?" + parts.query
-        sock = socket.create_connection((host, port), timeout=timeout)
+        scheme, host, port, path = check_url(url)
+        sock = _connect_tcp(host, port, timeout)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if scheme == "wss":
-                import ssl
-
-                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+                sock = _wrap_tls(sock, host)
+                sock.do_handshake()
             host_header = "[%s]" % host if ":" in host else host
-            if parts.port is not None:
+            if urlsplit(url).port is not None:
                 host_header += ":%d" % port
             leftover = _handshake(sock, host_header, path, headers or {})
             return cls(sock, leftover)
         except BaseException:
-            sock.close()
+            _close_socket(sock)
             raise
 
     def set_timeout(self, timeout: float) -> None:
@@ -243,7 +414,7 @@ class WebSocket:
 
     def close(self, code: int = 1000, reason: str = "") -> None:
         """Send a close frame (best effort) and release the socket; never raises."""
-        if self._closed:
+        if self._closed or self._forgotten:
             return
         try:
             payload = _U16.pack(code) + reason.encode("utf-8")[:123]
@@ -254,15 +425,27 @@ class WebSocket:
         self._abort()
 
     def _abort(self) -> None:
+        if self._forgotten:
+            return
         self._closed = True
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except (OSError, ValueError):
             pass
-        try:
-            self._sock.close()
-        except (OSError, ValueError):
-            pass
+        _close_socket(self._sock)
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: never touch this connection again (it is the parent's).
+
+        The descriptor was already pointed away by the fork handler; nothing is sent or shut down.
+        """
+        self._forgotten = True
+        self._closed = True
+        self._send_lock = threading.Lock()  # the parent's sender may have held it at the fork
+        self._poller = None
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
 
     def _readable(self, timeout: float) -> bool:
         pending = getattr(self._sock, "pending", None)
@@ -342,6 +525,30 @@ class WebSocket:
         return message
 
 
+_resolve = socket.getaddrinfo  # a module global, so that tests can stand in for DNS
+
+
+def _connect_tcp(host: str, port: int, timeout: float):
+    """Like ``socket.create_connection``, with every socket listed from its creation (see above)."""
+    try:
+        infos = _resolve(host, port, 0, socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ResolveError(host, exc) from None
+    error = None
+    for family, kind, proto, _, address in infos:
+        sock = None
+        try:
+            sock = _new_socket(family, kind, proto)
+            sock.settimeout(timeout)
+            sock.connect(address)
+            return sock
+        except OSError as exc:
+            error = exc
+            if sock is not None:
+                _close_socket(sock)
+    raise error if error is not None else OSError("getaddrinfo returned nothing for %r" % host)
+
+
 def _handshake(sock, host_header: str, path: str, headers: dict) -> bytes:
     key = base64.b64encode(os.urandom(16)).decode("ascii")
     lines = [
@@ -376,7 +583,8 @@ def _handshake(sock, host_header: str, path: str, headers: dict) -> bytes:
     if len(fields) < 2 or not fields[0].startswith("HTTP/"):
         raise HandshakeError("malformed handshake response: %r" % status_line[:80])
     if fields[1] != "101":
-        raise HandshakeError("handshake refused: %s" % status_line[:80].strip())
+        status = int(fields[1]) if fields[1].isdigit() and len(fields[1]) == 3 else None
+        raise HandshakeError("handshake refused: %s" % status_line[:80].strip(), status)
     received = {}
     for line in header_block.split("\r\n"):
         name, sep, value = line.partition(":")

@@ -7,6 +7,8 @@ restarted on the same ``--out`` would.
 
 from __future__ import annotations
 
+import re
+import secrets
 import socket
 import struct
 import threading
@@ -26,12 +28,33 @@ def wait_until(predicate, timeout=5.0, interval=0.005):
 
 
 class Store:
-    """Rows held per session, as the sidecar's journal would."""
+    """Rows held per session, as the sidecar's journal would, and each session's owner and secret."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.rows = {}  # session -> {seq: row dict}
+        self.owners = {}  # session -> (job, rank, resume secret)
         self.duplicates = 0
+
+    def claim(self, hello):
+        """The resume secret for this hello's session, or a refusal reason (as the sidecar's 1008).
+
+        A session new to the store (or held without a secret: rows put there by a test, as a
+        sidecar restarted without its journal would hold none) is given a fresh secret.
+        """
+        session, presented = hello["session"], hello.get("resume")
+        with self.lock:
+            owner = self.owners.get(session)
+            if owner is not None:
+                job, rank, secret = owner
+                if (job, rank) != (hello.get("job"), hello.get("rank")):
+                    return None, "hello: session %s belongs to another job or rank" % session
+                if presented != secret:
+                    return None, "hello: session %s is already held: resuming it needs its secret" % session
+                return secret, None
+            secret = secrets.token_hex(16)
+            self.owners[session] = (hello.get("job"), hello.get("rank"), secret)
+            return secret, None
 
     def max_seq(self, session):
         with self.lock:
@@ -72,6 +95,12 @@ class FakeSidecar:
     close_after_rows abort a connection, without acking, once it carried that many rows
     max_rows_per_frame  close with 1009 (frame too big) on a steps frame with more rows
     counters         the `counters` map of `welcome` (what the hook should forward), or None
+    refuse_hello     (code, reason): answer every hello by closing with them (e.g. 1008 "hello: too many ranks")
+    http_status      answer every upgrade with this HTTP status (e.g. 403) instead of 101
+    resume           hand out a resume secret in `welcome` and require it to resume a session (True),
+                     or behave as a sidecar from before secrets (False: no `resume`, nothing checked)
+
+    ``ended`` lists ``(session, time.monotonic())`` for every connection whose TCP stream ended.
     """
 
     def __init__(
@@ -85,8 +114,16 @@ class FakeSidecar:
         close_after_rows=None,
         max_rows_per_frame=None,
         counters=None,
+        refuse_hello=None,
+        http_status=None,
+        resume=True,
     ):
         self.store = store if store is not None else Store()
+        self.refuse_hello = refuse_hello
+        self.http_status = http_status
+        self.resume = resume
+        self.ended = []
+        self.refusals = []
         self.token = token
         self.ack = ack
         self.fragment_acks = fragment_acks
@@ -201,6 +238,7 @@ class _Connection:
         finally:
             self.abort()
             with self.server._lock:
+                self.server.ended.append((self.session, time.monotonic()))
                 if self in self.server._conns:
                     self.server._conns.remove(self)
 
@@ -222,6 +260,9 @@ class _Connection:
         token = self.server.token
         if token is not None and headers.get("authorization") != "Bearer " + token:
             self.sock.sendall(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n")
+            return False
+        if self.server.http_status is not None:
+            self.sock.sendall(b"HTTP/1.1 %d Refused\r\nContent-Length: 0\r\n\r\n" % self.server.http_status)
             return False
         response = (
             "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -262,8 +303,21 @@ class _Connection:
         server._record(message)
         kind = message.get("type")
         if kind == "hello":
+            if server.refuse_hello is not None:
+                code, reason = server.refuse_hello
+                return self._refuse(code, reason)
+            acked, resume = message.get("acked"), message.get("resume")
+            if acked is not None and (type(acked) is not int or acked < 0):  # optional, as in the sidecar
+                return self._refuse(1007, "hello.acked: must be a non-negative integer")
+            if resume is not None and not (isinstance(resume, str) and re.fullmatch(r"[0-9a-f]{32}", resume)):
+                return self._refuse(1007, "hello.resume: must be 32 lowercase hex digits")
             self.session = message["session"]
             welcome = {"v": 1, "type": "welcome", "session": self.session, "ack": server.store.max_seq(self.session)}
+            if server.resume:
+                secret, refusal = server.store.claim(message)
+                if refusal is not None:
+                    return self._refuse(1008, refusal)
+                welcome["resume"] = secret
             if server.counters is not None:
                 welcome["counters"] = server.counters
             self._reply(welcome)
@@ -281,6 +335,12 @@ class _Connection:
         elif kind == "end" and server.ack == "auto":
             self._reply({"v": 1, "type": "ack", "ack": server.store.max_seq(self.session), "end": True})
         return True
+
+    def _refuse(self, code, reason):
+        with self.server._lock:
+            self.server.refusals.append((code, reason))
+        self.send(OP_CLOSE, struct.pack(">H", code) + reason.encode())
+        return False
 
     def _reply(self, message):
         payload = _msgpack.packb(message)

@@ -79,6 +79,24 @@ class BasicDeliveryTest(DeliveryCase):
         self.assertTrue(stats["closed"])
         self.assertEqual(self.warnings(), [])
 
+    def test_close_result_counts_what_was_delivered(self):
+        server = self.server()
+        scope = self.init(url=server.url)
+        run_steps(scope, 20)
+        self.assertIsNone(scope.close_result)
+        self.assertIs(scope.close(timeout=5.0), True)  # a plain bool, as before
+        result = scope.close_result
+        self.assertIsInstance(result, stepscope.CloseResult)
+        self.assertTrue(result)
+        self.assertEqual(result, True)
+        self.assertEqual(
+            result.as_dict(),
+            dict(records=20, delivered=20, dropped=0, undelivered=0, end_acked=True, reason=None),
+        )
+        self.assertIs(scope.close(timeout=5.0), True)  # later calls return the first result
+        self.assertIs(scope.close_result, result)
+        self.assertEqual(self.warnings(), [])
+
     def test_hello_carries_identity_clock_and_env(self):
         server = self.server()
         environ = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "STEPSCOPE_JOB": "nightly", "CUDA_VISIBLE_DEVICES": "1"}
@@ -174,8 +192,10 @@ class BasicDeliveryTest(DeliveryCase):
         run_steps(scope, 5)
         self.assertTrue(wait_until(lambda: self.warnings()))
         self.assertFalse(scope.close(1.0))
-        self.assertEqual(len(self.warnings()), 1)
+        self.assertEqual(len(self.warnings()), 2)  # the refusal, then close's account of what was lost
+        self.assertIn("token refused: check STEPSCOPE_TOKEN", self.warnings()[0])
         self.assertIn("401", self.warnings()[0])
+        self.assertIn("close: 0 of 5 step records delivered", self.warnings()[1])
 
 
 class ResilienceTest(DeliveryCase):
@@ -201,6 +221,78 @@ class ResilienceTest(DeliveryCase):
         self.assertEqual(stats["resent"], 10)
         self.assertEqual(stats["reconnects"], 1)
         self.assertEqual(stats["acked"], 25)
+
+    def test_hello_carries_acked_and_the_resume_secret_of_the_session(self):
+        server = self.server()
+        scope = self.init(url=server.url)
+        run_steps(scope, 10)
+        self.assertTrue(wait_until(lambda: scope.stats()["acked"] == 10))
+        first = server.of_type("hello")[0]
+        self.assertEqual(first["acked"], 0)
+        self.assertNotIn("resume", first)  # a session's first hello has no secret yet
+        secret = server.store.owners[first["session"]][2]
+        self.assertRegex(secret, r"^[0-9a-f]{32}$")
+        server.close_all()  # the connection drops; the hook comes back to the same sidecar
+        self.assertTrue(wait_until(lambda: len(server.of_type("hello")) == 2))
+        second = server.of_type("hello")[1]
+        self.assertEqual((second["session"], second["resume"], second["acked"]), (first["session"], secret, 10))
+        run_steps(scope, 5)
+        self.assertTrue(scope.close(3.0))
+        self.assertEqual(server.store.seqs(), list(range(1, 16)))
+        self.assertEqual(self.warnings(), [])
+
+    def test_a_sidecar_restarted_without_its_journal_hands_out_a_new_secret(self):
+        server = self.server()
+        scope = self.init(url=server.url)
+        run_steps(scope, 5)
+        self.assertTrue(wait_until(lambda: scope.stats()["acked"] == 5))
+        session = server.of_type("hello")[0]["session"]
+        old_secret = server.store.owners[session][2]
+        server.stop()
+        blank = self.server(port=server.port)  # knows nothing of the session: takes it, with a new secret
+        self.assertTrue(wait_until(lambda: blank.of_type("hello")))
+        hello = blank.of_type("hello")[0]
+        self.assertEqual((hello["resume"], hello["acked"]), (old_secret, 5))
+        self.assertTrue(wait_until(lambda: scope.stats()["connected"]))
+        new_secret = blank.store.owners[session][2]
+        self.assertNotEqual(new_secret, old_secret)
+        blank.stop()
+        # Restarted again, on its journal this time: only the new secret resumes the session.
+        again = self.server(port=server.port, store=blank.store)
+        run_steps(scope, 5)
+        self.assertTrue(wait_until(lambda: again.store.seqs(session) == list(range(6, 11))))
+        self.assertEqual(again.of_type("hello")[0]["resume"], new_secret)
+        self.assertEqual(again.refusals, [])
+        self.assertTrue(scope.close(3.0))
+
+    def test_a_refused_resume_is_said_once_and_not_retried(self):
+        server = self.server()
+        scope = self.init(url=server.url)
+        run_steps(scope, 3)
+        self.assertTrue(wait_until(lambda: scope.stats()["acked"] == 3))
+        session = server.of_type("hello")[0]["session"]
+        job, rank, _ = server.store.owners[session]
+        server.store.owners[session] = (job, rank, "f" * 32)  # the sidecar holds another secret for it
+        server.close_all()
+        self.assertTrue(wait_until(lambda: server.refusals))
+        self.assertTrue(wait_until(lambda: not scope._sender._thread.is_alive()))  # so no retry will come
+        self.assertEqual(server.connections, 2)
+        self.assertEqual(server.refusals, [(1008, "hello: session %s is already held: resuming it needs its secret" % session)])
+        self.assertEqual(len(self.warnings()), 1)
+        self.assertIn("refused this process (close code 1008: hello: session %s is already held" % session, self.warnings()[0])
+        self.assertIs(scope.close(1.0), False)
+        result = scope.close_result
+        self.assertEqual((bool(result), result.delivered, result.undelivered), (False, 3, 0))
+
+    def test_a_sidecar_without_secrets_gets_hellos_without_one(self):
+        server = self.server(resume=False)
+        scope = self.init(url=server.url)
+        run_steps(scope, 3)
+        self.assertTrue(wait_until(lambda: scope.stats()["acked"] == 3))
+        server.close_all()
+        self.assertTrue(wait_until(lambda: len(server.of_type("hello")) == 2))
+        self.assertEqual([("resume" in h, h["acked"]) for h in server.of_type("hello")], [(False, 0), (False, 3)])
+        self.assertTrue(scope.close(2.0))
 
     def test_restart_after_acks_loses_nothing_and_resends_nothing(self):
         server = self.server()
@@ -249,7 +341,19 @@ class ResilienceTest(DeliveryCase):
         stats = scope.stats()
         self.assertGreaterEqual(stats["dropped"], 200 - 16)
         server = self.server(port=port)
-        self.assertTrue(scope.close(3.0))
+        # Everything kept was delivered, but records were dropped: close says so (it used to say True).
+        self.assertIs(scope.close(3.0), False)
+        result = scope.close_result
+        self.assertFalse(result)
+        self.assertTrue(result.end_acked)
+        self.assertEqual((result.records, result.dropped, result.undelivered), (200, stats["dropped"], 0))
+        self.assertEqual(result.delivered, 200 - stats["dropped"])
+        self.assertIn("buffers were full", result.reason)
+        self.assertEqual(
+            self.warnings()[-1],
+            "stepscope: close: %d of 200 step records delivered to the sidecar; %d dropped (buffers full): %s"
+            % (result.delivered, result.dropped, result.reason),
+        )
         seqs = server.store.seqs()
         self.assertEqual(len(seqs), 200 - stats["dropped"])
         self.assertEqual(seqs[-1], 200)
@@ -275,13 +379,24 @@ class NoSidecarTest(DeliveryCase):
         scope = self.init(url=url_for(free_port()))
         run_steps(scope, 100)
         self.assertTrue(wait_until(lambda: scope._sender._failures >= 3))
-        other = self.init(url=url_for(free_port()))  # a second scope in the process adds no warning
+        self.assertEqual(len(self.warnings()), 1, self.warnings())
+        other = self.init(url=url_for(free_port()))  # closes `scope`; a second scope adds no warning
         run_steps(other, 5)
         self.assertTrue(wait_until(lambda: other._sender._failures >= 2))
+        self.assertEqual(len(self.warnings()), 2, self.warnings())  # + one line at scope's close: what was lost
+        self.assertRegex(
+            self.warnings()[1],
+            r"^stepscope: close: 0 of 100 step records delivered to the sidecar; 100 not delivered: "
+            r"sidecar at ws://127\.0\.0\.1:\d+/v1/ingest: ConnectionRefusedError$",
+        )
+        self.assertIs(scope.close(timeout=5.0), False)
+        result = scope.close_result
+        self.assertEqual((result.records, result.delivered, result.dropped, result.undelivered), (100, 0, 0, 100))
         started = time.monotonic()
-        self.assertFalse(scope.close(timeout=5.0))
+        self.assertFalse(other.close(timeout=5.0))
         self.assertLess(time.monotonic() - started, 2.5)
-        self.assertEqual(len(self.warnings()), 1, self.warnings())
+        self.assertEqual(len(self.warnings()), 3, self.warnings())
+        self.assertIn("close: 0 of 5 step records delivered", self.warnings()[2])
         stats = scope.stats()
         self.assertEqual((stats["connects"], stats["acked"], stats["records"]), (0, 0, 100))
 
@@ -298,14 +413,17 @@ class NoSidecarTest(DeliveryCase):
         scope = self.init(url=url_for(free_port()), buffer_size="not a number")
         run_steps(scope, 3)
         self.assertEqual(scope.stats()["records"], 3)
-        self.assertFalse(scope.close(0.1))
-        self.assertEqual(len(self.warnings()), 1)
+        self.assertIs(scope.close(0.1), False)
+        result = scope.close_result
+        self.assertEqual((result.records, result.undelivered), (3, 3))
+        self.assertEqual(len(self.warnings()), 2)
         self.assertIn("could not start", self.warnings()[0])
+        self.assertIn("close: 0 of 3 step records delivered", self.warnings()[1])
 
     def test_stats_keys(self):
         scope = self.init(url=url_for(free_port()))
         expected = {"records", "sent", "acked", "ack_seq", "dropped", "resent", "pending", "connected", "connects",
-                    "reconnects", "warnings", "errors", "bg_cpu_s", "closed", "gpu"}
+                    "reconnects", "warnings", "errors", "bg_cpu_s", "closed", "gpu", "disabled"}
         self.assertEqual(set(scope.stats()), expected)
 
     def test_close_with_the_sidecar_gone_waits_at_most_timeout(self):

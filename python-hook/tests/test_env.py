@@ -1,11 +1,13 @@
+import io
 import os
 import re
+import sys
 import types
 import unittest
 import uuid
 from unittest import mock
 
-from stepscope import _env
+from stepscope import _env, _log
 
 _LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "STEPSCOPE_JOB", "TORCHELASTIC_RUN_ID")
 
@@ -17,6 +19,23 @@ def clean_environ(**values):
 
 
 class IdentityTest(unittest.TestCase):
+    def setUp(self):
+        _log.reset()
+        self.addCleanup(_log.reset)
+        self.stderr = io.StringIO()
+        patcher = mock.patch.object(sys, "stderr", self.stderr)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
+    def warnings(self):
+        return self.stderr.getvalue().splitlines()
+
+    def identity(self, **kwargs):
+        _log.reset()
+        self.stderr.seek(0)
+        self.stderr.truncate()
+        return _env.identity(**kwargs)
+
     def test_defaults(self):
         with clean_environ():
             ident = _env.identity(host="node7.cluster")
@@ -43,12 +62,56 @@ class IdentityTest(unittest.TestCase):
         self.assertEqual(len(ident["job"]), 128)
         self.assertEqual((ident["rank"], ident["world_size"], ident["local_rank"]), (2, 4, 2))
 
-    def test_inconsistent_values_are_made_valid(self):
-        with clean_environ(RANK="garbage", WORLD_SIZE="0"):
-            ident = _env.identity()
-        self.assertEqual((ident["rank"], ident["world_size"]), (0, 1))
-        ident = _env.identity(rank=7, world_size=2)
-        self.assertEqual((ident["rank"], ident["world_size"]), (7, 8))
+    def test_valid_settings_say_nothing(self):
+        with clean_environ(RANK="3", WORLD_SIZE="4", LOCAL_RANK="3"):
+            ident = self.identity()
+        self.assertEqual((ident["rank"], ident["world_size"], ident["local_rank"]), (3, 4, 3))
+        with clean_environ(RANK="", WORLD_SIZE=" 2 "):  # empty is unset; spaces around a number are fine
+            ident = self.identity()
+        self.assertEqual((ident["rank"], ident["world_size"]), (0, 2))
+        self.assertEqual(self.warnings(), [])
+
+    def test_inconsistent_values_are_made_valid_and_said_once(self):
+        cases = [
+            (dict(RANK="garbage"), {}, (0, 1, 0), ["RANK='garbage' is not an integer: using rank 0"]),
+            (dict(WORLD_SIZE="0"), {}, (0, 1, 0), ["WORLD_SIZE='0' is below 1: using world_size 1"]),
+            (dict(RANK="-2", WORLD_SIZE="4"), {}, (0, 4, 0), ["RANK='-2' is negative: using rank 0"]),
+            (dict(LOCAL_RANK="-1"), {}, (0, 1, 0), ["LOCAL_RANK='-1' is negative: using local_rank 0"]),
+            (dict(LOCAL_RANK="1.5"), {}, (0, 1, 0), ["LOCAL_RANK='1.5' is not an integer: using local_rank 0"]),
+            (
+                dict(RANK="5", WORLD_SIZE="4"),
+                {},
+                (5, 6, 0),
+                ["rank 5 (RANK='5') is not below world_size 4 (WORLD_SIZE='4'): using world_size 6"],
+            ),
+            (
+                dict(RANK="3"),
+                {},
+                (3, 4, 0),
+                ["rank 3 (RANK='3') is not below world_size 1 (default): using world_size 4"],
+            ),
+            ({}, dict(rank=7, world_size=2), (7, 8, 0), ["rank 7 (init(rank=7)) is not below world_size 2 (init(world_size=2)): using world_size 8"]),
+            ({}, dict(rank="x", world_size=2), (0, 2, 0), ["init(rank='x') is not an integer: using rank 0"]),
+            (dict(WORLD_SIZE="100000"), {}, (0, 65536, 0), ["WORLD_SIZE='100000' is beyond the sidecar's limit: using world_size 65536"]),
+            (
+                dict(RANK="x", WORLD_SIZE="-1", LOCAL_RANK="y"),
+                {},
+                (0, 1, 0),
+                [
+                    "RANK='x' is not an integer: using rank 0",
+                    "LOCAL_RANK='y' is not an integer: using local_rank 0",
+                    "WORLD_SIZE='-1' is below 1: using world_size 1",
+                ],
+            ),
+        ]
+        for environ, kwargs, expected, problems in cases:
+            with self.subTest(environ=environ, kwargs=kwargs):
+                with clean_environ(**environ):
+                    ident = self.identity(**kwargs)
+                    self.assertEqual((ident["rank"], ident["world_size"], ident["local_rank"]), expected)
+                    self.assertEqual(self.warnings(), ["stepscope: invalid rank settings: " + "; ".join(problems)])
+                    _env.identity(**kwargs)  # said once: a second init in the process adds no line
+                    self.assertEqual(len(self.warnings()), 1)
 
     def test_session_is_random(self):
         self.assertNotEqual(_env.identity()["session"], _env.identity()["session"])

@@ -62,16 +62,27 @@ class ProcessTest(unittest.TestCase):
         result = self.check(
             run_script(
                 """
-                import os, stepscope
+                import os, threading, stepscope
+                from stepscope import _ws
                 scope = stepscope.init()
                 for _ in range(5):
                     scope.step()
                 pid = os.fork()
                 if pid == 0:
-                    for _ in range(50):
+                    # Inert: no thread, no socket, every call a no-op that records nothing.
+                    assert threading.active_count() == 1, threading.enumerate()
+                    assert _ws.open_fds() == set()
+                    assert type(scope).__name__ == "_ForkedScope"
+                    for _ in scope.loader(range(50)):
+                        with scope.phase("compute"):
+                            pass
                         scope.step()
+                    assert len(scope._queue) == 0
                     assert scope.close(timeout=5.0) is False
-                    assert scope.stats()["closed"]
+                    result = scope.close_result
+                    assert not result and result.records == 0 and "forked child" in result.reason, result
+                    assert scope.close(timeout=5.0) is False and scope.close_result is result
+                    assert scope.stats()["closed"] and scope.stats()["records"] == 0
                     again = stepscope.init(exit_timeout=0.1)  # a fresh scope in the child works
                     again.step()
                     os._exit(0 if again.close(timeout=5.0) else 3)
@@ -80,6 +91,8 @@ class ProcessTest(unittest.TestCase):
                 for _ in range(5):
                     scope.step()
                 assert scope.close(timeout=5.0)
+                # The child closed nothing of the parent's: one connection all along.
+                assert scope.stats()["connects"] == 1, scope.stats()
                 print(os.getpid(), pid)
                 """,
                 self.server.url,
@@ -93,6 +106,25 @@ class ProcessTest(unittest.TestCase):
         self.assertEqual(self.server.store.seqs(hellos[parent_pid]), list(range(1, 11)))
         self.assertEqual(self.server.store.seqs(hellos[child_pid]), [1])
         self.assertEqual(sorted(m["reason"] for m in self.server.of_type("end")), ["close", "close"])
+
+    def test_exit_without_close_reports_what_was_lost(self):
+        server_url = self.server.url
+        self.server.stop()  # nobody listens there any more
+        result = self.check(
+            run_script(
+                """
+                import stepscope
+                scope = stepscope.init(exit_timeout=0.2)
+                for _ in range(40):
+                    scope.step()
+                """,
+                server_url,
+            )
+        )
+        lines = result.stderr.splitlines()
+        self.assertEqual(len(lines), 2, result.stderr)
+        self.assertIn("unreachable", lines[0])
+        self.assertRegex(lines[1], r"^stepscope: at exit: 0 of 40 step records delivered to the sidecar; 40 not delivered: ")
 
     @unittest.skipUnless(HAS_TORCH, "torch is not installed for this interpreter")
     def test_with_torch_dataloader_and_workers(self):

@@ -92,9 +92,17 @@ class FramesTest(unittest.TestCase):
     def test_hello_env_end(self):
         hello = _msgpack.unpackb(_protocol.hello({"job": "j", "rank": 0}, {"a": 1}, 5, 6))
         self.assertEqual(hello, {"v": 1, "type": "hello", "job": "j", "rank": 0, "clock": {"wall_ns": 5, "mono_ns": 6},
-                                 "env": {"a": 1}})
+                                 "env": {"a": 1}, "acked": 0})
         self.assertEqual(_msgpack.unpackb(_protocol.env_update({"b": 2})), {"v": 1, "type": "env", "env": {"b": 2}})
         self.assertEqual(_msgpack.unpackb(_protocol.end("exit")), {"v": 1, "type": "end", "reason": "exit"})
+
+    def test_hello_acked_and_resume(self):
+        secret = "0123456789abcdef" * 2
+        hello = _msgpack.unpackb(_protocol.hello({"session": "s"}, {}, 5, 6, acked=42, resume=secret))
+        self.assertEqual((hello["acked"], hello["resume"]), (42, secret))
+        first = _msgpack.unpackb(_protocol.hello({"session": "s"}, {}, 5, 6))
+        self.assertEqual(first["acked"], 0)
+        self.assertNotIn("resume", first)  # the first hello of a session has none
 
 
 class ServerMessageTest(unittest.TestCase):
@@ -105,6 +113,10 @@ class ServerMessageTest(unittest.TestCase):
         self.assertEqual(self.parse({"v": 1, "type": "ack", "ack": 3, "end": True})["ack"], 3)
         self.assertEqual(self.parse({"v": 1, "type": "welcome", "session": "s", "ack": 0})["type"], "welcome")
         self.assertEqual(self.parse({"v": 1, "type": "future-thing"})["type"], "future-thing")
+        secret = "0123456789abcdef" * 2
+        welcome = self.parse({"v": 1, "type": "welcome", "session": "s", "ack": 0, "resume": secret})
+        self.assertEqual(welcome["resume"], secret)
+        self.assertIsNone(self.parse({"v": 1, "type": "welcome", "session": "s", "ack": 0, "resume": None})["resume"])
 
     def test_invalid(self):
         for message in (
@@ -115,6 +127,12 @@ class ServerMessageTest(unittest.TestCase):
             {"v": 1, "type": "ack", "ack": -1},
             {"v": 1, "type": "ack", "ack": "3"},
             {"v": 1, "type": "welcome"},
+            {"v": True, "type": "ack", "ack": 1},
+            {"v": 1.0, "type": "ack", "ack": 1},
+            {"v": 1, "type": "welcome", "ack": 0, "resume": "0123456789ABCDEF" * 2},
+            {"v": 1, "type": "welcome", "ack": 0, "resume": "0123456789abcdef"},
+            {"v": 1, "type": "welcome", "ack": 0, "resume": "0123456789abcdef" * 2 + "\n"},
+            {"v": 1, "type": "welcome", "ack": 0, "resume": b"0123456789abcdef" * 2},
         ):
             with self.subTest(message=message):
                 with self.assertRaises(ProtocolError):

@@ -4,13 +4,14 @@ import struct
 import threading
 import unittest
 
-from stepscope import _msgpack
+from stepscope import _msgpack, _ws
 from stepscope._ws import (
     OP_BINARY,
     OP_CLOSE,
     OP_CONT,
     OP_PING,
     OP_TEXT,
+    BadURL,
     ConnectionClosed,
     FrameParser,
     HandshakeError,
@@ -101,6 +102,7 @@ class ClientTest(unittest.TestCase):
     def test_handshake_and_binary_round_trip(self):
         ws = self._connect()
         welcome = self._hello(ws)
+        self.assertRegex(welcome.pop("resume"), r"^[0-9a-f]{32}$")
         self.assertEqual(welcome, {"v": 1, "type": "welcome", "session": "s1", "ack": 0})
         headers = self.server.request_headers[0]
         self.assertEqual(headers["upgrade"].lower(), "websocket")
@@ -160,9 +162,27 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(ConnectionClosed):
             ws.send_binary(b"x")
 
-    def test_unsupported_scheme(self):
+    def test_every_socket_is_listed_until_it_is_closed(self):
+        before = _ws.open_fds()
+        ws = WebSocket.connect(self.server.url, timeout=2.0)
+        self.assertEqual(_ws.open_fds() - before, {ws.fileno()})
+        self.assertFalse(os.get_inheritable(ws.fileno()))
+        ws.close()
+        self.assertEqual(_ws.open_fds(), before)
+        self.server.token = "secret"
         with self.assertRaises(HandshakeError):
+            WebSocket.connect(self.server.url, timeout=2.0)
+        self.assertEqual(_ws.open_fds(), before)  # a failed upgrade leaves nothing listed either
+
+    def test_unsupported_scheme(self):
+        with self.assertRaises(BadURL):
             WebSocket.connect("http://127.0.0.1:1/")
+
+    def test_refused_upgrade_carries_the_status(self):
+        self.server.http_status = 403
+        with self.assertRaises(HandshakeError) as caught:
+            WebSocket.connect(self.server.url, timeout=2.0)
+        self.assertEqual(caught.exception.status, 403)
 
 
 class BadServerTest(unittest.TestCase):
@@ -179,7 +199,10 @@ class BadServerTest(unittest.TestCase):
             with conn:
                 data = b""
                 while b"\r\n\r\n" not in data:
-                    data += conn.recv(4096)
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        return  # the client gave up: no spinning on EOF
+                    data += chunk
                 conn.sendall(response)
                 conn.recv(10)
 
@@ -193,6 +216,27 @@ class BadServerTest(unittest.TestCase):
         )
         with self.assertRaises(HandshakeError):
             WebSocket.connect(url, timeout=2.0)
+
+    def test_tls_to_a_plain_server_fails_and_leaves_no_socket_listed(self):
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        self.addCleanup(listener.close)
+
+        def serve():  # answers a TLS ClientHello with plain HTTP
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(4096)
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+        server = threading.Thread(target=serve, daemon=True)
+        server.start()
+        self.addCleanup(server.join, 5)
+        url = "wss://127.0.0.1:%d/v1/ingest" % listener.getsockname()[1]
+        before = _ws.open_fds()
+        with self.assertRaises(OSError):  # ssl.SSLError: the server does not speak TLS
+            WebSocket.connect(url, timeout=2.0)
+        self.assertEqual(_ws.open_fds(), before)
 
     def test_not_a_websocket(self):
         url = self._serve_once(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")

@@ -114,12 +114,13 @@ export class Ingest {
     return { ack: this.store.ack(hello.session), resumed, secret };
   }
 
-  /** An env update that would grow the rank's env past its bound is refused (1008); the rank's env is kept. */
+  /** An env update that would grow the rank's env past its bound is refused (1007); the rank's env is kept. */
   env(session: string, env: Env): Promise<void> {
     try {
       this.store.mergedEnv(session, env);
     } catch (error) {
-      if (error instanceof EnvTooLargeError) throw new ProtocolError(CloseCode.policyViolation, error.message);
+      // 1007, like any frame that cannot become valid by resending it: the hook stops instead of retrying.
+      if (error instanceof EnvTooLargeError) throw new ProtocolError(CloseCode.invalidPayload, error.message);
       throw error;
     }
     return this.record({ t: 'env', at: this.now(), session, env });
@@ -127,7 +128,7 @@ export class Ingest {
 
   /**
    * Resolves to the sequence number to acknowledge, once what it covers is written and applied.
-   * Refuses (1008) seqs no hook could have reached; leaves out, counts and acknowledges records
+   * Refuses (1007) seqs no hook could have reached; leaves out, counts and acknowledges records
    * that end where the rank's clock could not put them.
    */
   async steps(session: string, message: Steps): Promise<number> {
@@ -203,7 +204,7 @@ export class Ingest {
     const last = fresh.at(-1)!.seq;
     if (last > limit) {
       throw new ProtocolError(
-        CloseCode.policyViolation,
+        CloseCode.invalidPayload,
         `steps.rows: seq ${last} is beyond what this session can have sent (${base} held, ${fresh.length} new, ${Math.max(0, dropped - range.dropped)} dropped)`,
       );
     }

@@ -1,5 +1,6 @@
 import { Ajv, type ValidateFunction } from 'ajv';
 import { emptyGpuSample, type GpuSample } from '../model/gpu.js';
+import { PRINTABLE } from './hook-schema.js';
 
 /** Counters that only the hook can read, as sent in `counters` frames (see docs/protocol.md). */
 
@@ -38,7 +39,8 @@ export interface ProcessSample {
 export type CounterBatch = { source: 'nvml'; samples: NvmlSample[] } | { source: 'process'; samples: ProcessSample[] };
 
 const figure = { type: ['number', 'null'], minimum: 0, maximum: 1e18 } as const;
-const text = { type: ['string', 'null'], maxLength: 128 } as const;
+// No control characters: a GPU name or pstate is shown in a terminal.
+const text = { type: ['string', 'null'], maxLength: 128, pattern: PRINTABLE } as const;
 const atNs = { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER } as const;
 
 const NVML_FIGURES = [
