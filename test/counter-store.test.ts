@@ -1,9 +1,16 @@
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { CounterStore } from '../src/counters/counter-store.js';
-import { emptyGpuSample } from '../src/counters/types.js';
+import { CounterStore, gpuKey } from '../src/counters/counter-store.js';
+import { signalsOf, throttleCoverage } from '../src/counters/coverage.js';
+import { parseDcgmMetrics } from '../src/counters/dcgm-parse.js';
+import { addSample, emptyAggregate } from '../src/counters/gpu-aggregate.js';
+import { emptyGpuSample, type GpuSample } from '../src/counters/types.js';
+import { ROOT } from './support/sidecar.js';
 
 const T0 = Date.parse('2026-12-01T00:00:00Z');
 const sample = (at: number, util: number) => ({ ...emptyGpuSample(at, 0), uuid: 'GPU-0', utilGpu: util });
+const dcgm = (name: string) => parseDcgmMetrics(readFileSync(path.join(ROOT, 'test/fixtures/dcgm', name), 'utf8'), {}, T0);
 
 describe('CounterStore GPU sums', () => {
   it('sums a day-long job in bounded memory: 10 s slices for the last hour, 5 min slices before', () => {
@@ -23,5 +30,58 @@ describe('CounterStore GPU sums', () => {
     // A checkpoint gives back the same sums.
     const restored = CounterStore.load(JSON.parse(JSON.stringify(dump)));
     expect(restored.gpuAggregate('GPU-0', T0, T0 + 30 * 3600_000)).toEqual(day);
+  });
+});
+
+describe('CounterStore GPU keys', () => {
+  it('keys a device by its own UUID, a DCGM MIG instance by its parent and instance, and else by index', () => {
+    expect(gpuKey({ ...emptyGpuSample(T0, 3), uuid: 'MIG-00000001-0000-0000-0000-000000000001', parentUuid: 'GPU-x', gpuInstanceId: 3 })).toBe('MIG-00000001-0000-0000-0000-000000000001');
+    expect(gpuKey({ ...emptyGpuSample(T0, 0), parentUuid: 'GPU-x', gpuInstanceId: 1 })).toBe('GPU-x/gi:1');
+    expect(gpuKey({ ...emptyGpuSample(T0, 0), parentUuid: 'GPU-x', gpuInstanceId: 1, computeInstanceId: 0 })).toBe('GPU-x/gi:1/ci:0');
+    expect(gpuKey({ ...emptyGpuSample(T0, 2), gpuInstanceId: 4 })).toBe('index:2/gi:4');
+    expect(gpuKey(emptyGpuSample(T0, 2))).toBe('index:2');
+  });
+
+  it('keys samples journaled before the MIG fields existed as before, and loads a checkpoint of then', () => {
+    const { parentUuid: _p, gpuInstanceId: _g, computeInstanceId: _c, migProfile: _m, ...old } = sample(T0, 50);
+    const store = new CounterStore();
+    store.addGpuSamples([old as GpuSample]);
+    expect(store.knownGpus()).toMatchObject([{ key: 'GPU-0', parentUuid: null, gpuInstanceId: null }]);
+    const dump = JSON.parse(JSON.stringify(store.dump()));
+    delete dump.gpus[0].known.parentUuid;
+    delete dump.gpus[0].known.gpuInstanceId;
+    expect(CounterStore.load(dump).knownGpus()).toMatchObject([{ key: 'GPU-0', parentUuid: null, gpuInstanceId: null }]);
+  });
+});
+
+describe('throttleCoverage', () => {
+  const coverage = (samples: GpuSample[], source: string) => {
+    const agg = emptyAggregate();
+    for (const s of samples) addSample(agg, s);
+    return throttleCoverage(agg, source);
+  };
+
+  it('says why a GPU under the default dcgm-exporter counters cannot be checked for throttling', () => {
+    const result = coverage(dcgm('3.x-default-counters.txt'), 'dcgm');
+    expect(result).toMatchObject({ known: [], missing: ['reasons', 'max-sm-clock', 'power-limit'], checkable: false });
+    expect(result.because).toBe(
+      'the DCGM exporter does not export DCGM_FI_DEV_CLOCK_THROTTLE_REASONS, DCGM_FI_DEV_MAX_SM_CLOCK and DCGM_FI_DEV_POWER_MGMT_LIMIT: its default counters leave them out, deploy/kubernetes/dcgm-exporter-counters.yaml adds them',
+    );
+  });
+
+  it('knows every signal where the exporter has the fields the shipped counters add', () => {
+    expect(coverage(dcgm('3.x-h100-pods.txt'), 'dcgm')).toEqual({ known: ['reasons', 'max-sm-clock', 'power-limit'], missing: [], checkable: true, because: null });
+  });
+
+  it('counts the clock against its maximum as checkable without the reasons, and reads samples as well as sums', () => {
+    const samples = [{ ...emptyGpuSample(T0, 0), smClockMHz: 1100, smClockMaxMHz: 1980, powerW: 300 }];
+    expect(throttleCoverage(signalsOf(samples), 'hook')).toEqual({
+      known: ['max-sm-clock'],
+      missing: ['reasons', 'power-limit'],
+      checkable: true,
+      because: "the hook's NVML readings lack the clock-event (throttle) reasons and the power limit (is pynvml installed where the job runs?)",
+    });
+    expect(throttleCoverage(signalsOf([]), 'nvidia-smi')).toMatchObject({ checkable: false, because: 'no GPU counters were read for this GPU' });
+    expect(throttleCoverage(signalsOf([]), 'none').because).toBe('GPU counters are turned off (--gpu-source none)');
   });
 });

@@ -1,7 +1,8 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { dcgmValue, describeNoMatch, parseDcgmMetrics, parseDcgmSeries } from '../src/counters/dcgm-parse.js';
+import { canonicalMetric, dcgmValue, describeNoMatch, describeSelector, normaliseSelector, parseDcgmMetrics, parseDcgmSeries } from '../src/counters/dcgm-parse.js';
+import { CounterStore } from '../src/counters/counter-store.js';
 import { ThrottleReason, throttleReasonNames } from '../src/counters/types.js';
 import { ROOT } from './support/sidecar.js';
 
@@ -64,20 +65,31 @@ describe('parseDcgmMetrics on dcgm-exporter 2.x output', () => {
     expect(parseDcgmMetrics(text, { uuids: ['GPU-b3d81e07-5c29-4fa6-9e10-2d7c4a6b8f53'] }, AT).map((one) => one.index)).toEqual([1]);
   });
 
-  it('gives one sample per MIG instance and picks the pod’s instance', () => {
+  it('gives one sample per MIG instance, keyed by its parent and GPU instance, and picks the pod’s instance', () => {
     const text = fixture('2.x-mig-a30.txt');
-    expect(parseDcgmMetrics(text, {}, AT)).toHaveLength(2);
+    const all = parseDcgmMetrics(text, {}, AT);
+    expect(all.map((gpu) => [gpu.parentUuid, gpu.gpuInstanceId, gpu.migProfile])).toEqual([
+      ['GPU-5e2b8c14-9d07-a3f6-41c8-e7d02b9f6a38', 1, '2g.12gb'],
+      ['GPU-5e2b8c14-9d07-a3f6-41c8-e7d02b9f6a38', 2, '2g.12gb'],
+    ]);
+    // Both slices carry the parent's UUID label: a store keyed by UUID alone made them one GPU.
+    const store = new CounterStore();
+    store.addGpuSamples(all);
+    expect(store.knownGpus().map((gpu) => gpu.key)).toEqual(['GPU-5e2b8c14-9d07-a3f6-41c8-e7d02b9f6a38/gi:1', 'GPU-5e2b8c14-9d07-a3f6-41c8-e7d02b9f6a38/gi:2']);
     const samples = parseDcgmMetrics(text, { pod: 'bert-ft-6b9f7-2xv8c', namespace: 'nlp' }, AT);
     expect(samples).toHaveLength(1);
     expect(samples[0]).toMatchObject({
       index: 0,
-      uuid: 'GPU-5e2b8c14-9d07-a3f6-41c8-e7d02b9f6a38',
+      uuid: null,
+      parentUuid: 'GPU-5e2b8c14-9d07-a3f6-41c8-e7d02b9f6a38',
+      gpuInstanceId: 1,
       name: 'NVIDIA A30 MIG 2g.12gb',
       memUsedMiB: 9170,
       memTotalMiB: 9170 + 2398,
       grEngineActive: 0.959228,
       smClockMHz: 1440,
-      utilGpu: null,
+      // DCGM has no GPU_UTIL for a MIG instance: its graphics engine activity stands in.
+      utilGpu: 95.92,
     });
   });
 });
@@ -94,8 +106,13 @@ describe('parseDcgmMetrics on dcgm-exporter 3.x output', () => {
       utilMem: 41,
       memUsedMiB: 13906,
       memTotalMiB: 13906 + 1203,
+      parentUuid: null,
+      gpuInstanceId: null,
+      computeInstanceId: null,
+      migProfile: null,
       tempC: 67,
       powerW: 68.412,
+      powerReading: 'draw',
       powerLimitW: null,
       smClockMHz: 1590,
       smClockMaxMHz: null,
@@ -104,6 +121,7 @@ describe('parseDcgmMetrics on dcgm-exporter 3.x output', () => {
       throttleReasons: null,
       grEngineActive: null,
       smActive: null,
+      smOccupancy: null,
       tensorActive: null,
       dramActive: null,
       pcieTxBps: null,
@@ -128,8 +146,13 @@ describe('parseDcgmMetrics on dcgm-exporter 3.x output', () => {
       utilMem: 58,
       memUsedMiB: 71234,
       memTotalMiB: 71234 + 9785 + 540,
+      parentUuid: null,
+      gpuInstanceId: null,
+      computeInstanceId: null,
+      migProfile: null,
       tempC: 83,
       powerW: 699.214,
+      powerReading: 'draw',
       powerLimitW: 700,
       smClockMHz: 1755,
       smClockMaxMHz: 1980,
@@ -138,6 +161,7 @@ describe('parseDcgmMetrics on dcgm-exporter 3.x output', () => {
       throttleReasons: 36,
       grEngineActive: 0.979402,
       smActive: 0.933125,
+      smOccupancy: null,
       tensorActive: 0.497713,
       dramActive: 0.688419,
       pcieTxBps: 175112192,
@@ -171,6 +195,72 @@ describe('parseDcgmMetrics on dcgm-exporter 4.x output', () => {
       'GPU-6f3a9d20-84c1-2be7-95d0-1c4f8e7a3b62',
       'GPU-a1c5e7f9-3b2d-4e6a-8c0f-5d9b7a3e1c48',
     ]);
+  });
+});
+
+describe('parseDcgmMetrics on the 1.x names (dcgm-exporter -o, the 1.x exporters, a 1.x counters CSV)', () => {
+  it('reads lower-case names and selects by the old pod_name and pod_namespace labels', () => {
+    const samples = parseDcgmMetrics(fixture('1.x-pod-gpu-metrics-exporter.txt'), { pod: 'pod1', namespace: 'default' }, AT);
+    expect(samples.map((gpu) => [gpu.index, gpu.uuid, gpu.tempC, gpu.memClockMHz, gpu.utilGpu, gpu.utilMem])).toEqual([
+      [0, 'GPU-2b399198-c670-a848-173b-d3400051a200', 33, 810, 0, 0],
+      [1, 'GPU-9567a9e7-341e-bb7e-fcf5-788d8caa50f9', 34, 810, 0, 0],
+    ]);
+    expect(parseDcgmMetrics(fixture('1.x-pod-gpu-metrics-exporter.txt'), { pod: 'pod2' }, AT)).toEqual([]);
+  });
+
+  it('reads 1.x names under 2.x labels (UUID, Hostname, pod), and an empty POD_NAME selects nothing away', () => {
+    const text = fixture('1.x-names-csv-k8s.txt');
+    const [gpu, ...rest] = parseDcgmMetrics(text, { pod: '', namespace: '' }, AT);
+    expect(rest).toEqual([]);
+    expect(gpu).toMatchObject({ uuid: 'GPU-c1f38265-5e7c-0a81-14a0-240a35ea8160', smClockMHz: 585, memClockMHz: 5000, tempC: 54, powerW: 30.982, powerReading: 'draw', utilGpu: 0 });
+    expect(parseDcgmMetrics(text, { pod: 'trainer-0' }, AT)).toEqual([]);
+  });
+
+  it('keeps the MIG instances of 1.x-named series apart, and takes their utilization from GR_ENGINE_ACTIVE', () => {
+    const samples = parseDcgmMetrics(fixture('1.x-names-mig-a100.txt'), {}, AT);
+    expect(samples.map((gpu) => [gpu.index, gpu.parentUuid, gpu.gpuInstanceId, gpu.name, gpu.utilGpu, gpu.grEngineActive])).toEqual([
+      [0, 'GPU-ed1353d6-52ba-8793-7230-4d5d3eb68167', 1, 'NVIDIA A100 80GB PCIe MIG 3g.40gb', 0, 0],
+      [0, 'GPU-ed1353d6-52ba-8793-7230-4d5d3eb68167', 2, 'NVIDIA A100 80GB PCIe MIG 4g.40gb', 0, 0],
+      [1, 'GPU-6043e4b2-feaa-8010-34c7-61d1a01576bb', 1, 'NVIDIA A100 80GB PCIe MIG 3g.40gb', 0, 0],
+    ]);
+    const store = new CounterStore();
+    store.addGpuSamples(samples);
+    expect(store.knownGpus()).toHaveLength(3);
+  });
+});
+
+describe('parseDcgmMetrics on profiling fields', () => {
+  it('keeps SM activity, SM occupancy and tensor activity, and leaves what was not exported null', () => {
+    const text = fixture('3.3-gke-t4-profiling.txt');
+    const [gpu, ...rest] = parseDcgmMetrics(text, { pod: 'triton-84d57987c9-kks4k', namespace: 'default' }, AT);
+    expect(rest).toEqual([]);
+    // Zeros the exporter printed are zeros; what it did not print is not.
+    expect(gpu).toMatchObject({ index: 0, name: 'Tesla T4', smActive: 0, smOccupancy: 0, tensorActive: 0, dramActive: null, grEngineActive: null, utilGpu: null, powerW: null, powerReading: null });
+  });
+});
+
+describe('canonicalMetric', () => {
+  it('maps 1.x names, lower-case DCGM names and DCGM 4.6 names onto the names the parser reads', () => {
+    expect(canonicalMetric('dcgm_gpu_utilization')).toBe('DCGM_FI_DEV_GPU_UTIL');
+    expect(canonicalMetric('dcgm_fb_used')).toBe('DCGM_FI_DEV_FB_USED');
+    expect(canonicalMetric('dcgm_fi_prof_gr_engine_active')).toBe('DCGM_FI_PROF_GR_ENGINE_ACTIVE');
+    expect(canonicalMetric('dcgm_fi_dev_sm_clock')).toBe('DCGM_FI_DEV_SM_CLOCK');
+    expect(canonicalMetric('DCGM_FI_DEV_BOARD_POWER_WATTS')).toBe('DCGM_FI_DEV_POWER_USAGE');
+    expect(canonicalMetric('DCGM_FI_PROF_SM_OCCUPANCY_RATIO')).toBe('DCGM_FI_PROF_SM_OCCUPANCY');
+    expect(canonicalMetric('DCGM_FI_DEV_CLOCK_THROTTLE_REASONS')).toBe('DCGM_FI_DEV_CLOCK_THROTTLE_REASONS');
+  });
+
+  it('does not guess the scale of DCGM_FI_DEV_GPU_UTIL_RATIO, and ignores other families', () => {
+    expect(canonicalMetric('DCGM_FI_DEV_GPU_UTIL_RATIO')).toBe('DCGM_FI_DEV_GPU_UTIL_RATIO');
+    expect(canonicalMetric('go_goroutines')).toBeNull();
+    expect(canonicalMetric('dcgm_exporter_build_info')).toBeNull();
+  });
+});
+
+describe('normaliseSelector', () => {
+  it('drops empty criteria: POD_NAME="" must not mean pod=""', () => {
+    expect(normaliseSelector({ pod: '', namespace: ' ml ', uuids: [], hostname: '  ' })).toEqual({ namespace: 'ml' });
+    expect(describeSelector({ pod: '', namespace: '' })).toBe('any labels');
   });
 });
 

@@ -1,4 +1,4 @@
-import { cpSync, mkdirSync, rmSync } from 'node:fs';
+import { cpSync, mkdirSync, rmSync, symlinkSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -88,7 +88,46 @@ describe('HostCollector', () => {
       diskWriteBps: 1024 * 1024,
       netRxBps: 1_500_000,
       netTxBps: 250_000,
+      netInterfaces: ['eth0', 'eth1'],
+      netLeftOut: ['lo'],
+      // PSI totals moved 0.5 s (CPU), 0.1 s and 0.04 s (I/O) in 2 s; CPU `full` means nothing system-wide.
+      cpuPressure: { someAvg10: 13.02, someTotalUs: 3192961213, fullAvg10: null, fullPct: null, fullTotalUs: null },
+      memoryPressure: { someAvg10: 0, somePct: 0, fullAvg10: 0, fullPct: 0 },
+      ioPressure: { someAvg10: 0.84, fullAvg10: 0.33 },
     });
+    expect(second.cpuPressure!.somePct).toBeCloseTo(25, 9);
+    expect(second.ioPressure!.somePct).toBeCloseTo(5, 9);
+    expect(second.ioPressure!.fullPct).toBeCloseTo(2, 9);
+    expect(samples[0]!.cpuPressure).toMatchObject({ someAvg10: 11.02, somePct: null });
+  });
+
+  it('counts only the interfaces sysfs puts on a device, and leaves out the rest', async () => {
+    // /host/proc beside /host/sys, as a pod mounts the node's: eth0 on a virtio device, eth1 not (a bond, say).
+    const host = tempDir('stepscope-host-');
+    dirs.push(host);
+    const root = path.join(host, 'proc');
+    cpSync(path.join(RATES, 't0'), root, { recursive: true });
+    for (const iface of ['lo', 'eth0', 'eth1']) mkdirSync(path.join(host, 'sys/class/net', iface), { recursive: true });
+    mkdirSync(path.join(host, 'sys/devices/virtio2'), { recursive: true });
+    symlinkSync('../../../devices/virtio2', path.join(host, 'sys/class/net/eth0/device'));
+    const { collector: reader } = collector({ procRoot: root });
+    const samples: HostSample[] = [];
+    await reader.start((sample) => {
+      samples.push(sample);
+      if (samples.length === 1) cpSync(path.join(RATES, 't1'), root, { recursive: true });
+    });
+    await waitFor(() => samples.length >= 2);
+    expect(samples[1]).toMatchObject({ netInterfaces: ['eth0'], netLeftOut: ['eth1', 'lo'], netRxBps: 1_000_000, netTxBps: 250_000 });
+  });
+
+  it('has no pressure figures on a kernel without PSI, and does not warn about it', async () => {
+    const root = procRoot(path.join(RATES, 't0'));
+    rmSync(path.join(root, 'pressure'), { recursive: true });
+    const { collector: host, lines } = collector({ procRoot: root });
+    const samples: HostSample[] = [];
+    await host.start((sample) => samples.push(sample));
+    expect(samples[0]).toMatchObject({ cpuPressure: null, memoryPressure: null, ioPressure: null, netInterfaces: ['eth0', 'eth1'] });
+    expect(lines.filter((line) => line.level >= 40)).toEqual([]);
   });
 
   it('reports what it cannot read as not available, and says so once', async () => {

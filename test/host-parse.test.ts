@@ -2,8 +2,10 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import {
+  chooseInterfaces,
   cpuPercentages,
   diskRates,
+  isVirtualInterface,
   isWholeDisk,
   memoryFigures,
   netRates,
@@ -11,8 +13,10 @@ import {
   parseLoadavg,
   parseMeminfo,
   parseNetDev,
+  parsePressure,
   parseProcStat,
   parseUptime,
+  stallPercent,
 } from '../src/counters/host-parse.js';
 import { ROOT } from './support/sidecar.js';
 
@@ -167,9 +171,14 @@ describe('rates between two readings', () => {
     expect(rates).toEqual({ diskReadBps: (2048 * 512) / 2, diskWriteBps: (4096 * 512) / 2 });
   });
 
-  it('sums every interface but lo', () => {
+  it('sums every interface but the virtual ones (here lo)', () => {
     const rates = netRates(parseNetDev(proc('rates/t0/net/dev')), parseNetDev(proc('rates/t1/net/dev')), seconds);
     expect(rates).toEqual({ netRxBps: 1_500_000, netTxBps: 250_000 });
+  });
+
+  it('sums only the interfaces it is given', () => {
+    const rates = netRates(parseNetDev(proc('rates/t0/net/dev')), parseNetDev(proc('rates/t1/net/dev')), seconds, ['eth1']);
+    expect(rates).toEqual({ netRxBps: 500_000, netTxBps: 0 });
   });
 
   it('has no rate for counters that went backwards, nor without elapsed time', () => {
@@ -182,5 +191,65 @@ describe('rates between two readings', () => {
   it('has no disk rate on a host without a whole disk', () => {
     const loops = parseDiskstats(proc('rates/t0/diskstats')).filter((disk) => disk.name === 'loop0');
     expect(diskRates(loops, loops, seconds)).toEqual({ diskReadBps: null, diskWriteBps: null });
+  });
+});
+
+const ifaces = (file: string) => parseNetDev(proc(file)).map((net) => net.iface);
+
+describe('chooseInterfaces', () => {
+  it('leaves out the bridges, veths and overlay of a k3s node with Docker, by name', () => {
+    expect(chooseInterfaces(ifaces('k3s-node/net/dev'), null)).toEqual({
+      counted: ['eth0'],
+      leftOut: ['cni0', 'docker0', 'flannel.1', 'lo', 'veth6802495', 'vethbf86cd0a'],
+    });
+    expect(chooseInterfaces(ifaces('docker-host/net/dev'), null)).toEqual({ counted: ['eth0'], leftOut: ['docker0', 'lo', 'vethf345468'] });
+    expect(chooseInterfaces(ifaces('this-machine/net/dev'), null)).toEqual({ counted: ['eth0'], leftOut: ['ifb0', 'ifb1', 'lo'] });
+  });
+
+  it('counts only interfaces on a device where sysfs tells: a bond, a bridge or a VLAN nobody names is left out', () => {
+    const sysfs = new Map([
+      ['eth0', true],
+      ['eth1', true],
+      ['bond0', false],
+      ['br0', false],
+      ['lo', false],
+    ]);
+    expect(chooseInterfaces(['lo', 'eth0', 'eth1', 'bond0', 'br0'], sysfs)).toEqual({ counted: ['eth0', 'eth1'], leftOut: ['bond0', 'br0', 'lo'] });
+  });
+
+  it('keeps a pod’s eth0, a veth with no device, since nothing there has one', () => {
+    expect(chooseInterfaces(ifaces('container/net/dev'), new Map([['eth0', false], ['lo', false]]))).toEqual({ counted: ['eth0'], leftOut: ['lo'] });
+  });
+
+  it('knows the virtual interfaces of the usual CNIs and tunnels', () => {
+    for (const iface of ['cali1a2b3c4d5e6', 'cilium_host', 'lxc12345', 'tunl0', 'vxlan.calico', 'kube-ipvs0', 'br-b9c95bab7fe5', 'virbr0', 'wg0', 'eth0.100', 'docker_gwbridge', 'genev_sys_6081']) {
+      expect(isVirtualInterface(iface), iface).toBe(true);
+    }
+    for (const iface of ['eth0', 'ens5', 'enp175s0f1', 'ib0', 'eno16777736', 'bond0']) expect(isVirtualInterface(iface), iface).toBe(false);
+  });
+});
+
+describe('parsePressure', () => {
+  it('reads some and full of a 6.18 kernel, the CPU file included', () => {
+    expect(parsePressure(proc('this-machine/pressure/cpu'))).toEqual({ some: { avg10: 11.02, totalUs: 3192461213 }, full: { avg10: 0, totalUs: 0 } });
+    expect(parsePressure(proc('this-machine/pressure/io'))).toEqual({ some: { avg10: 0, totalUs: 37142228 }, full: { avg10: 0, totalUs: 19717932 } });
+  });
+
+  it('reads a 5.8 kernel, whose CPU file has no full line', () => {
+    expect(parsePressure(proc('old-kernel-psi/pressure/cpu'))).toEqual({ some: { avg10: 0, totalUs: 2344622763 }, full: null });
+    expect(parsePressure(proc('old-kernel-psi/pressure/memory')).full).toEqual({ avg10: 0, totalUs: 15845529 });
+  });
+
+  it('reads nothing out of what is not a pressure file', () => {
+    expect(parsePressure(proc('this-machine/loadavg'))).toEqual({ some: null, full: null });
+  });
+
+  it('gives the share of the elapsed time stalled from two totals', () => {
+    const before = parsePressure(proc('rates/t0/pressure/cpu')).some;
+    const after = parsePressure(proc('rates/t1/pressure/cpu')).some;
+    expect(stallPercent(before, after, 2)).toBeCloseTo(25, 9);
+    expect(stallPercent(after, before, 2)).toBeNull();
+    expect(stallPercent(before, after, 0)).toBeNull();
+    expect(stallPercent(null, after, 2)).toBeNull();
   });
 });

@@ -1,11 +1,11 @@
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { NvidiaSmiCollector, type NvidiaSmiOptions } from '../src/counters/nvidia-smi.js';
 import type { GpuSample } from '../src/counters/types.js';
 import { capturedLogger } from './support/logger.js';
 import { pathWithFakeNvidiaSmi } from './support/fake-gpu.js';
-import { tempDir, waitFor, type LogLine } from './support/sidecar.js';
+import { ROOT, tempDir, waitFor, type LogLine } from './support/sidecar.js';
 const FAST_BACKOFF = { initialMs: 50, maxMs: 400, resetAfterMs: 5_000 };
 
 interface Harness {
@@ -64,6 +64,62 @@ function isAlive(pid: number): boolean {
   }
 }
 
+const CAPTURES = path.join(ROOT, 'test', 'fixtures', 'nvidia-smi');
+
+/**
+ * An nvidia-smi that answers from real captures (test/fixtures/nvidia-smi): `--query-gpu` with the
+ * asked columns of a `--format=csv` capture (refusing a field the capture lacks, as its driver
+ * did), `-L` and `-q` with their captures; once, or every -lms ms.
+ */
+const REPLAY = `#!/usr/bin/env node
+const fs = require('node:fs');
+const cfg = JSON.parse(fs.readFileSync(process.env.REPLAY_CONFIG, 'utf8'));
+const args = process.argv.slice(2);
+const file = (name) => fs.readFileSync(name, 'utf8');
+if (args[0] === '-L' || args[0] === '-q') {
+  const name = args[0] === '-L' ? cfg.list : cfg.query;
+  if (!name) { process.stdout.write("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\\n"); process.exit(2); }
+  process.stdout.write(file(name));
+  process.exit(0);
+}
+const fields = args.find((a) => a.startsWith('--query-gpu=')).slice(12).split(',');
+const [header, ...rows] = file(cfg.csv).trim().split('\\n');
+const names = header.split(', ').map((c) => c.replace(/ \\[.*\\]$/, ''));
+const column = (f) => names.indexOf({ 'clocks.sm': 'clocks.current.sm', 'clocks.mem': 'clocks.current.memory' }[f] ?? f);
+const unknown = fields.find((f) => column(f) < 0);
+if (unknown) { process.stdout.write('Field "' + unknown + '" is not a valid field to query.\\n\\n'); process.exit(2); }
+const out = rows.map((r) => { const cols = r.split(', '); return fields.map((f) => cols[column(f)]).join(', '); }).join('\\n') + '\\n';
+const loop = args.indexOf('-lms');
+if (loop < 0) {
+  if (cfg.warning) process.stdout.write(cfg.warning);
+  process.stdout.write(out);
+  process.exit(cfg.exitCode ?? 0);
+}
+const tick = () => process.stdout.write(out);
+tick();
+setInterval(tick, Number(args[loop + 1]));
+`;
+
+function replaying(config: { csv: string; list?: string; query?: string; warning?: string; exitCode?: number }): Harness {
+  const dir = tempDir('stepscope-nvidia-smi-replay-');
+  const bin = path.join(dir, 'bin');
+  mkdirSync(bin);
+  writeFileSync(path.join(bin, 'nvidia-smi'), REPLAY);
+  chmodSync(path.join(bin, 'nvidia-smi'), 0o755);
+  const at = (name: string | undefined) => (name ? path.join(CAPTURES, name) : undefined);
+  const configFile = path.join(dir, 'replay.json');
+  writeFileSync(configFile, JSON.stringify({ ...config, csv: at(config.csv), list: at(config.list), query: at(config.query) }));
+  const { log, lines: logs } = capturedLogger();
+  const collector = new NvidiaSmiCollector({
+    intervalMs: 100,
+    backoff: FAST_BACKOFF,
+    log,
+    env: { ...process.env, PATH: `${bin}${path.delimiter}${process.env.PATH ?? ''}`, REPLAY_CONFIG: configFile },
+  });
+  running.push(collector);
+  return { collector, rounds: [], logs, dir };
+}
+
 describe('NvidiaSmiCollector', () => {
   it('finds nvidia-smi on PATH and calls the sink once per round, with every GPU of that round', async () => {
     const h = await started(
@@ -82,7 +138,7 @@ describe('NvidiaSmiCollector', () => {
     await waitFor(() => h.rounds.slice(slowedAt).find((round) => round[0]!.smClockMHz === 1980 && round[0]!.throttleReasons === 0));
 
     expect(h.rounds.every((round) => indicesOf(round).join() === '0,1')).toBe(true);
-    expect(h.rounds[0]![0]).toMatchObject({ name: 'NVIDIA H100 80GB HBM3', utilGpu: 97, memUsedMiB: 61234, powerW: 698.23, pstate: 'P0' });
+    expect(h.rounds[0]![0]).toMatchObject({ name: 'NVIDIA H100 80GB HBM3', utilGpu: 97, memUsedMiB: 61234, powerW: 698.23, powerReading: 'average', pstate: 'P0' });
     const health = h.collector.health();
     expect(health).toMatchObject({ name: 'nvidia-smi', state: 'ok', restarts: 0, lastError: null });
     expect(health.samples).toBeGreaterThanOrEqual(h.rounds.length * 2 - 2);
@@ -151,7 +207,7 @@ describe('NvidiaSmiCollector', () => {
     await waitFor(() => h.rounds.length >= 5);
     expect(h.rounds.every((round) => indicesOf(round).join() === '0')).toBe(true);
     expect(h.rounds.every(([sample]) => sample!.memUsedMiB === null && sample!.memTotalMiB === 81559)).toBe(true);
-    expect(warnings(h).map((line) => line.problem).sort()).toEqual(['expected 15 columns, got 16', 'unreadable memory.used']);
+    expect(warnings(h).map((line) => line.problem).sort()).toEqual(['expected 18 columns, got 19', 'unreadable memory.used']);
   });
 
   it('rejects start with a clear message when nvidia-smi is not on PATH', async () => {
@@ -167,6 +223,52 @@ describe('NvidiaSmiCollector', () => {
     const h = harness({ fail: { exitCode: 9, message } });
     await expect(h.collector.start(() => undefined)).rejects.toThrow(/exit 9\): NVIDIA-SMI has failed because/);
     expect(h.logs.some((line) => line.msg.includes('using clocks_throttle_reasons'))).toBe(false);
+  });
+
+  it('reads the MIG instances of a MIG-enabled H100 as devices of their own, after the GPU', async () => {
+    const h = await started(
+      replaying({ csv: 'h100-80gb-hbm3-mig_590.48.01_idle.csv', list: 'h100-80gb-hbm3-mig_590.48.01_list.txt', query: 'h100-80gb-hbm3-mig_590.48.01_query.txt' }),
+    );
+    await waitFor(() => h.rounds.length >= 3);
+    for (const round of h.rounds) {
+      expect(round.map((s) => s.uuid)).toEqual([
+        'GPU-00000000-0000-0000-0000-000000000000',
+        'MIG-00000000-0000-0000-0000-000000000000',
+        'MIG-00000001-0000-0000-0000-000000000001',
+        'MIG-00000002-0000-0000-0000-000000000002',
+        'MIG-00000003-0000-0000-0000-000000000003',
+      ]);
+    }
+    expect(h.rounds[0]![1]).toMatchObject({ gpuInstanceId: 2, computeInstanceId: 0, migProfile: '3g.40gb', smClockMHz: 345, powerReading: 'average', utilGpu: null });
+    expect(h.logs.find((line) => line.msg === 'reading GPU counters from nvidia-smi')).toMatchObject({ gpus: 1, mig_instances: 4 });
+    // nvidia-smi -L and -q ran once, at start, because the GPU answered mig.mode.current "Enabled".
+    expect(warnings(h)).toEqual([]);
+  });
+
+  it('asks for the power readings a driver has, and says which one a sample carries', async () => {
+    const turing = await started(replaying({ csv: 'rtx-2080-super_595.71.05_load.csv' }));
+    await waitFor(() => turing.rounds.length >= 2);
+    expect(turing.rounds[1]![0]).toMatchObject({ powerW: 111.5, powerReading: 'instant' });
+
+    // Driver 465 knows neither power.draw.average nor power.draw.instant, nor clocks_event_reasons.
+    const old = await started(replaying({ csv: 'rtx-2080-super_465.27_linux.csv' }));
+    await waitFor(() => old.rounds.length >= 2);
+    expect(old.rounds[1]![0]).toMatchObject({ powerW: 30.37, powerReading: 'draw', throttleReasons: 0x1 });
+    expect(old.logs.filter((line) => line.msg.includes('does not know an optional field')).map((line) => line.refused)).toEqual(['power.draw.average']);
+    expect(old.logs.find((line) => line.msg === 'reading GPU counters from nvidia-smi')).toMatchObject({ power_fields: ['power.draw'], reasons_field: 'clocks_throttle_reasons.active' });
+  });
+
+  it('keeps the rows of an nvidia-smi that exits 14 (infoROM corrupted), and says so', async () => {
+    const h = await started(
+      replaying({ csv: 'h100-80gb-hbm3_590.48.01_load.csv', exitCode: 14, warning: readFileSync(path.join(CAPTURES, 'inforom-corrupted_warning.txt'), 'utf8') }),
+    );
+    await waitFor(() => h.rounds.length >= 2);
+    expect(h.rounds[0]![0]).toMatchObject({ powerW: 631.95, smClockMHz: 1980 });
+    expect(h.collector.health()).toMatchObject({ state: 'ok', restarts: 0 });
+    expect(h.collector.health().lastError).toMatch(/infoROM is corrupted/);
+    expect(warnings(h).map((line) => line.msg)).toContain('nvidia-smi exited with a warning code; reading the rows it printed');
+    // The warning line is recognised, not reported as a row that could not be read.
+    expect(warnings(h).some((line) => /not a row of the query/.test(line.msg))).toBe(false);
   });
 
   it('stop() kills the child, stops restarting and delivers nothing more', async () => {

@@ -2,6 +2,8 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import {
+  driverWarning,
+  exitWarning,
   fieldsFromHeader,
   hasFigures,
   isNotAvailable,
@@ -56,8 +58,12 @@ describe('queryFields', () => {
       'clocks.mem',
       'pstate',
     ];
-    expect(queryFields('event')).toEqual([...common, 'clocks_event_reasons.active']);
-    expect(queryFields('throttle')).toEqual([...common, 'clocks_throttle_reasons.active']);
+    const optional = ['power.draw.average', 'power.draw.instant', 'mig.mode.current'];
+    expect(queryFields('event')).toEqual([...common, ...optional, 'clocks_event_reasons.active']);
+    expect(queryFields('throttle')).toEqual([...common, ...optional, 'clocks_throttle_reasons.active']);
+    // A driver that refuses the power readings is asked without them; the reasons stay last.
+    expect(queryFields('event', ['power.draw.instant'])).toEqual([...common, 'power.draw.instant', 'clocks_event_reasons.active']);
+    expect(queryFields('throttle', [])).toEqual([...common, 'clocks_throttle_reasons.active']);
   });
 });
 
@@ -88,7 +94,9 @@ describe('parseGpuLine on datacenter captures (driver 590, clocks_event_reasons)
       memUsedMiB: 19818,
       memTotalMiB: 81559,
       tempC: 59,
+      // power.draw.average, as the driver has it; the instant reading was 625.68 W.
       powerW: 631.95,
+      powerReading: 'average',
       powerLimitW: 700,
       smClockMHz: 1980,
       smClockMaxMHz: 1980,
@@ -184,6 +192,40 @@ describe('parseGpuLine on older drivers (clocks_throttle_reasons)', () => {
   });
 });
 
+describe('parseGpuLine on the power readings', () => {
+  it('takes power.draw.instant where power.draw.average is [N/A] (a Turing GPU on a 595 driver)', () => {
+    const { fields, rows } = csvCapture('rtx-2080-super_595.71.05_load.csv');
+    expect(fields).toEqual(expect.arrayContaining(['power.draw', 'power.draw.average', 'power.draw.instant']));
+    const sample = sampleOf(parseGpuLine(rows[0]!, fields, AT));
+    expect(sample).toMatchObject({ name: 'NVIDIA GeForce RTX 2080 SUPER', powerW: 111.5, powerReading: 'instant', powerLimitW: 250 });
+  });
+
+  it('says power.draw is all there is on a driver without the split readings (465)', () => {
+    const { fields, rows } = csvCapture('rtx-2080-super_465.27_linux.csv');
+    expect(sampleOf(parseGpuLine(rows[0]!, fields, AT))).toMatchObject({ powerW: 30.37, powerReading: 'draw' });
+  });
+
+  it('gives no reading, and no kind of one, where the GPU has none (GTX 770)', () => {
+    const fields = ['gpu_name', 'power.draw', 'power.limit'];
+    expect(sampleOf(parseGpuLine('GeForce GTX 770, [Not Supported], [Not Supported]', fields, AT))).toMatchObject({ powerW: null, powerReading: null });
+  });
+});
+
+describe('exitWarning and driverWarning', () => {
+  it('knows the exit codes after which the printed rows are still good', () => {
+    expect(exitWarning(14)).toBe('infoROM is corrupted');
+    expect(exitWarning(15)).toMatch(/fallen off the bus/);
+    for (const code of [0, 2, 9, 18, 255, null]) expect(exitWarning(code), String(code)).toBeNull();
+  });
+
+  it('recognises the warning line a GPU with a corrupted infoROM adds, and nothing else', () => {
+    expect(driverWarning(lines('inforom-corrupted_warning.txt')[0]!)).toBe('infoROM is corrupted at gpu 0000:00:1E.0');
+    const { rows } = csvCapture('h100-80gb-hbm3_590.48.01_load.csv');
+    expect(driverWarning(rows[0]!)).toBeNull();
+    expect(driverWarning(lines('driver-not-loaded.txt')[0]!)).toBeNull();
+  });
+});
+
 describe('parseGpuLine on "not available" spellings', () => {
   const fanQuery = ['memory.total', 'memory.free', 'memory.used', 'temperature.gpu', 'fan.speed', 'utilization.gpu', 'utilization.memory'];
 
@@ -240,7 +282,7 @@ describe('parseGpuLine on "not available" spellings', () => {
 });
 
 describe('parseGpuLine on lines that are not rows of the query', () => {
-  const fields = queryFields('event');
+  const fields = queryFields('event', []);
 
   it('refuses a line with the wrong number of columns instead of throwing', () => {
     for (const name of ['driver-not-loaded.txt', 'driver-library-mismatch.txt', 'unknown-field_rtx-3080.txt']) {

@@ -23,6 +23,9 @@ export interface KnownGpu {
   index: number;
   uuid: string | null;
   name: string | null;
+  /** For a MIG instance: its physical GPU and GPU instance id; both null for a whole GPU. */
+  parentUuid: string | null;
+  gpuInstanceId: number | null;
   latest: GpuSample;
 }
 
@@ -46,7 +49,7 @@ export class CounterStore<Host extends { at: number } = { at: number }> {
       let entry = this.gpus.get(key);
       if (!entry) {
         entry = {
-          known: { key, index: sample.index, uuid: sample.uuid, name: sample.name, latest: sample },
+          known: { key, index: sample.index, uuid: sample.uuid, name: sample.name, ...migOf(sample), latest: sample },
           history: new Ring(this.historyPerGpu),
           slices: new Map(),
           coarse: new Map(),
@@ -79,7 +82,7 @@ export class CounterStore<Host extends { at: number } = { at: number }> {
   static load<Host extends { at: number }>(dump: CountersDump<Host>): CounterStore<Host> {
     const store = new CounterStore<Host>();
     for (const gpu of dump.gpus) {
-      const entry: GpuEntry = { known: { ...gpu.known }, history: Ring.of(store.historyPerGpu, gpu.history), slices: new Map(gpu.slices), coarse: new Map(gpu.coarse ?? []) };
+      const entry: GpuEntry = { known: { ...migOf(gpu.known.latest), ...gpu.known }, history: Ring.of(store.historyPerGpu, gpu.history), slices: new Map(gpu.slices), coarse: new Map(gpu.coarse ?? []) };
       while (entry.slices.size > SLICES_KEPT) fold(entry);
       store.gpus.set(gpu.known.key, entry);
     }
@@ -135,8 +138,24 @@ function fold(entry: GpuEntry): void {
   if (entry.coarse.size > COARSE_KEPT) entry.coarse.delete(entry.coarse.keys().next().value!);
 }
 
-export function gpuKey(sample: Pick<GpuSample, 'uuid' | 'index'>): string {
-  return sample.uuid ?? `index:${sample.index}`;
+type Identity = Pick<GpuSample, 'uuid' | 'index'> & Partial<Pick<GpuSample, 'parentUuid' | 'gpuInstanceId' | 'computeInstanceId'>>;
+
+/**
+ * What is really one device: its own UUID; else, for a MIG instance that DCGM names only by its
+ * parent's UUID and instance ids, the parent and the ids (slices of one GPU must not merge); else
+ * its index. Samples journaled before MIG fields existed lack them, hence `?? null`.
+ */
+export function gpuKey(sample: Identity): string {
+  if (sample.uuid !== null) return sample.uuid;
+  const device = sample.parentUuid ?? `index:${sample.index}`;
+  const gi = sample.gpuInstanceId ?? null;
+  if (gi === null) return device;
+  const ci = sample.computeInstanceId ?? null;
+  return `${device}/gi:${gi}${ci === null ? '' : `/ci:${ci}`}`;
+}
+
+function migOf(sample: Partial<GpuSample>): Pick<KnownGpu, 'parentUuid' | 'gpuInstanceId'> {
+  return { parentUuid: sample.parentUuid ?? null, gpuInstanceId: sample.gpuInstanceId ?? null };
 }
 
 const sampleTime = (sample: { at: number }) => sample.at;

@@ -24,7 +24,7 @@ type NullableNumberField = {
   [K in keyof GpuSample]: null extends GpuSample[K] ? (GpuSample[K] extends number | null ? K : never) : never;
 }[keyof GpuSample];
 
-/** Metrics that map one to one onto a GpuSample field. */
+/** Metrics that map one to one onto a GpuSample field, by the names dcgm-exporter's counters CSV uses. */
 const FIELD_BY_METRIC: Readonly<Record<string, NullableNumberField>> = {
   DCGM_FI_DEV_GPU_UTIL: 'utilGpu',
   DCGM_FI_DEV_MEM_COPY_UTIL: 'utilMem',
@@ -32,11 +32,10 @@ const FIELD_BY_METRIC: Readonly<Record<string, NullableNumberField>> = {
   DCGM_FI_DEV_MAX_SM_CLOCK: 'smClockMaxMHz',
   DCGM_FI_DEV_MEM_CLOCK: 'memClockMHz',
   DCGM_FI_DEV_GPU_TEMP: 'tempC',
-  DCGM_FI_DEV_POWER_USAGE: 'powerW',
-  DCGM_FI_DEV_POWER_MGMT_LIMIT: 'powerLimitW',
   DCGM_FI_DEV_FB_USED: 'memUsedMiB',
   DCGM_FI_PROF_GR_ENGINE_ACTIVE: 'grEngineActive',
   DCGM_FI_PROF_SM_ACTIVE: 'smActive',
+  DCGM_FI_PROF_SM_OCCUPANCY: 'smOccupancy',
   DCGM_FI_PROF_PIPE_TENSOR_ACTIVE: 'tensorActive',
   DCGM_FI_PROF_DRAM_ACTIVE: 'dramActive',
   DCGM_FI_PROF_PCIE_TX_BYTES: 'pcieTxBps',
@@ -47,9 +46,64 @@ const FIELD_BY_METRIC: Readonly<Record<string, NullableNumberField>> = {
 const THROTTLE_METRICS = ['DCGM_FI_DEV_CLOCKS_EVENT_REASONS', 'DCGM_FI_DEV_CLOCK_THROTTLE_REASONS'];
 const PSTATE_METRIC = 'DCGM_FI_DEV_PSTATE';
 const MEMORY_METRICS = ['DCGM_FI_DEV_FB_TOTAL', 'DCGM_FI_DEV_FB_FREE', 'DCGM_FI_DEV_FB_RESERVED'];
+/** Power usage is NVML's (a 1 s average from Ampere on); the instant reading only where that is missing. */
+const POWER_METRICS = { draw: 'DCGM_FI_DEV_POWER_USAGE', instant: 'DCGM_FI_DEV_POWER_USAGE_INSTANT' } as const;
+/** The enforced limit is what the driver holds the board to; the requested one where it is not exported. */
+const POWER_LIMIT_METRICS = ['DCGM_FI_DEV_ENFORCED_POWER_LIMIT', 'DCGM_FI_DEV_POWER_MGMT_LIMIT'];
 
 /** Every metric this parser reads. */
-export const DCGM_METRICS: readonly string[] = [...Object.keys(FIELD_BY_METRIC), ...THROTTLE_METRICS, PSTATE_METRIC, ...MEMORY_METRICS];
+export const DCGM_METRICS: readonly string[] = [
+  ...Object.keys(FIELD_BY_METRIC),
+  ...THROTTLE_METRICS,
+  PSTATE_METRIC,
+  ...MEMORY_METRICS,
+  ...Object.values(POWER_METRICS),
+  ...POWER_LIMIT_METRICS,
+];
+
+/**
+ * DCGM 4.6's names for the same field ids (NVIDIA/go-dcgm const_fields.go lists them as the targets
+ * of the deprecated ones), for a counters CSV written with them. DCGM_FI_DEV_GPU_UTIL_RATIO is left
+ * out: sources disagree whether it is still a percent or now 0..1, and a misread would be 100x off.
+ */
+const RENAMED: Readonly<Record<string, string>> = {
+  DCGM_FI_DEV_GPU_TEMP_CELSIUS: 'DCGM_FI_DEV_GPU_TEMP',
+  DCGM_FI_DEV_BOARD_POWER_WATTS: 'DCGM_FI_DEV_POWER_USAGE',
+  DCGM_FI_DEV_BOARD_POWER_RAW_WATTS: 'DCGM_FI_DEV_POWER_USAGE_INSTANT',
+  DCGM_FI_DEV_BOARD_POWER_LIMIT_REQUESTED_WATTS: 'DCGM_FI_DEV_POWER_MGMT_LIMIT',
+  DCGM_FI_DEV_BOARD_POWER_LIMIT_ENFORCED_WATTS: 'DCGM_FI_DEV_ENFORCED_POWER_LIMIT',
+  DCGM_FI_DEV_GPU_PSTATE: 'DCGM_FI_DEV_PSTATE',
+  DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO: 'DCGM_FI_PROF_GR_ENGINE_ACTIVE',
+  DCGM_FI_PROF_SM_UTIL_RATIO: 'DCGM_FI_PROF_SM_ACTIVE',
+  DCGM_FI_PROF_SM_OCCUPANCY_RATIO: 'DCGM_FI_PROF_SM_OCCUPANCY',
+  DCGM_FI_PROF_TENSOR_UTIL_RATIO: 'DCGM_FI_PROF_PIPE_TENSOR_ACTIVE',
+  DCGM_FI_PROF_DRAM_UTIL_RATIO: 'DCGM_FI_PROF_DRAM_ACTIVE',
+};
+
+/**
+ * The 1.x names (`dcgm-exporter -o`, etc/1.x-compatibility-metrics.csv, and the 1.x exporter
+ * itself), from NVIDIA/go-dcgm's legacy_fields.csv; `dcgm_fi_prof_*` are upper-cased instead.
+ */
+const LEGACY: Readonly<Record<string, string>> = {
+  dcgm_sm_clock: 'DCGM_FI_DEV_SM_CLOCK',
+  dcgm_memory_clock: 'DCGM_FI_DEV_MEM_CLOCK',
+  dcgm_gpu_temp: 'DCGM_FI_DEV_GPU_TEMP',
+  dcgm_memory_temp: 'DCGM_FI_DEV_MEMORY_TEMP',
+  dcgm_power_usage: 'DCGM_FI_DEV_POWER_USAGE',
+  dcgm_gpu_utilization: 'DCGM_FI_DEV_GPU_UTIL',
+  dcgm_mem_copy_utilization: 'DCGM_FI_DEV_MEM_COPY_UTIL',
+  dcgm_fb_free: 'DCGM_FI_DEV_FB_FREE',
+  dcgm_fb_used: 'DCGM_FI_DEV_FB_USED',
+};
+
+/** The DCGM_FI_* name a family stands for, whichever generation named it; null for other families. */
+export function canonicalMetric(family: string): string | null {
+  const legacy = LEGACY[family.toLowerCase()];
+  if (legacy) return legacy;
+  const upper = family.toUpperCase();
+  if (!upper.startsWith('DCGM_FI_')) return null;
+  return RENAMED[upper] ?? upper;
+}
 
 /**
  * DCGM's "no value" sentinels. DCGM_FT_FP64_BLANK (2^47) and the three after it (not found, not
@@ -69,13 +123,16 @@ export function dcgmValue(text: string): number | null {
   return value;
 }
 
-/** The GPU-level DCGM_FI_* series in an exporter's text; throws on text that is not the Prometheus format. */
+/**
+ * The GPU-level DCGM series in an exporter's text, each under its DCGM_FI_* name (see
+ * canonicalMetric); throws on text that is not the Prometheus format.
+ */
 export function parseDcgmSeries(text: string): DcgmSeries[] {
-  return parsePrometheusTextFormat(forParser(text)).flatMap((family) =>
-    family.name.startsWith('DCGM_FI_')
-      ? family.metrics.flatMap(({ labels = {}, value = '' }) => (isGpuEntity(labels) ? [{ metric: family.name, labels, value: dcgmValue(value) }] : []))
-      : [],
-  );
+  return parsePrometheusTextFormat(forParser(text)).flatMap((family) => {
+    const metric = canonicalMetric(family.name);
+    if (metric === null) return [];
+    return family.metrics.flatMap(({ labels = {}, value = '' }) => (isGpuEntity(labels) ? [{ metric, labels, value: dcgmValue(value) }] : []));
+  });
 }
 
 /**
@@ -94,11 +151,12 @@ function isGpuEntity(labels: Record<string, string>): boolean {
 }
 
 /**
- * Pod labels come straight from the exporter's Kubernetes mapping, or as exported_* when a
- * Prometheus in between kept its own target's pod and namespace in `pod` and `namespace`.
+ * Pod labels come straight from the exporter's Kubernetes mapping (`pod_name`/`pod_namespace` with
+ * `-o`, its 1.x names), or as exported_* when a Prometheus in between kept its own target's pod and
+ * namespace in `pod` and `namespace`.
  */
 function podOf(labels: Readonly<Record<string, string>>): { pod?: string; namespace?: string } {
-  return { pod: labels.exported_pod ?? labels.pod, namespace: labels.exported_namespace ?? labels.namespace };
+  return { pod: labels.exported_pod ?? labels.pod_name ?? labels.pod, namespace: labels.exported_namespace ?? labels.pod_namespace ?? labels.namespace };
 }
 
 function uuidOf(labels: Readonly<Record<string, string>>): string | undefined {
@@ -106,7 +164,23 @@ function uuidOf(labels: Readonly<Record<string, string>>): string | undefined {
   return labels.UUID ?? labels.uuid;
 }
 
-export function matchesSelector(labels: Readonly<Record<string, string>>, select: DcgmSelector): boolean {
+/**
+ * The selector as meant: an empty or blank criterion (POD_NAME set to "" by a manifest) is no
+ * criterion, else `pod=""` would pick only the GPUs no pod holds, or none.
+ */
+export function normaliseSelector(select: DcgmSelector): DcgmSelector {
+  const given = (value: string | undefined) => (value === undefined || value.trim() === '' ? undefined : value.trim());
+  const uuids = select.uuids?.map((uuid) => uuid.trim()).filter((uuid) => uuid !== '');
+  const out: DcgmSelector = {};
+  if (given(select.pod) !== undefined) out.pod = given(select.pod)!;
+  if (given(select.namespace) !== undefined) out.namespace = given(select.namespace)!;
+  if (given(select.hostname) !== undefined) out.hostname = given(select.hostname)!;
+  if (uuids && uuids.length > 0) out.uuids = uuids;
+  return out;
+}
+
+export function matchesSelector(labels: Readonly<Record<string, string>>, selector: DcgmSelector): boolean {
+  const select = normaliseSelector(selector);
   const { pod, namespace } = podOf(labels);
   const uuid = uuidOf(labels);
   const hostname = labels.hostname ?? labels.Hostname;
@@ -148,13 +222,31 @@ function byIndexThenInstance(a: GpuSeries, b: GpuSeries): number {
 
 function toGpuSample({ labels, values }: GpuSeries, at: number): GpuSample {
   const sample = emptyGpuSample(at, Number(labels.gpu));
-  sample.uuid = uuidOf(labels) ?? null;
+  Object.assign(sample, identity(labels));
   sample.name = deviceName(labels);
   for (const [metric, field] of Object.entries(FIELD_BY_METRIC)) sample[field] = values.get(metric) ?? null;
+  // DCGM gives no GPU_UTIL for a MIG instance; GR_ENGINE_ACTIVE is its utilization (NVIDIA/dcgm-exporter#50).
+  if (sample.utilGpu === null && sample.grEngineActive !== null) sample.utilGpu = Math.round(sample.grEngineActive * 10_000) / 100;
+  const draw = values.get(POWER_METRICS.draw) ?? null;
+  const instant = values.get(POWER_METRICS.instant) ?? null;
+  sample.powerW = draw ?? instant;
+  sample.powerReading = draw !== null ? 'draw' : instant !== null ? 'instant' : null;
+  sample.powerLimitW = firstValue(values, POWER_LIMIT_METRICS);
   sample.throttleReasons = firstValue(values, THROTTLE_METRICS);
   sample.memTotalMiB = memoryTotalMiB(values);
   sample.pstate = pstateName(values.get(PSTATE_METRIC) ?? null);
   return sample;
+}
+
+/**
+ * A MIG instance is labelled with its parent's UUID and its GPU instance (`GPU_I_ID`,
+ * `GPU_I_PROFILE`); only the DRA mapping names the instance's own UUID.
+ */
+function identity(labels: Readonly<Record<string, string>>): Pick<GpuSample, 'uuid' | 'parentUuid' | 'gpuInstanceId' | 'migProfile'> {
+  const uuid = uuidOf(labels) ?? null;
+  const gi = labels.GPU_I_ID;
+  if (gi === undefined || !/^\d+$/.test(gi)) return { uuid, parentUuid: null, gpuInstanceId: null, migProfile: null };
+  return { uuid: labels.dra_mig_device_uuid || null, parentUuid: uuid, gpuInstanceId: Number(gi), migProfile: labels.GPU_I_PROFILE || null };
 }
 
 /** NVML names a MIG device after its parent and profile ("NVIDIA A30 MIG 2g.12gb"); so do we. */
@@ -187,7 +279,8 @@ function firstValue(values: Map<string, number | null>, metrics: readonly string
 }
 
 /** Why nothing was selected, for the error a misconfigured pod or namespace gets. */
-export function describeNoMatch(series: readonly DcgmSeries[], select: DcgmSelector): string {
+export function describeNoMatch(series: readonly DcgmSeries[], selector: DcgmSelector): string {
+  const select = normaliseSelector(selector);
   const gpuCount = toGpuSamples(series, 0).length;
   if (gpuCount === 0) return 'the exporter reports no GPU metrics';
   const pods = [...new Set(series.map(({ labels }) => podOf(labels)).filter(({ pod }) => pod).map(({ pod, namespace }) => `${namespace ?? '?'}/${pod}`))];
@@ -195,7 +288,8 @@ export function describeNoMatch(series: readonly DcgmSeries[], select: DcgmSelec
   return `the exporter reports ${gpuCount} GPU(s), none with ${describeSelector(select)} (${mapped})`;
 }
 
-export function describeSelector(select: DcgmSelector): string {
+export function describeSelector(selector: DcgmSelector): string {
+  const select = normaliseSelector(selector);
   const criteria = [
     select.namespace !== undefined && `namespace=${select.namespace}`,
     select.pod !== undefined && `pod=${select.pod}`,

@@ -5,7 +5,7 @@
 import { performance } from 'node:perf_hooks';
 import { Poller } from './poller.js';
 import type { Logger } from '../log/log.js';
-import { describeNoMatch, describeSelector, matchesSelector, parseDcgmSeries, toGpuSamples, type DcgmSelector } from './dcgm-parse.js';
+import { describeNoMatch, describeSelector, matchesSelector, normaliseSelector, parseDcgmSeries, toGpuSamples, type DcgmSelector } from './dcgm-parse.js';
 import { HealthTracker } from './health.js';
 import type { CollectorHealth, GpuCollector, GpuSample, GpuSink } from './types.js';
 
@@ -37,8 +37,10 @@ export class DcgmCollector implements GpuCollector {
   private sink: GpuSink | null = null;
   private readonly poller: Poller;
   private readonly stopping = new AbortController();
+  private readonly options: DcgmCollectorOptions;
 
-  constructor(private readonly options: DcgmCollectorOptions) {
+  constructor(options: DcgmCollectorOptions) {
+    this.options = { ...options, select: normaliseSelector(options.select) };
     this.intervalMs = options.intervalMs ?? DEFAULT_INTERVAL_MS;
     this.timeoutMs = options.timeoutMs ?? Math.max(DEFAULT_TIMEOUT_MS, this.intervalMs);
     this.poller = new Poller(this.intervalMs, () => this.tick());

@@ -184,8 +184,65 @@ export function parseNetDev(text: string): NetCounters[] {
   return interfaces;
 }
 
-export function isCountedInterface(iface: string): boolean {
-  return iface !== 'lo';
+/**
+ * Interfaces whose bytes are counted again elsewhere: loopback; container and CNI bridges, veths,
+ * overlays and tunnels (flannel, calico, cilium, weave, vxlan, geneve, wireguard, IP-in-IP), whose
+ * traffic also crosses the physical NIC; VLAN sub-interfaces ("eth0.100"), counted on their parent.
+ */
+const VIRTUAL_INTERFACE =
+  /^(lo|docker\d*|docker_gwbridge|veth.*|cni\d*|cni-.*|cbr\d+|flannel[.-].*|cali.*|tunl\d+|br-.*|virbr\d+(-nic)?|vxlan.*|weave|datapath|vethwe.*|kube-ipvs\d+|kube-bridge|kube-dummy-if|nodelocaldns|cilium_.*|lxc.*|genev_sys_.*|ovs-system|podman\d+|nerdctl\d+|ifb\d+|dummy\d+|tap.*|tun\d+|vnet\d+|wg\d+|gre\d+|gretap\d+|erspan\d+|ip6tnl\d+|ip6gre\d+|sit\d+|ip_vti\d+|ip6_vti\d+|.+\.\d+)$/;
+
+export function isVirtualInterface(iface: string): boolean {
+  return VIRTUAL_INTERFACE.test(iface);
+}
+
+export interface InterfaceChoice {
+  /** Interfaces summed into the network figures, in name order. */
+  counted: string[];
+  /** The rest, left out because their bytes are counted on another interface too. */
+  leftOut: string[];
+}
+
+/**
+ * Which interfaces make up the host's network figure. By name first; then, where sysfs says which
+ * interfaces sit on a device (`/sys/class/net/<if>/device`), only those, which also drops bridges
+ * and bonds no name list knows. In a pod's network namespace no interface has a device (its eth0 is
+ * a veth), so there the name rule alone decides. `hasDevice` is null where sysfs could not be read.
+ */
+export function chooseInterfaces(ifaces: readonly string[], hasDevice: ReadonlyMap<string, boolean> | null): InterfaceChoice {
+  const names = [...new Set(ifaces)].sort();
+  const candidates = names.filter((iface) => !isVirtualInterface(iface));
+  const physical = hasDevice ? candidates.filter((iface) => hasDevice.get(iface) === true) : [];
+  const counted = physical.length > 0 ? physical : candidates;
+  return { counted, leftOut: names.filter((iface) => !counted.includes(iface)) };
+}
+
+/** One line of /proc/pressure/<resource>: the share of time some (or all) tasks stalled on it. */
+export interface PressureLine {
+  avg10: number;
+  /** Microseconds stalled since boot. */
+  totalUs: number;
+}
+
+export interface PressureFile {
+  some: PressureLine | null;
+  full: PressureLine | null;
+}
+
+/** PSI, kernels 4.20 on (Documentation/accounting/psi.rst); lines it does not know are skipped. */
+export function parsePressure(text: string): PressureFile {
+  const file: PressureFile = { some: null, full: null };
+  for (const line of lines(text)) {
+    const match = /^(some|full)\s+avg10=([\d.]+)\s+avg60=[\d.]+\s+avg300=[\d.]+\s+total=(\d+)$/.exec(line);
+    if (match) file[match[1] as 'some' | 'full'] = { avg10: Number(match[2]), totalUs: Number(match[3]) };
+  }
+  return file;
+}
+
+/** Percent of the elapsed time stalled, from the totals of two readings; null without both. */
+export function stallPercent(before: PressureLine | null, after: PressureLine | null, seconds: number): number | null {
+  if (!before || !after || !(seconds > 0) || after.totalUs < before.totalUs) return null;
+  return Math.min(100, (after.totalUs - before.totalUs) / (seconds * 10_000));
 }
 
 /**
@@ -242,10 +299,12 @@ export function diskRates(previous: DiskCounters[], current: DiskCounters[], sec
   };
 }
 
-export function netRates(previous: NetCounters[], current: NetCounters[], seconds: number): NetRates {
+/** Rates over the `counted` interfaces (by default all but the virtual ones, see chooseInterfaces). */
+export function netRates(previous: NetCounters[], current: NetCounters[], seconds: number, counted?: readonly string[]): NetRates {
+  const isCounted = (net: NetCounters) => (counted ? counted.includes(net.iface) : !isVirtualInterface(net.iface));
   const deltas = counterDeltas(
-    previous.filter((net) => isCountedInterface(net.iface)),
-    current.filter((net) => isCountedInterface(net.iface)),
+    previous.filter(isCounted),
+    current.filter(isCounted),
     (net) => net.iface,
     (net) => [net.rxBytes, net.txBytes],
   );

@@ -1,15 +1,17 @@
 /**
- * Host counters (CPU, load, memory, disk and network throughput) read from procfs once a second.
+ * Host counters (CPU, load, memory, disk and network throughput, pressure stalls) read from procfs
+ * once a second.
  * All of them come from /proc directly: systeminformation spawns shells for the CPU, disk and
  * network figures, at 15 to 40 times the CPU cost, and reads this same /proc/meminfo for memory
  * (scripts/bench-host.mjs measures both ways).
  */
-import { readFile } from 'node:fs/promises';
+import { access, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { Poller } from './poller.js';
 import type { Logger } from '../log/log.js';
 import {
+  chooseInterfaces,
   cpuPercentages,
   diskRates,
   memoryFigures,
@@ -18,12 +20,15 @@ import {
   parseLoadavg,
   parseMeminfo,
   parseNetDev,
+  parsePressure,
   parseProcStat,
   parseUptime,
+  stallPercent,
   type DiskCounters,
   type LoadAvg,
   type MemoryFigures,
   type NetCounters,
+  type PressureFile,
   type ProcStat,
 } from './host-parse.js';
 import { HealthTracker } from './health.js';
@@ -48,9 +53,56 @@ export interface HostSample {
   /** Whole disks only: no partitions, loop, RAM or device-mapper devices. */
   diskReadBps: number | null;
   diskWriteBps: number | null;
-  /** Every interface but `lo`. */
+  /** Over the interfaces in netInterfaces: physical ones, not loopback, bridges, veths, overlays or tunnels. */
   netRxBps: number | null;
   netTxBps: number | null;
+  netInterfaces: string[];
+  /** Interfaces left out of the network figures, since their bytes also cross a counted one. */
+  netLeftOut: string[];
+  /** Pressure stall information (PSI) where the kernel has it (4.20 on, not booted with psi=0). */
+  cpuPressure: HostPressure | null;
+  memoryPressure: HostPressure | null;
+  ioPressure: HostPressure | null;
+}
+
+/**
+ * Of the elapsed time, the share in which some task (`some`), or every non-idle task (`full`),
+ * waited for the resource: the kernel's 10 s average, and the percent over the last sample period
+ * from its totals (µs since boot). CPU `full` is undefined system-wide (psi.rst), so null.
+ */
+export interface HostPressure {
+  someAvg10: number | null;
+  somePct: number | null;
+  someTotalUs: number | null;
+  fullAvg10: number | null;
+  fullPct: number | null;
+  fullTotalUs: number | null;
+}
+
+/** A reading with nothing in it, for tests and stand-ins to fill. */
+export function emptyHostSample(at: number): HostSample {
+  return {
+    at,
+    cpuPct: null,
+    cpuPerCorePct: [],
+    iowaitPct: null,
+    stealPct: null,
+    load1: null,
+    load5: null,
+    load15: null,
+    memUsedBytes: null,
+    memTotalBytes: null,
+    memAvailableBytes: null,
+    diskReadBps: null,
+    diskWriteBps: null,
+    netRxBps: null,
+    netTxBps: null,
+    netInterfaces: [],
+    netLeftOut: [],
+    cpuPressure: null,
+    memoryPressure: null,
+    ioPressure: null,
+  };
 }
 
 export type HostSink = (sample: HostSample) => void;
@@ -60,11 +112,19 @@ export interface HostCollectorOptions {
   intervalMs?: number;
   /** Where procfs is mounted; tests point it at fixture files. */
   procRoot?: string;
+  /**
+   * Where sysfs is, to tell physical interfaces from virtual ones: beside procfs (/sys for /proc,
+   * /host/sys for /host/proc) when procfs is mounted under a directory named `proc`; null for none.
+   */
+  sysRoot?: string | null;
   now?: () => number;
 }
 
 const PROC_FILES = ['stat', 'loadavg', 'meminfo', 'diskstats', 'net/dev', 'uptime'] as const;
 type ProcFile = (typeof PROC_FILES)[number];
+/** Absent on kernels without PSI, which is no reason to warn. */
+const PRESSURE_FILES = { cpu: 'pressure/cpu', memory: 'pressure/memory', io: 'pressure/io' } as const;
+type Resource = keyof typeof PRESSURE_FILES;
 
 interface Reading {
   at: number;
@@ -77,12 +137,18 @@ interface Reading {
   memory: MemoryFigures | null;
   disks: DiskCounters[] | null;
   nets: NetCounters[] | null;
+  /** Per interface, whether sysfs shows it on a device; null without sysfs. */
+  devices: Map<string, boolean> | null;
+  pressure: Record<Resource, PressureFile | null>;
   unreadable: ProcFile[];
 }
 
 export class HostCollector {
   readonly name = 'host';
   private readonly procRoot: string;
+  private readonly sysRoot: string | null;
+  /** Whether an interface sits on a device does not change while it exists. */
+  private readonly deviceCache = new Map<string, boolean>();
   private readonly now: () => number;
   private readonly log: Logger;
   private readonly status = new HealthTracker('host');
@@ -94,6 +160,7 @@ export class HostCollector {
   constructor(options: HostCollectorOptions) {
     this.poller = new Poller(options.intervalMs ?? 1000, () => this.tick());
     this.procRoot = options.procRoot ?? '/proc';
+    this.sysRoot = options.sysRoot !== undefined ? options.sysRoot : path.basename(this.procRoot) === 'proc' ? path.join(path.dirname(this.procRoot), 'sys') : null;
     this.now = options.now ?? Date.now;
     this.log = options.log.child({ collector: this.name });
   }
@@ -130,6 +197,12 @@ export class HostCollector {
       const content = text(file);
       return content === null ? null : parse(content);
     };
+    const [cpu, memory, io] = await Promise.all(
+      Object.values(PRESSURE_FILES).map((file) =>
+        readFile(path.join(this.procRoot, file), 'utf8').then(parsePressure, () => null),
+      ),
+    );
+    const nets = parsed('net/dev', parseNetDev);
     return {
       at: this.now(),
       uptimeS: parsed('uptime', parseUptime),
@@ -138,9 +211,30 @@ export class HostCollector {
       load: parsed('loadavg', parseLoadavg),
       memory: parsed('meminfo', (content) => memoryFigures(parseMeminfo(content))),
       disks: parsed('diskstats', parseDiskstats),
-      nets: parsed('net/dev', parseNetDev),
+      nets,
+      devices: nets ? await this.devicesOf(nets.map((net) => net.iface)) : null,
+      pressure: { cpu: cpu ?? null, memory: memory ?? null, io: io ?? null },
       unreadable: PROC_FILES.filter((file) => text(file) === null),
     };
+  }
+
+  /** `/sys/class/net/<if>/device` exists for an interface on a PCI, virtio or other bus device. */
+  private async devicesOf(ifaces: string[]): Promise<Map<string, boolean> | null> {
+    const root = this.sysRoot;
+    if (root === null) return null;
+    const seen = await Promise.all(
+      ifaces.map(async (iface) => {
+        const cached = this.deviceCache.get(iface);
+        if (cached !== undefined) return [iface, cached] as const;
+        const dir = path.join(root, 'class', 'net', iface);
+        if (!(await exists(dir))) return [iface, null] as const;
+        const hasDevice = await exists(path.join(dir, 'device'));
+        this.deviceCache.set(iface, hasDevice);
+        return [iface, hasDevice] as const;
+      }),
+    );
+    const known = seen.filter((entry): entry is readonly [string, boolean] => entry[1] !== null);
+    return known.length > 0 ? new Map(known) : null;
   }
 
   private take(reading: Reading): void {
@@ -179,7 +273,9 @@ function toHostSample(previous: Reading | null, current: Reading): HostSample {
   const seconds = previous ? elapsedSeconds(previous, current) : 0;
   const cpu = previous?.stat && current.stat ? cpuPercentages(previous.stat, current.stat) : null;
   const disk = previous?.disks && current.disks ? diskRates(previous.disks, current.disks, seconds) : null;
-  const net = previous?.nets && current.nets ? netRates(previous.nets, current.nets, seconds) : null;
+  const interfaces = current.nets ? chooseInterfaces(current.nets.map((net) => net.iface), current.devices) : null;
+  const net = previous?.nets && current.nets && interfaces ? netRates(previous.nets, current.nets, seconds, interfaces.counted) : null;
+  const pressure = (resource: Resource) => hostPressure(previous?.pressure[resource] ?? null, current.pressure[resource], seconds, resource !== 'cpu');
   return {
     at: current.at,
     cpuPct: cpu?.cpuPct ?? null,
@@ -196,7 +292,32 @@ function toHostSample(previous: Reading | null, current: Reading): HostSample {
     diskWriteBps: disk?.diskWriteBps ?? null,
     netRxBps: net?.netRxBps ?? null,
     netTxBps: net?.netTxBps ?? null,
+    netInterfaces: interfaces?.counted ?? [],
+    netLeftOut: interfaces?.leftOut ?? [],
+    cpuPressure: pressure('cpu'),
+    memoryPressure: pressure('memory'),
+    ioPressure: pressure('io'),
   };
+}
+
+function hostPressure(previous: PressureFile | null, current: PressureFile | null, seconds: number, hasFull: boolean): HostPressure | null {
+  if (!current || (!current.some && !current.full)) return null;
+  const full = hasFull ? current.full : null;
+  return {
+    someAvg10: current.some?.avg10 ?? null,
+    somePct: stallPercent(previous?.some ?? null, current.some, seconds),
+    someTotalUs: current.some?.totalUs ?? null,
+    fullAvg10: full?.avg10 ?? null,
+    fullPct: hasFull ? stallPercent(previous?.full ?? null, full, seconds) : null,
+    fullTotalUs: full?.totalUs ?? null,
+  };
+}
+
+function exists(file: string): Promise<boolean> {
+  return access(file).then(
+    () => true,
+    () => false,
+  );
 }
 
 /** The kernel's clock, read alongside the counters, as sysstat does; our own where it is missing. */

@@ -1,4 +1,4 @@
-import { emptyGpuSample, type GpuSample } from './types.js';
+import { emptyGpuSample, type GpuSample, type PowerReading } from './types.js';
 
 /**
  * Pure reading of `nvidia-smi --query-gpu=... --format=csv` output: no I/O here, so every shape a
@@ -31,13 +31,24 @@ const SAMPLE_FIELDS = [
   'pstate',
 ] as const;
 
-/** The `--query-gpu` field list, in output column order, for either naming of the reasons bitmask. */
-export function queryFields(naming: ReasonNaming): string[] {
-  return [...SAMPLE_FIELDS, REASONS_FIELD[naming]];
+/**
+ * Asked for where the driver knows them, in groups a driver knows or refuses together. power.draw
+ * is a 1 s average on Ampere and newer and an instant reading before; the split readings (recent
+ * drivers) say which. mig.mode.current (R450 on) tells whether to look for MIG instances.
+ */
+export const OPTIONAL_GROUPS: readonly (readonly string[])[] = [['power.draw.average', 'power.draw.instant'], ['mig.mode.current']];
+export const OPTIONAL_FIELDS: readonly string[] = OPTIONAL_GROUPS.flat();
+
+/**
+ * The `--query-gpu` field list, in output column order, for either naming of the reasons bitmask
+ * (always last) and the optional fields the driver accepts.
+ */
+export function queryFields(naming: ReasonNaming, optional: readonly string[] = OPTIONAL_FIELDS): string[] {
+  return [...SAMPLE_FIELDS, ...optional, REASONS_FIELD[naming]];
 }
 
 type Reader = 'integer' | 'number' | 'text' | 'pstate' | 'bitmask';
-type SampleKey = Exclude<keyof GpuSample, 'at' | 'index'>;
+type SampleKey = Exclude<keyof GpuSample, 'at' | 'index' | 'powerW' | 'powerReading'>;
 
 interface Column {
   key: SampleKey;
@@ -55,7 +66,6 @@ const COLUMNS: Readonly<Record<string, Column>> = {
   'memory.used': { key: 'memUsedMiB', read: 'number' },
   'memory.total': { key: 'memTotalMiB', read: 'number' },
   'temperature.gpu': { key: 'tempC', read: 'number' },
-  'power.draw': { key: 'powerW', read: 'number' },
   'power.limit': { key: 'powerLimitW', read: 'number' },
   'clocks.sm': { key: 'smClockMHz', read: 'number' },
   'clocks.current.sm': { key: 'smClockMHz', read: 'number' },
@@ -66,6 +76,16 @@ const COLUMNS: Readonly<Record<string, Column>> = {
   'clocks_event_reasons.active': { key: 'throttleReasons', read: 'bitmask' },
   'clocks_throttle_reasons.active': { key: 'throttleReasons', read: 'bitmask' },
 };
+
+/** The power readings, by field name; the aliases are the ones `--help-query-gpu` lists. */
+const POWER_COLUMNS: Readonly<Record<string, PowerReading>> = {
+  'power.draw': 'draw',
+  'power.draw.average': 'average',
+  'gpu.power.draw.average': 'average',
+  'power.draw.instant': 'instant',
+  'gpu.power.draw.instant': 'instant',
+};
+const POWER_PREFERENCE: readonly PowerReading[] = ['average', 'instant', 'draw'];
 
 /**
  * "[N/A]", "[Not Supported]", "[Unknown Error]", "[GPU requires reset]", "[Insufficient Permissions]",
@@ -133,14 +153,37 @@ export function parseGpuLine(line: string, fields: readonly string[], at: number
 
   const sample = emptyGpuSample(at, index);
   const problems: string[] = [];
+  const power: Partial<Record<PowerReading, number>> = {};
   fields.forEach((field, i) => {
-    const column = COLUMNS[field];
+    const column = POWER_COLUMNS[field] ? ({ read: 'number' } as const) : COLUMNS[field];
     if (!column) return;
     const value = readValue(columns[i]!, column.read);
     if (value === UNREADABLE) problems.push(`unreadable ${field}`);
-    else (sample as unknown as Record<SampleKey, number | string | null>)[column.key] = value;
+    else if ('key' in column) (sample as unknown as Record<SampleKey, number | string | null>)[column.key] = value;
+    else if (typeof value === 'number') power[POWER_COLUMNS[field]!] = value;
   });
+  // A GA100 or pre-Ampere GPU answers power.draw.average with [N/A]: the next reading stands in.
+  const reading = POWER_PREFERENCE.find((kind) => power[kind] !== undefined) ?? null;
+  sample.powerW = reading === null ? null : power[reading]!;
+  sample.powerReading = reading;
   return { ok: true, sample, problems };
+}
+
+/** What nvidia-smi's exit codes 14 and 15 mean (NVML_ERROR_CORRUPTED_INFOROM, NVML_ERROR_GPU_IS_LOST): it still prints the rows it could read. */
+const EXIT_WARNINGS: Readonly<Record<number, string>> = {
+  14: 'infoROM is corrupted',
+  15: 'a GPU has fallen off the bus or is otherwise inaccessible',
+};
+
+/** The meaning of an exit code after which nvidia-smi's rows are still good, or null. */
+export function exitWarning(code: number | null): string | null {
+  return code === null ? null : (EXIT_WARNINGS[code] ?? null);
+}
+
+/** nvidia-smi's own warning lines ("WARNING: infoROM is corrupted at gpu 0000:00:1E.0") among the rows. */
+export function driverWarning(line: string): string | null {
+  const match = /^WARNING: (.+)$/.exec(line.trim());
+  return match ? match[1]! : null;
 }
 
 const UNKNOWN_FIELD = /Field "([^"]+)" is not a valid field to (?:query|be queried)/;

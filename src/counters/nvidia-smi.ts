@@ -2,7 +2,18 @@ import { execFile, spawn, type ChildProcess, type ExecFileException } from 'node
 import { performance } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
 import type { Logger } from '../log/log.js';
-import { hasFigures, parseGpuLine, queryFields, RoundGrouper, unknownQueryField, type ReasonNaming } from './nvidia-smi-parse.js';
+import { anyMigEnabled, parseMigListing, parseMigQuery, withMigInstances, withQueryDetails, type MigDevice } from './nvidia-smi-mig.js';
+import {
+  driverWarning,
+  exitWarning,
+  hasFigures,
+  OPTIONAL_GROUPS,
+  parseGpuLine,
+  queryFields,
+  RoundGrouper,
+  unknownQueryField,
+  type ReasonNaming,
+} from './nvidia-smi-parse.js';
 import type { CollectorHealth, CollectorState, GpuCollector, GpuSample, GpuSink } from './types.js';
 
 export interface Backoff {
@@ -42,6 +53,8 @@ interface Query {
   naming: ReasonNaming;
   fields: string[];
   samples: GpuSample[];
+  /** A GPU answered mig.mode.current "Enabled". */
+  mig: boolean;
 }
 
 /** One long-lived `nvidia-smi ... -lms N` child and what it has said. */
@@ -86,6 +99,8 @@ export class NvidiaSmiCollector implements GpuCollector {
   private stopped = false;
   private sink: GpuSink = () => undefined;
   private query: Query | null = null;
+  /** MIG instances, delivered as devices of their own after their GPU's row. */
+  private migs: MigDevice[] = [];
   private run: LoopRun | null = null;
   private restartTimer: NodeJS.Timeout | null = null;
   private watchdog: NodeJS.Timeout | null = null;
@@ -112,9 +127,17 @@ export class NvidiaSmiCollector implements GpuCollector {
       this.fail((error as Error).message);
       throw error;
     }
+    if (this.query.mig) this.migs = await this.readMigDevices();
     if (this.stopped) return;
     this.log.info(
-      { binary: this.binary, gpus: this.query.samples.length, reasons_field: this.query.fields.at(-1), interval_ms: this.intervalMs },
+      {
+        binary: this.binary,
+        gpus: this.query.samples.length,
+        mig_instances: this.migs.length,
+        reasons_field: this.query.fields.at(-1),
+        power_fields: this.query.fields.filter((field) => field.startsWith('power.draw')),
+        interval_ms: this.intervalMs,
+      },
       'reading GPU counters from nvidia-smi',
     );
     this.deliver(this.query.samples);
@@ -145,30 +168,60 @@ export class NvidiaSmiCollector implements GpuCollector {
     };
   }
 
-  /** One query with the new reasons name; drivers before 535 refuse it, so ask again with the old one. */
+  /**
+   * One query with every field; a driver that refuses one is asked again without it: an optional
+   * group (the split power readings, MIG mode) is dropped, and drivers before 535 get the old name
+   * of the reasons bitmask. A current driver answers the first.
+   */
   private async probe(): Promise<Query> {
-    const attempt = await this.queryOnce(queryFields('event'));
-    if (attempt.ok) return { naming: 'event', ...attempt.query };
-    const unknown = unknownQueryField(attempt.output);
-    if (unknown?.startsWith('clocks_event_reasons.')) {
-      this.log.info({ refused: unknown }, 'driver predates clocks_event_reasons (before 535); using clocks_throttle_reasons');
-      const old = await this.queryOnce(queryFields('throttle'));
-      if (old.ok) return { naming: 'throttle', ...old.query };
-      throw new NvidiaSmiUnavailableError(old.reason);
+    let naming: ReasonNaming = 'event';
+    let groups = [...OPTIONAL_GROUPS];
+    for (;;) {
+      const attempt = await this.queryOnce(queryFields(naming, groups.flat()));
+      if (attempt.ok) return { naming, ...attempt.query };
+      const unknown = unknownQueryField(attempt.output);
+      const refusedGroup = unknown === null ? undefined : groups.find((group) => group.includes(unknown));
+      if (refusedGroup) {
+        this.log.info({ refused: unknown, without: refusedGroup }, 'driver does not know an optional field; asking without it');
+        groups = groups.filter((group) => group !== refusedGroup);
+      } else if (naming === 'event' && unknown?.startsWith('clocks_event_reasons.')) {
+        this.log.info({ refused: unknown }, 'driver predates clocks_event_reasons (before 535); using clocks_throttle_reasons');
+        naming = 'throttle';
+      } else {
+        throw new NvidiaSmiUnavailableError(attempt.reason);
+      }
     }
-    throw new NvidiaSmiUnavailableError(attempt.reason);
   }
 
   private async queryOnce(
     fields: string[],
-  ): Promise<{ ok: true; query: { fields: string[]; samples: GpuSample[] } } | { ok: false; reason: string; output: string }> {
+  ): Promise<{ ok: true; query: { fields: string[]; samples: GpuSample[]; mig: boolean } } | { ok: false; reason: string; output: string }> {
     const result = await execOnce(this.binary, queryArgs(fields), { env: this.env, timeoutMs: this.probeTimeoutMs });
-    if (!result.ok) return { ok: false, reason: result.reason, output: result.output };
+    const warning = result.ok ? null : exitWarning(result.code);
+    if (!result.ok && warning === null) return { ok: false, reason: result.reason, output: result.output };
     const samples = this.parseProbe(result.stdout, fields);
     if (samples.length === 0) {
-      return { ok: false, reason: `printed no GPU rows: ${firstLine(result.stdout) || '(nothing)'}`, output: result.stdout };
+      return { ok: false, reason: result.ok ? `printed no GPU rows: ${firstLine(result.stdout) || '(nothing)'}` : result.reason, output: result.ok ? result.stdout : result.output };
     }
-    return { ok: true, query: { fields, samples } };
+    if (!result.ok) {
+      // Exit 14 and 15 are warnings about one GPU; the rows printed are good (NVIDIA/gpu-operator#285).
+      this.lastError = `nvidia-smi exited ${result.code} (${warning}); its rows are read`;
+      this.log.warn({ code: result.code, meaning: warning, stderr: firstLine(result.output) || null }, 'nvidia-smi exited with a warning code; reading the rows it printed');
+    }
+    return { ok: true, query: { fields, samples, mig: anyMigEnabled(result.stdout, fields) } };
+  }
+
+  /** On a MIG-enabled GPU: `nvidia-smi -L` once, and `-q` if the instance ids are not in the UUIDs; none where either fails. */
+  private async readMigDevices(): Promise<MigDevice[]> {
+    const options = { env: this.env, timeoutMs: this.probeTimeoutMs };
+    const listing = await execOnce(this.binary, ['-L'], options);
+    if (!listing.ok && exitWarning(listing.code) === null) return [];
+    let devices = parseMigListing(listing.stdout);
+    if (devices.some((device) => device.gpuInstanceId === null)) {
+      const query = await execOnce(this.binary, ['-q'], options);
+      if (query.ok || exitWarning(query.code) !== null) devices = withQueryDetails(devices, parseMigQuery(query.stdout));
+    }
+    return devices;
   }
 
   private parseProbe(stdout: string, fields: string[]): GpuSample[] {
@@ -182,6 +235,12 @@ export class NvidiaSmiCollector implements GpuCollector {
   }
 
   private toSample(line: string, fields: readonly string[], at: number): GpuSample | null {
+    const warning = driverWarning(line);
+    if (warning !== null) {
+      this.lastError = `nvidia-smi: ${warning}`;
+      this.warnings.warn(warning, 'nvidia-smi printed a warning among its rows; the rows are read', { line: clip(line) });
+      return null;
+    }
     const parsed = parseGpuLine(line, fields, at);
     if (!parsed.ok) {
       this.warnings.warn(parsed.problem, 'skipped an nvidia-smi line that is not a row of the query', { line: clip(line) });
@@ -240,11 +299,12 @@ export class NvidiaSmiCollector implements GpuCollector {
 
   private deliver(round: GpuSample[]): void {
     if (this.stopped || round.length === 0) return;
-    this.samples += round.length;
+    const devices = withMigInstances(round, this.migs);
+    this.samples += devices.length;
     this.lastSampleAt = this.now();
     if (round.some(hasFigures)) this.state = 'ok';
     try {
-      this.sink(round);
+      this.sink(devices);
     } catch (error) {
       this.warnings.warn('sink threw', 'the GPU sample consumer threw; samples keep coming', { err: (error as Error).message });
     }
@@ -298,7 +358,7 @@ function queryArgs(fields: readonly string[]): string[] {
   return [`--query-gpu=${fields.join(',')}`, '--format=csv,noheader,nounits'];
 }
 
-type ExecResult = { ok: true; stdout: string } | { ok: false; reason: string; output: string };
+type ExecResult = { ok: true; stdout: string } | { ok: false; reason: string; output: string; stdout: string; code: number | null };
 
 function execOnce(binary: string, args: string[], options: { env: NodeJS.ProcessEnv | undefined; timeoutMs: number }): Promise<ExecResult> {
   return new Promise((resolve) => {
@@ -309,7 +369,8 @@ function execOnce(binary: string, args: string[], options: { env: NodeJS.Process
       (error, stdout, stderr) => {
         if (!error) return resolve({ ok: true, stdout });
         const output = `${stdout}\n${stderr}`.trim();
-        resolve({ ok: false, reason: execFailure(binary, error, output, options.timeoutMs), output });
+        const code = typeof error.code === 'number' && !error.killed ? error.code : null;
+        resolve({ ok: false, reason: execFailure(binary, error, output, options.timeoutMs), output, stdout, code });
       },
     );
   });

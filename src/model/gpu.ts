@@ -7,16 +7,26 @@
 export interface GpuSample {
   /** Sidecar clock, ms since the epoch, when the sample was read. */
   at: number;
+  /** NVML index of the physical GPU (a MIG instance shares its parent's). */
   index: number;
+  /** This device's own UUID: `GPU-…`, or `MIG-…` for a MIG instance where the source names it. */
   uuid: string | null;
   name: string | null;
-  /** Percent, 0..100. */
+  /** A MIG instance's physical GPU; null for a whole GPU. */
+  parentUuid: string | null;
+  /** A MIG instance's GPU instance and compute instance ids, and its profile ("3g.40gb"). */
+  gpuInstanceId: number | null;
+  computeInstanceId: number | null;
+  migProfile: string | null;
+  /** Percent, 0..100. Under DCGM a MIG instance has no GPU_UTIL; there it is GR_ENGINE_ACTIVE × 100. */
   utilGpu: number | null;
   utilMem: number | null;
   memUsedMiB: number | null;
   memTotalMiB: number | null;
   tempC: number | null;
   powerW: number | null;
+  /** Which reading powerW is (see PowerReading). */
+  powerReading: PowerReading | null;
   powerLimitW: number | null;
   smClockMHz: number | null;
   smClockMaxMHz: number | null;
@@ -28,12 +38,20 @@ export interface GpuSample {
   /** DCGM profiling fields, fractions 0..1. */
   grEngineActive: number | null;
   smActive: number | null;
+  smOccupancy: number | null;
   tensorActive: number | null;
   dramActive: number | null;
   /** Bytes per second over PCIe. */
   pcieTxBps: number | null;
   pcieRxBps: number | null;
 }
+
+/**
+ * `average` and `instant` are nvidia-smi's power.draw.average / power.draw.instant (DCGM's
+ * POWER_USAGE_INSTANT); `draw` is plain power.draw or NVML's power usage, a 1 s average on Ampere
+ * and newer and an instant reading before, per `nvidia-smi --help-query-gpu`.
+ */
+export type PowerReading = 'average' | 'instant' | 'draw';
 
 /** The reason names, in bit order. */
 export const THROTTLE_REASON_NAMES = [
@@ -73,12 +91,17 @@ export function emptyGpuSample(at: number, index: number): GpuSample {
     index,
     uuid: null,
     name: null,
+    parentUuid: null,
+    gpuInstanceId: null,
+    computeInstanceId: null,
+    migProfile: null,
     utilGpu: null,
     utilMem: null,
     memUsedMiB: null,
     memTotalMiB: null,
     tempC: null,
     powerW: null,
+    powerReading: null,
     powerLimitW: null,
     smClockMHz: null,
     smClockMaxMHz: null,
@@ -87,6 +110,7 @@ export function emptyGpuSample(at: number, index: number): GpuSample {
     throttleReasons: null,
     grEngineActive: null,
     smActive: null,
+    smOccupancy: null,
     tensorActive: null,
     dramActive: null,
     pcieTxBps: null,

@@ -13,8 +13,9 @@
  * busy H100). Every key is optional:
  *
  *   {
- *     "driver": "new",        // "new" (535 and later): knows clocks_event_reasons.* AND clocks_throttle_reasons.*
- *                             // "old" (before 535): refuses clocks_event_reasons.* as an unknown field
+ *     "driver": "new",        // "new" (535 and later): knows clocks_event_reasons.* AND clocks_throttle_reasons.*,
+ *                             // and power.draw.average / power.draw.instant (equal to power.draw unless set)
+ *                             // "old" (before 535): refuses clocks_event_reasons.* and those two as unknown fields
  *     "gpus": 2,              // a count of default GPUs, or an array of per-GPU base values keyed by query
  *                             // field, e.g. [{ "name": "NVIDIA A100-SXM4-80GB", "power.limit": "[N/A]" }, {}]
  *                             // (a string is printed as is, so "[N/A]", "[GPU requires reset]" work)
@@ -50,6 +51,7 @@ const DEFAULT_GPU = {
   'clocks.max.sm': 1980,
   'clocks.mem': 2619,
   pstate: 'P0',
+  'mig.mode.current': 'Disabled',
   'clocks_event_reasons.active': 0,
 };
 
@@ -63,6 +65,8 @@ const ALIASES = {
 };
 
 const UNITS = {
+  'power.draw.average': 'W',
+  'power.draw.instant': 'W',
   'utilization.gpu': '%',
   'utilization.memory': '%',
   'memory.used': 'MiB',
@@ -75,6 +79,10 @@ const UNITS = {
 };
 
 const canonical = (field) => ALIASES[field] ?? field;
+
+/** Newer drivers' split power readings; a GPU that sets none reads power.draw in them. */
+const POWER_READINGS = ['power.draw.average', 'power.draw.instant'];
+const valueOf = (gpu, field) => gpu[canonical(field)] ?? (POWER_READINGS.includes(field) ? gpu['power.draw'] : undefined);
 
 function parseArgs(argv) {
   const options = { fields: null, format: null, loopMs: null };
@@ -131,8 +139,9 @@ function format(field, value, withUnits) {
 }
 
 function refusedField(fields, driver) {
-  const known = new Set(['index', ...Object.keys(DEFAULT_GPU)]);
-  return fields.find((field) => !known.has(canonical(field)) || (driver === 'old' && field.startsWith('clocks_event_reasons.')));
+  const known = new Set(['index', ...Object.keys(DEFAULT_GPU), ...POWER_READINGS]);
+  const newOnly = (field) => field.startsWith('clocks_event_reasons.') || POWER_READINGS.includes(field);
+  return fields.find((field) => !known.has(canonical(field)) || (driver === 'old' && newOnly(field)));
 }
 
 function main() {
@@ -157,7 +166,7 @@ function main() {
   const startedAt = scenario.t0 === undefined ? performance.now() : performance.now() - (Date.now() - scenario.t0);
   const printRound = () => {
     const values = valuesAt(scenario, gpus, (performance.now() - startedAt) / 1000);
-    const lines = values.map((gpu) => options.fields.map((field) => format(field, gpu[canonical(field)], withUnits)).join(', '));
+    const lines = values.map((gpu) => options.fields.map((field) => format(field, valueOf(gpu, field), withUnits)).join(', '));
     process.stdout.write(`${lines.join('\n')}\n`);
   };
 
