@@ -3,6 +3,8 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { describe, expect, it } from 'vitest';
+import { throttleCoverage } from '../src/counters/coverage.js';
+import { canonicalMetric, DCGM_METRICS, parseDcgmMetrics } from '../src/counters/dcgm-parse.js';
 import { CLI, ROOT, startSidecar } from './support/sidecar.js';
 
 /**
@@ -68,6 +70,7 @@ const manifests: Manifest[] = readdirSync(DIR)
   );
 const jobs = manifests.filter((m) => m.kind === 'Job');
 const podMonitors = manifests.filter((m) => m.kind === 'PodMonitor');
+const configMaps = manifests.filter((m) => m.kind === 'ConfigMap');
 
 /** Every variable `stepscope serve` reads, from its own --help. */
 const serveHelp = spawnSync(process.execPath, [CLI, 'serve', '--help'], { encoding: 'utf8' }).stdout.replace(/\s+/g, ' ');
@@ -131,11 +134,12 @@ const restricted = (container: Container) => {
 };
 
 describe('Kubernetes manifests', () => {
-  it('parse as YAML: training Jobs and a PodMonitor', () => {
+  it('parse as YAML: training Jobs, a PodMonitor and the dcgm-exporter counters', () => {
     expect(SERVE_ENV.size).toBeGreaterThan(10);
     expect(jobs.length).toBeGreaterThanOrEqual(3);
     expect(podMonitors).toHaveLength(1);
-    for (const m of manifests) expect(m.apiVersion, m.file).toMatch(/^(batch\/v1|monitoring\.coreos\.com\/v1)$/);
+    expect(configMaps.map((m) => m.file)).toEqual(['dcgm-exporter-counters.yaml']);
+    for (const m of manifests) expect(`${m.apiVersion} ${m.kind}`, m.file).toMatch(/^(batch\/v1 Job|monitoring\.coreos\.com\/v1 PodMonitor|v1 ConfigMap)$/);
     // The token's Secret is created out of band (README.md): no value of it is kept here.
     expect(manifests.filter((m) => m.kind === 'Secret')).toEqual([]);
   });
@@ -287,6 +291,37 @@ describe('Kubernetes manifests', () => {
     expect(Number(perNode.split('=')[1])).toBeGreaterThan(1);
   });
 
+  it('time the training script unmodified by default: `python -m stepscope run`, or STEPSCOPE_AUTO=1 for torchrun', () => {
+    const ways = new Set<string>();
+    for (const job of jobs) {
+      const { copier, trainers, spec } = pod(job);
+      const volume = spec.volumes!.find((v) => v.emptyDir && trainers.every((t) => t.volumeMounts?.some((m) => m.name === v.name)))!.name;
+      const hook = seenBy(copier, copier.command!.at(-1)!, trainers[0]!, volume);
+      for (const trainer of trainers) {
+        const entries = valueOf(trainer, 'PYTHONPATH')?.split(':') ?? [];
+        if (trainer.command?.slice(0, 4).join(' ') === 'python -m stepscope run') {
+          // The hook is importable; `run` sets STEPSCOPE_AUTO and the start-up folder for what it starts.
+          expect(entries, job.file).toContain(hook);
+          ways.add('python -m stepscope run');
+        } else {
+          // Any command (torchrun and each rank it starts): the start-up file, found through PYTHONPATH,
+          // instruments the script once it imports torch.
+          expect(valueOf(trainer, 'STEPSCOPE_AUTO'), `${job.file}: the zero-code path by default`).toBe('1');
+          expect(entries[0], job.file).toBe(`${hook}/stepscope/_boot`);
+          expect(entries, job.file).toContain(hook);
+          ways.add('STEPSCOPE_AUTO=1');
+        }
+      }
+    }
+    expect([...ways].sort()).toEqual(['STEPSCOPE_AUTO=1', 'python -m stepscope run']);
+    // What the manifests point at is in the hook the init container copies from the image.
+    expect(existsSync(path.join(ROOT, 'python-hook', 'stepscope', '_boot', 'sitecustomize.py'))).toBe(true);
+    expect(existsSync(path.join(ROOT, 'python-hook', 'stepscope', '__main__.py'))).toBe(true);
+    const readme = readFileSync(path.join(DIR, 'README.md'), 'utf8');
+    expect(readme).toContain('STEPSCOPE_AUTO=1');
+    expect(readme).toContain('python -m stepscope run');
+  });
+
   it('are scraped by the PodMonitor, on the sidecar’s port, with the token', () => {
     const [monitor] = podMonitors;
     const endpoint = monitor!.spec.podMetricsEndpoints[0];
@@ -301,5 +336,73 @@ describe('Kubernetes manifests', () => {
       const annotations = job.spec.template.metadata.annotations as Record<string, string> | undefined;
       if (annotations?.['prometheus.io/scrape']) expect(annotations['prometheus.io/port']).toBe(String(PORT));
     }
+  });
+});
+
+describe('dcgm-exporter counters (dcgm-exporter-counters.yaml)', () => {
+  const [configMap] = configMaps;
+  const csv = readFileSync(path.join(DIR, 'dcgm-exporter-counters.csv'), 'utf8');
+  /** As dcgm-exporter reads it: encoding/csv with '#' comments, three fields, spaces trimmed. */
+  const records = csv
+    .split('\n')
+    .filter((line) => line.trim() !== '' && !line.startsWith('#'))
+    .map((line) => line.split(',').map((field) => field.trim()));
+  const fields = records.map(([field]) => field!);
+
+  it('hold the CSV beside it under the keys the GPU Operator mounts and dcgm-exporter -m reads', () => {
+    expect(configMap!.metadata.name).toBe('stepscope-dcgm-counters');
+    const data = (configMap as unknown as { data: Record<string, string> }).data;
+    expect(data['dcgm-metrics.csv']).toBe(csv);
+    expect(data.metrics).toBe(csv);
+  });
+
+  it('are records dcgm-exporter accepts: three fields, a known metric type, every field once', () => {
+    for (const record of records) {
+      expect(record, record.join(',')).toHaveLength(3);
+      expect(['gauge', 'counter', 'label'], record.join(',')).toContain(record[1]);
+      expect(record[0]).toMatch(/^DCGM_FI_[A-Z0-9_]+$/);
+    }
+    expect(new Set(fields).size).toBe(fields.length);
+  });
+
+  it('add what throttling is judged from, and the profiling fields, to the exporter’s defaults', () => {
+    const defaults = [
+      'DCGM_FI_DEV_SM_CLOCK',
+      'DCGM_FI_DEV_MEM_CLOCK',
+      'DCGM_FI_DEV_GPU_TEMP',
+      'DCGM_FI_DEV_POWER_USAGE',
+      'DCGM_FI_DEV_GPU_UTIL',
+      'DCGM_FI_DEV_MEM_COPY_UTIL',
+      'DCGM_FI_DEV_FB_FREE',
+      'DCGM_FI_DEV_FB_USED',
+      'DCGM_FI_DEV_FB_RESERVED',
+      'DCGM_FI_PROF_GR_ENGINE_ACTIVE',
+      'DCGM_FI_PROF_PIPE_TENSOR_ACTIVE',
+      'DCGM_FI_PROF_DRAM_ACTIVE',
+    ];
+    const added = ['DCGM_FI_DEV_CLOCK_THROTTLE_REASONS', 'DCGM_FI_DEV_MAX_SM_CLOCK', 'DCGM_FI_DEV_POWER_MGMT_LIMIT', 'DCGM_FI_PROF_SM_ACTIVE', 'DCGM_FI_PROF_SM_OCCUPANCY'];
+    expect(fields).toEqual(expect.arrayContaining([...defaults, ...added]));
+    // Every field stepscope reads from it is one the parser knows, under the name it is exported as.
+    for (const field of fields.filter((f) => DCGM_METRICS.includes(canonicalMetric(f)!))) expect(canonicalMetric(field), field).toBe(field);
+  });
+
+  it('make throttling checkable: an exporter serving them leaves no signal missing', () => {
+    // What such an exporter serves for one GPU, one series per counter, in its label set.
+    const labels = 'gpu="0",UUID="GPU-a1c5e7f9-3b2d-4e6a-8c0f-5d9b7a3e1c48",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="node-1"';
+    const value: Record<string, string> = { DCGM_FI_DEV_CLOCK_THROTTLE_REASONS: '36', DCGM_FI_DEV_MAX_SM_CLOCK: '1980', DCGM_FI_DEV_POWER_MGMT_LIMIT: '700.000000' };
+    const text = records.filter(([, type]) => type !== 'label').map(([field]) => `${field}{${labels}} ${value[field!] ?? '1'}`).join('\n');
+    const [gpu] = parseDcgmMetrics(text, {}, 0);
+    expect(gpu).toMatchObject({ throttleReasons: 36, smClockMaxMHz: 1980, powerLimitW: 700 });
+    expect(throttleCoverage({ samples: 1, reasonSamples: 1, smClockMaxMHz: gpu!.smClockMaxMHz, powerLimitW: gpu!.powerLimitW }, 'dcgm')).toMatchObject({ missing: [], checkable: true });
+  });
+
+  it('are named where the exporter is configured and in the README, with the commands that wire them', () => {
+    const readme = readFileSync(path.join(DIR, 'README.md'), 'utf8');
+    expect(readme).toContain('kubectl apply -n gpu-operator -f dcgm-exporter-counters.yaml');
+    expect(readme).toContain('--set dcgmExporter.config.name=stepscope-dcgm-counters');
+    expect(readme).toContain('--set dcgmExporter.env[0].value=/etc/dcgm-exporter/dcgm-metrics.csv');
+    expect(readme).toContain('--set-file customMetrics=dcgm-exporter-counters.csv');
+    const dcgmJob = jobs.find((job) => pod(job).sidecar.env?.some((e) => e.name === 'STEPSCOPE_DCGM_URL'))!;
+    expect(readFileSync(path.join(DIR, dcgmJob.file), 'utf8')).toContain('dcgm-exporter-counters.yaml');
   });
 });

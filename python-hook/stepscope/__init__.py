@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
 import weakref
 
-from . import _env, _log, _ws
+from . import _comm, _env, _log, _ws
 from ._scope import PHASES, CloseResult, Scope
 
-__all__ = ["init", "Scope", "CloseResult", "PHASES", "DEFAULT_URL", "__version__"]
+__all__ = ["init", "watch_ddp", "Scope", "CloseResult", "PHASES", "DEFAULT_URL", "__version__"]
+
+#: stepscope.watch_ddp(model) -> bool: time DDP's gradient all-reduce buckets (call once after wrapping the model).
+watch_ddp = _comm.watch_ddp
 
 __version__ = "0.1.0"
 
@@ -49,6 +53,7 @@ def init(
     max_unacked: int = 100_000,
     gpu_event_pairs: int = 256,
     exit_timeout: float = 2.0,
+    comm: bool = True,
 ) -> Scope:
     """Start timing this process's training loop and reporting it to the sidecar.
 
@@ -68,12 +73,16 @@ def init(
     max_unacked  records kept until the sidecar acknowledges them (oldest dropped beyond).
     gpu_event_pairs  size of the CUDA event pool.
     exit_timeout seconds the atexit handler waits for the sidecar when close() was not called.
+    comm         True: time torch.distributed's collectives and send the comm_* step columns.
 
     Calling init again closes the scope the previous call returned (waiting at most 1 s) and
     returns a new one, with a new session. Never raises: on an internal error, or with a URL or
     token that cannot work (said once), the scope returned times steps but sends nothing.
     """
     global _current
+    auto = sys.modules.get("stepscope._auto")
+    if auto is not None:
+        auto.explicit_init()  # the explicit API wins: the zero-code path stands down
     with _lock:
         previous, _current = _current, None
     if previous is not None:
@@ -110,6 +119,8 @@ def init(
                 buffer_size=int(buffer_size),
                 exit_timeout=float(exit_timeout),
             )
+            if comm:
+                _comm.install(scope)
     except Exception as exc:
         _log.warn_once(_log.INTERNAL, "could not start (%s: %s); sending nothing" % (type(exc).__name__, exc))
         scope = Scope(None, disabled="the hook could not start (%s)" % type(exc).__name__)

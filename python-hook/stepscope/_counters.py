@@ -1,14 +1,19 @@
 """Counters only the hook can read, for `counters` frames: its process tree and cgroup from
-/proc and /sys, and its own GPU through NVML (``pynvml``, from the ``nvidia-ml-py`` package).
+/proc and /sys, its own GPU through NVML (``pynvml``, from the ``nvidia-ml-py`` package), and the
+framework's allocator statistics (``_memory``: torch's CUDA caching allocator).
 
-Samplers run on the sender thread when the sidecar's `welcome` asks for them. A figure that
-cannot be read is None; a sampler never raises.
+Samplers run on the sender thread when the sidecar's `welcome` asks for them (a source the sidecar
+does not name is never sent: an older sidecar refuses sources it does not know). A figure that
+cannot be read is None; a sampler never raises. A sampler returns one sample (``sample``), the
+memory sampler a list (``samples``: one per device in use, none while CUDA is not in use).
 """
 
 from __future__ import annotations
 
 import os
 import time
+
+from . import _memory
 
 __all__ = ["CounterSchedule", "ProcessSampler", "NvmlSampler"]
 
@@ -20,9 +25,9 @@ class CounterSchedule:
     """What the sidecar's `welcome` asked for, when each sampler is next due, and the samples
     not sent yet. Runs on the sender thread."""
 
-    def __init__(self, gpu_env=None, *, process_sampler=None, nvml_sampler=None):
+    def __init__(self, gpu_env=None, *, process_sampler=None, nvml_sampler=None, memory_sampler=None):
         self._gpu_env = gpu_env
-        self._samplers = {"process": process_sampler, "nvml": nvml_sampler}
+        self._samplers = {"process": process_sampler, "nvml": nvml_sampler, "memory": memory_sampler}
         self._created = {name for name, sampler in self._samplers.items() if sampler is not None}
         self._plan = {}  # source -> [interval_s, next_due]
         self._buffers = {}
@@ -36,6 +41,8 @@ class CounterSchedule:
             interval_ms = wants.get("interval_ms")
             interval = interval_ms / 1000.0 if isinstance(interval_ms, (int, float)) and interval_ms > 0 else 0.5
             plan["nvml"] = [min(max(interval, 0.1), 60.0), now]
+        if wants.get("memory") is True and self._sampler("memory") is not None:
+            plan["memory"] = [_memory.MEMORY_INTERVAL_S, now]  # at most once a second
         for source, entry in plan.items():
             if source in self._plan:
                 entry[1] = self._plan[source][1]
@@ -46,7 +53,11 @@ class CounterSchedule:
             if now >= entry[1]:
                 entry[1] = max(entry[1] + entry[0], now)
                 buffer = self._buffers.setdefault(source, [])
-                buffer.append(self._samplers[source].sample(at_ns))
+                sampler = self._samplers[source]
+                if source == "memory":
+                    buffer.extend(sampler.samples(at_ns))  # one per device in use, none without CUDA
+                else:
+                    buffer.append(sampler.sample(at_ns))
                 del buffer[:-_MAX_SAMPLES]
 
     def take(self) -> list:
@@ -60,6 +71,8 @@ class CounterSchedule:
             self._created.add(source)
             if source == "process":
                 self._samplers[source] = ProcessSampler()
+            elif source == "memory":
+                self._samplers[source] = _memory.sampler()
             else:
                 self._samplers[source] = NvmlSampler.create(self._gpu_env)
         return self._samplers[source]
@@ -149,9 +162,14 @@ class _CgroupFiles:
                         paths[controller] = path
         except (OSError, ValueError):
             pass
+        unlimited_v2 = None
         for base in _candidates(root, paths.get("")):
-            if os.path.exists(os.path.join(base, "cpu.stat")) and os.path.exists(os.path.join(base, "cpu.max")):
-                return cls(2, stat=os.path.join(base, "cpu.stat"), limit=os.path.join(base, "cpu.max"))
+            if os.path.exists(os.path.join(base, "cpu.stat")):
+                if os.path.exists(os.path.join(base, "cpu.max")):
+                    return cls(2, stat=os.path.join(base, "cpu.stat"), limit=os.path.join(base, "cpu.max"))
+                # A v2 group without cpu.max (no cpu controller delegated, or a hybrid host's unified
+                # tree): still its usage; but a v1 cpu controller, with its quota, comes first.
+                unlimited_v2 = unlimited_v2 or os.path.join(base, "cpu.stat")
         cpu = _first_with(root, ("cpu,cpuacct", "cpu", "cpuacct,cpu"), paths.get("cpu"), "cpu.stat")
         if cpu is not None:
             cpuacct = _first_with(root, ("cpu,cpuacct", "cpuacct", "cpuacct,cpu"), paths.get("cpuacct"), "cpuacct.usage")
@@ -162,6 +180,8 @@ class _CgroupFiles:
                 period=os.path.join(cpu, "cpu.cfs_period_us"),
                 usage=None if cpuacct is None else os.path.join(cpuacct, "cpuacct.usage"),
             )
+        if unlimited_v2 is not None:
+            return cls(2, stat=unlimited_v2, limit=None)
         return cls(None)
 
     def read(self) -> dict:
@@ -184,6 +204,8 @@ class _CgroupFiles:
         return out
 
     def _quota_v2(self):
+        if self.limit is None:  # no cpu.max: no quota
+            return None
         quota, period = _read_text(self.limit).split()[:2]
         return None if quota == "max" else round(int(quota) / int(period), 3)
 

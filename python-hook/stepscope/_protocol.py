@@ -22,6 +22,10 @@ FIELDS = (
     "gpu_h2d_ns",
     "gpu_compute_ns",
     "gpu_idle_ns",
+    # Communication in collectives during the step (see _comm.py); nil where not measured.
+    "comm_ns",
+    "comm_wait_ns",
+    "comm_bytes",
 )
 MAX_ROWS_PER_FRAME = 4096
 MAX_DURATION_NS = 24 * 3600 * 10**9
@@ -99,9 +103,25 @@ _U64 = struct.Struct(">BQ").pack
 
 
 def encode_row(
-    seq, step, end_ns, dur_ns, data_ns, h2d_ns, compute_ns, samples, gpu_h2d_ns, gpu_compute_ns, gpu_idle_ns
+    seq,
+    step,
+    end_ns,
+    dur_ns,
+    data_ns,
+    h2d_ns,
+    compute_ns,
+    samples,
+    gpu_h2d_ns,
+    gpu_compute_ns,
+    gpu_idle_ns,
+    comm_ns=None,
+    comm_wait_ns=None,
+    comm_bytes=None,
 ) -> bytes:
     """Encode one step record, clamped so that it always passes the sidecar's row checks.
+
+    ``comm_ns`` and ``comm_wait_ns`` are clamped to the step and the wait to the time in
+    collectives (both are measured inside the step's interval, so this only guards rounding).
 
     Runs on the sender thread for every record, hence the inlined msgpack integer formats.
     """
@@ -126,9 +146,24 @@ def encode_row(
         gpu_idle_ns = _gpu_duration(gpu_idle_ns)
     if end_ns < 0:
         end_ns = 0
+    if comm_ns is not None or comm_wait_ns is not None or comm_bytes is not None:
+        comm_ns, comm_wait_ns, comm_bytes = _comm_columns(dur_ns, comm_ns, comm_wait_ns, comm_bytes)
     out = bytearray(_ROW_HEADER)
     for value in (
-        seq, step, end_ns, dur_ns, data_ns, h2d_ns, compute_ns, samples, gpu_h2d_ns, gpu_compute_ns, gpu_idle_ns
+        seq,
+        step,
+        end_ns,
+        dur_ns,
+        data_ns,
+        h2d_ns,
+        compute_ns,
+        samples,
+        gpu_h2d_ns,
+        gpu_compute_ns,
+        gpu_idle_ns,
+        comm_ns,
+        comm_wait_ns,
+        comm_bytes,
     ):
         if value is None:
             out.append(0xC0)
@@ -161,6 +196,19 @@ def _samples(samples):
 
 def _gpu_duration(ns: int) -> int:
     return min(max(int(ns), 0), MAX_DURATION_NS)
+
+
+def _comm_columns(dur_ns, comm_ns, comm_wait_ns, comm_bytes):
+    try:
+        if comm_ns is not None:
+            comm_ns = min(max(int(comm_ns), 0), dur_ns)
+        if comm_wait_ns is not None:
+            comm_wait_ns = min(max(int(comm_wait_ns), 0), dur_ns if comm_ns is None else comm_ns)
+        if comm_bytes is not None:
+            comm_bytes = min(max(int(comm_bytes), 0), MAX_INT)
+        return comm_ns, comm_wait_ns, comm_bytes
+    except Exception:  # never lose the record over its optional columns
+        return None, None, None
 
 
 def parse_server_message(payload: bytes) -> dict:

@@ -228,6 +228,7 @@ class Scope:
         self._errors = 0
         self._id = next(_scope_ids)
         self._disabled = disabled if connection is None else None
+        self._on_close = None  # the zero-code path ends the step it holds back (stepscope._auto)
         if connection is not None:
             self._sender = Sender(self._queue, self._wake, tick=self._background_tick, **connection)
             self._sender.start()
@@ -441,6 +442,8 @@ class Scope:
                 result = self._close_result
                 return result if result is not None else CloseResult(reason="closed")
             self._closed = True
+            if self._on_close is not None:
+                self._on_close()
             if self._batch_in_step:
                 self._batch_in_step = False
                 self._end_step(_now(), None)

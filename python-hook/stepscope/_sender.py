@@ -32,6 +32,7 @@ _HELLO_REFUSED = 1008
 _NOTED_CODES = (1008, 1009, 1011, 1013)
 _TOKEN_STATUSES = (401, 403)
 _NOT_SENT = "steps are still timed here but not sent"
+_NO_COMM = (None, None, None)
 
 
 class Sender:
@@ -69,6 +70,7 @@ class Sender:
         self._tick = tick
         self._mono_origin = _protocol.monotonic_origin(time.perf_counter_ns())
         self.gpu = None
+        self.comm = None  # a _comm.CommTracker: the comm_* columns of each row (None: nil)
         self._counters = counters if counters is not None else CounterSchedule(lambda: self._env)
 
         self._pending = collections.deque()  # records waiting for their GPU times
@@ -275,6 +277,8 @@ class Sender:
         unacked = self._unacked
         origin = self._mono_origin
         encode = _protocol.encode_row
+        comm = self.comm
+        comm_times = _NO_COMM
         while pending:
             seq, end_ns, dur_ns, data_ns, h2d_ns, compute_ns, samples, gpu_step = pending[0]
             if gpu_step is None:
@@ -283,8 +287,12 @@ class Sender:
                 gpu_times = (gpu_step.h2d_ns, gpu_step.compute_ns, gpu_step.idle_ns)
             else:
                 break
+            if comm is not None:
+                comm_times = comm.step_columns(end_ns - dur_ns, end_ns, self._closing)
+                if comm_times is None:
+                    break  # a collective of the step has yet to report its completion
             pending.popleft()
-            row = encode(seq, seq - 1, end_ns - origin, dur_ns, data_ns, h2d_ns, compute_ns, samples, *gpu_times)
+            row = encode(seq, seq - 1, end_ns - origin, dur_ns, data_ns, h2d_ns, compute_ns, samples, *gpu_times, *comm_times)
             unacked.append((seq, row))
             self._unsent += 1
 

@@ -249,7 +249,7 @@ class OrderedEmissionTest(GpuCase):
         sender._collect()
         rows = [_msgpack.unpackb(row) for _, row in sender._unacked]
         self.assertEqual([row[0] for row in rows], [1, 2, 3])
-        gpu_columns = [row[8:] for row in rows]
+        gpu_columns = [row[8:11] for row in rows]
         self.assertEqual(gpu_columns, [[100, 100, None], [None, None, None], [0, 0, None]])
         self.assertEqual(len(_protocol.FIELDS), len(rows[0]))
 

@@ -1,0 +1,652 @@
+"""The zero-code path: time an unmodified PyTorch training loop from PyTorch's own seams.
+
+``stepscope run``, ``python -m stepscope run`` and ``STEPSCOPE_AUTO=1`` (through the
+``_boot/sitecustomize.py`` start-up file) call :func:`install` once the script has imported torch.
+Nothing here imports torch itself, and importing stepscope never imports this module.
+
+What is watched (torch 1.13 through 2.x):
+
+- **data**: time blocked in ``__next__`` of a DataLoader's iterator (``_BaseDataLoaderIter``),
+  on the training thread, with autograd on. A loader read under ``torch.no_grad()`` or
+  ``inference_mode()`` (an evaluation loop) is left in "other".
+- **the step boundary**: the end of ``optimizer.step()`` (the global optimizer step post-hook from
+  torch 2.0, ``Optimizer._optimizer_step_code`` on 1.13), or the end of ``loss.backward()`` in a
+  program that never creates an optimizer. Where batches come from a DataLoader, a step ends at the
+  last optimizer step before the next batch is read, so several optimizers stepped on one batch
+  (a GAN) and gradient accumulation make one step each, as the training loop means them.
+- **h2d**: on CUDA only, ``Tensor.to(..., non_blocking=True)`` and ``Tensor.cuda(..., non_blocking=True)``
+  from the CPU to the GPU, on the training thread (a blocking copy waits for the GPU's queue, so its
+  time is the GPU's compute: it stays in "compute").
+- **compute**: from a batch's arrival to the optimizer step, less the copies in between; the time
+  after the step until the next batch is read (logging, checkpoints, evaluation) is "other".
+- **samples**: the first dimension of each batch (a tensor, the first item of a tuple or list, the
+  first value of a mapping).
+- **rank and world size**: from the launcher's environment (``RANK``, ``WORLD_SIZE``,
+  ``LOCAL_RANK``), else from ``torch.distributed`` once it is initialized (``mp.spawn``).
+
+The scope is created at the first step event, not at import: a process that imports torch but never
+trains (the torchrun launcher, a DataLoader worker) sends nothing. A program that calls
+``stepscope.init()`` itself is timed by the explicit API alone: the zero-code path stands down for
+good (after ending the step in progress), so the two never count the same time.
+
+Every wrapper here is a few attribute reads on the hot path and never raises into the training loop.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+import time
+
+from . import _log
+
+__all__ = ["install", "uninstall", "installed", "scope_for", "batch_samples", "SUPPORTED"]
+
+SUPPORTED = ((1, 13), (3, 0))  # torch versions instrumented: from 1.13 up to, not including, 3.0
+TOPIC = "auto"
+_NO_STEP_AFTER = 64  # batches read with no step boundary before saying the loop cannot be followed
+_CUDA_CHECKS = 200  # steps during which the hook looks for CUDA coming into use (for h2d)
+
+_now = time.perf_counter_ns
+_get_ident = threading.get_ident
+
+
+def batch_samples(batch):
+    """The number of samples in a batch: the first dimension of its first tensor; None if unknown."""
+    try:
+        for _ in range(4):
+            shape = getattr(batch, "shape", None)
+            if shape is not None:
+                return int(shape[0]) if len(shape) else None
+            if isinstance(batch, (list, tuple)):
+                if not batch:
+                    return None
+                batch = batch[0]
+                continue
+            values = getattr(batch, "values", None)
+            if callable(values) and not isinstance(batch, (str, bytes)):
+                batch = next(iter(values()), None)
+                continue
+            return None
+    except Exception:
+        return None
+    return None
+
+
+def torch_version(torch):
+    """(major, minor) of ``torch.__version__``; None if it cannot be read."""
+    match = re.match(r"\s*(\d+)\.(\d+)", str(getattr(torch, "__version__", "")))
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+class _Driver:
+    """The state of the zero-code path for this process; its methods run on the training thread."""
+
+    def __init__(self):
+        self.on = False  # instrumenting now
+        self.retired = None  # why it stood down for good, else None
+        self.installed = False
+        self.scope = None
+        self.scope_factory = None  # tests: a callable returning the scope to drive
+        self.creating = False  # stepscope.init() is being called from here
+        self.tid = None  # the training thread
+        self.armed_at = 0  # when torch was instrumented (the first step's start without loader or optimizer)
+        self.optimizer_at = 0  # when the last optimizer was created before the first step
+        self.optimizer_seen = False  # an optimizer exists: backward passes are not step boundaries
+        self.loader_seen = False  # batches come from a DataLoader: steps end at the next batch
+        self.loader_env_sent = False
+        self.started = False  # the first step has begun
+        self.window = 0  # start of the open compute window (ns), 0 when closed
+        self.excl = 0  # h2d time inside the open window
+        self.pending = 0  # end of the step awaiting the next batch (ns), 0 when none
+        self.samples = None  # samples of the batches of the step in progress
+        self.steps = 0
+        self.boundaries = 0  # optimizer steps or backward passes seen
+        self.reads_since_boundary = 0
+        self.cuda_checks = _CUDA_CHECKS
+        self.errors = 0
+        self.undo = []  # (owner, attribute name, original value or _MISSING) to restore at uninstall
+        self.handles = []  # hook handles to remove at uninstall
+        self.torch = None
+        self.stepper = ""  # how optimizer steps are seen: "post-hook" (torch >= 2.0), "step-code" (1.13)
+
+    # --- scope ---------------------------------------------------------------
+
+    def start_scope(self):
+        """The scope to drive, made at the first step event; None when the path stands down."""
+        if not self.on:
+            return None
+        try:
+            if self.scope_factory is not None:
+                scope = self.scope_factory()
+            else:
+                import stepscope
+
+                current = stepscope._current
+                if current is not None and not current._closed:
+                    self.retire("the program made its own scope (stepscope.init())")
+                    return None
+                self.creating = True
+                try:
+                    scope = stepscope.init(**_identity_from_torch())
+                finally:
+                    self.creating = False
+            scope._on_close = self.flush
+            sender = scope._sender
+            if sender is not None:
+                sender.add_env({"instrumentation": "auto"})
+            self.scope = scope
+            return scope
+        except Exception as exc:
+            self.retire("could not start (%s: %s)" % (type(exc).__name__, exc), warn=True)
+            return None
+
+    def retire(self, why, warn=False):
+        """Stand down for good: end the step awaiting its end, touch nothing from now on."""
+        if self.retired is None:
+            self.retired = why
+        self.on = False
+        try:
+            if self.scope is not None and self.pending:
+                self._end(self.pending)
+        except Exception:
+            pass
+        self.window = self.pending = 0
+        if warn:
+            _log.warn_once(TOPIC, "zero-code: %s; the script runs untouched" % why)
+
+    def flush(self):
+        """The scope is closing: end the step that waits for its end; record nothing more."""
+        try:
+            if self.pending:
+                self._end(self.pending)
+        except Exception:
+            self._error()
+        self.on = False
+        self.window = self.pending = 0
+
+    # --- events (training thread) -------------------------------------------
+
+    def fetch(self, next_batch, iterator):
+        """``next()`` of a DataLoader iterator: its blocking time is data; the batch opens compute."""
+        scope = self.scope or self.start_scope()
+        if scope is None:
+            return next_batch(iterator)
+        try:
+            t0 = _now()
+            if self.pending:
+                self._end(self.pending)
+            elif self.window:
+                scope._compute.total += t0 - self.window - self.excl
+                self.window = 0
+            if not self.started:
+                self._begin(t0)
+            self.loader_seen = True
+        except Exception:
+            self._error()
+            return next_batch(iterator)
+        try:
+            batch = next_batch(iterator)
+        except StopIteration:
+            scope._data.total += _now() - t0
+            raise
+        t1 = _now()
+        try:
+            scope._data.total += t1 - t0
+            self.window = t1
+            self.excl = 0
+            n = batch_samples(batch)
+            if n is not None:
+                self.samples = n if self.samples is None else self.samples + n
+            if not self.loader_env_sent:
+                self._send_loader_env(iterator)
+            self.reads_since_boundary += 1
+            if self.reads_since_boundary == _NO_STEP_AFTER and not self.boundaries:
+                _log.warn_once(
+                    TOPIC + ":no-step",
+                    "zero-code: %d DataLoader batches read but no optimizer.step() or backward() seen on "
+                    "this thread yet: no step is timed until one comes; a loop with neither needs the "
+                    "explicit API (scope.loader / scope.step)" % _NO_STEP_AFTER,
+                )
+        except Exception:
+            self._error()
+        return batch
+
+    def boundary(self):
+        """An optimizer step (or a backward pass where there is no optimizer) ended just now."""
+        scope = self.scope or self.start_scope()
+        if scope is None:
+            return
+        try:
+            t = _now()
+            self.boundaries += 1
+            self.reads_since_boundary = 0
+            if not self.started:
+                start = max(self.armed_at, self.optimizer_at) or t
+                self._begin(start)
+                self.window = start
+                self.excl = 0
+            if self.pending:
+                # Another optimizer stepped on the same batch: its work is this step's compute.
+                scope._compute.total += t - self.pending
+            elif self.window:
+                scope._compute.total += t - self.window - self.excl
+                self.window = 0
+            if self.loader_seen:
+                self.pending = t
+            else:
+                self._end(t)
+                self.window = t
+                self.excl = 0
+        except Exception:
+            self._error()
+
+    def h2d(self, t0, t1):
+        """A non-blocking copy to the GPU took the training thread from t0 to t1."""
+        scope = self.scope
+        if scope is None or not self.started:
+            return
+        try:
+            if not self.torch.is_grad_enabled():
+                return  # an evaluation's copies, like its batches, stay in "other"
+            if self.pending:
+                self._end(self.pending)
+            took = t1 - t0
+            scope._h2d.total += took
+            if self.window:
+                self.excl += took
+        except Exception:
+            self._error()
+
+    def optimizer_created(self):
+        self.optimizer_seen = True
+        if not self.started:
+            self.optimizer_at = _now()
+
+    def adopt_thread(self):
+        """An optimizer stepped on another thread than the one assumed: it is the training thread
+        if nothing has been timed yet."""
+        if self.started:
+            return False
+        self.tid = _get_ident()
+        return True
+
+    # --- internals --------------------------------------------------------------
+
+    def _begin(self, t):
+        self.started = True
+        self.scope._begin(t)
+
+    def _end(self, t):
+        scope = self.scope
+        if t <= scope._start:
+            t = scope._start + 1  # a step lasts at least 1 ns
+        samples = self.samples
+        self.samples = None
+        self.pending = 0
+        scope._end_step(t, samples)
+        self.steps += 1
+        if self.cuda_checks:
+            self.cuda_checks -= 1
+            _maybe_patch_h2d(self)
+
+    def _send_loader_env(self, iterator):
+        self.loader_env_sent = True
+        sender = self.scope._sender
+        if sender is None:
+            return
+        env = {}
+        for key, attr in (
+            ("num_workers", "_num_workers"),
+            ("pin_memory", "_pin_memory"),
+            ("prefetch_factor", "_prefetch_factor"),
+            ("persistent_workers", "_persistent_workers"),
+        ):
+            value = getattr(iterator, attr, None)
+            if isinstance(value, (bool, int)):
+                env[key] = value
+        batch_size = getattr(getattr(iterator, "_index_sampler", None), "batch_size", None)
+        if isinstance(batch_size, int) and not isinstance(batch_size, bool):
+            env["batch_size"] = batch_size
+        if env:
+            sender.add_env({"loader": env})
+
+    def _error(self):
+        self.errors += 1
+        _log.warn_once(_log.INTERNAL, "internal error in the zero-code path (training continues; timing may be incomplete)")
+
+
+_driver = _Driver()
+_lock = threading.Lock()
+_MISSING = object()
+
+
+def installed() -> bool:
+    return _driver.installed
+
+
+def install(torch=None) -> bool:
+    """Instrument torch (already imported by the script) for the zero-code path; idempotent.
+
+    Returns True if the loop will be timed. Never raises: what cannot be instrumented is said once
+    and left untouched.
+    """
+    with _lock:
+        d = _driver
+        if d.installed:
+            return True
+        if d.retired is not None:
+            return False
+        try:
+            torch = torch or sys.modules.get("torch")
+            if torch is None:
+                return False
+            version = torch_version(torch)
+            if version is None or not SUPPORTED[0] <= version < SUPPORTED[1]:
+                d.retire(
+                    "torch %s is outside the versions it knows (1.13 to 2.x)" % getattr(torch, "__version__", "?")
+                    + ": use the explicit API (stepscope.init, scope.loader, scope.step)",
+                    warn=True,
+                )
+                return False
+            d.torch = torch
+            missing = []
+            if not _patch_loader(d, torch):
+                missing.append("DataLoader waits (no _BaseDataLoaderIter.__next__)")
+            stepper = d.stepper = _patch_optimizer(d, torch)
+            if not stepper:
+                missing.append("optimizer steps")
+            if not _patch_backward(d, torch):
+                missing.append("backward passes")
+            if not stepper and "backward passes" in missing:
+                _unpatch(d)
+                d.retire("torch %s offers neither an optimizer step nor a backward pass to follow" % torch.__version__, warn=True)
+                return False
+            if missing:
+                _log.warn_once(
+                    TOPIC + ":partial",
+                    "zero-code: torch %s: cannot see %s; timing the rest" % (torch.__version__, " nor ".join(missing)),
+                )
+            d.armed_at = _now()
+            d.tid = threading.main_thread().ident
+            d.installed = True
+            d.on = True
+            if hasattr(os, "register_at_fork") and not getattr(d, "_fork_registered", False):
+                os.register_at_fork(after_in_child=_off_in_child)
+                d._fork_registered = True
+            return True
+        except Exception as exc:
+            try:
+                _unpatch(d)
+            except Exception:
+                pass
+            d.retire("could not instrument torch (%s: %s)" % (type(exc).__name__, exc), warn=True)
+            return False
+
+
+def uninstall() -> None:
+    """Undo :func:`install` (tests): restore what was patched and forget the state."""
+    global _driver
+    with _lock:
+        d = _driver
+        d.on = False
+        _unpatch(d)
+        _driver = _Driver()
+        # The wrappers hold the old driver: it is off, so they only call the originals.
+
+
+def explicit_init():
+    """``stepscope.init()`` was called by the program (or an integration): the explicit API wins."""
+    d = _driver
+    if d.creating or not (d.on or d.installed):
+        return
+    d.retire("the program uses the explicit API")
+
+
+def scope_for(kind: str):
+    """The scope an integration (``kind``: "lightning", "transformers") drives, and whether it made it.
+
+    The zero-code path's scope if it has one (it stands down; the same session goes on), else the
+    program's own scope (``stepscope.init()`` called before), else a new one.
+    """
+    import stepscope
+
+    d = _driver
+    scope = d.scope
+    if scope is not None and not scope._closed and stepscope._current is scope:
+        d.retire("the %s integration takes over" % kind)
+        scope._on_close = None
+        owned = True
+    elif stepscope._current is not None and not stepscope._current._closed:
+        return stepscope._current, False
+    else:
+        scope = stepscope.init(**_identity_from_torch())
+        owned = True
+    sender = scope._sender
+    if sender is not None:
+        sender.add_env({"instrumentation": kind})
+    return scope, owned
+
+
+def _off_in_child():
+    _driver.on = False
+    _driver.scope = None
+
+
+def _identity_from_torch() -> dict:
+    """Rank and world size from torch.distributed where the launcher's environment has none
+    (processes started by ``mp.spawn``); {} otherwise."""
+    if os.environ.get("RANK", "").strip():
+        return {}
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is None or not dist.is_available() or not dist.is_initialized():
+            return {}
+        world_size = int(dist.get_world_size())
+        if world_size <= 1:
+            return {}
+        rank = int(dist.get_rank())
+    except Exception:
+        return {}
+    found = {"rank": rank, "world_size": world_size}
+    if not os.environ.get("LOCAL_RANK", "").strip():
+        found["local_rank"] = rank
+    if not os.environ.get("STEPSCOPE_JOB") and os.environ.get("TORCHELASTIC_RUN_ID", "none").lower() == "none":
+        # The ranks are children of one process (mp.spawn): the job is named after it, as for torchrun.
+        from . import _env
+
+        import socket
+
+        host = (socket.gethostname() or "unknown-host").split(".")[0]
+        parent = os.getppid()
+        started = _env.process_start_time(parent)
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started)) if started is not None else "launcher"
+        found["job"] = "%s-%s-%d" % (host, stamp, parent)
+    return found
+
+
+# --- patches -------------------------------------------------------------------
+
+
+def _set(d, owner, name, value):
+    d.undo.append((owner, name, owner.__dict__.get(name, _MISSING)))
+    setattr(owner, name, value)
+
+
+def _unpatch(d):
+    while d.handles:
+        handle = d.handles.pop()
+        try:
+            handle.remove()
+        except Exception:
+            pass
+    while d.undo:
+        owner, name, original = d.undo.pop()
+        try:
+            if original is _MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
+        except Exception:
+            pass
+    d.installed = False
+
+
+def _patch_loader(d, torch) -> bool:
+    try:
+        from torch.utils.data import dataloader
+    except Exception:
+        return False
+    base = getattr(dataloader, "_BaseDataLoaderIter", None)
+    original = getattr(base, "__dict__", {}).get("__next__")
+    if base is None or not callable(original):
+        return False
+    _set(d, base, "__next__", make_next(d, original, torch.is_grad_enabled))
+    return True
+
+
+def make_next(d, original, grad_enabled):
+    """The ``__next__`` of DataLoader iterators: ``original``, timed as data on the training thread."""
+    get_ident = _get_ident
+
+    def __next__(self):
+        if d.on and get_ident() == d.tid and grad_enabled():
+            return d.fetch(original, self)
+        return original(self)
+
+    __next__.__wrapped__ = original
+    __next__.__doc__ = original.__doc__
+    return __next__
+
+
+def make_post_hook(d):
+    """The global optimizer step post-hook: the end of an optimizer step is a step boundary."""
+    get_ident = _get_ident
+
+    def post_hook(optimizer, args, kwargs):
+        if d.on and (get_ident() == d.tid or d.adopt_thread()):
+            d.boundary()
+
+    return post_hook
+
+
+def make_backward(d, original):
+    """``Tensor.backward``: the end of a backward pass is a step boundary where there is no optimizer."""
+    get_ident = _get_ident
+
+    def backward(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        if d.on and not d.optimizer_seen and get_ident() == d.tid:
+            d.boundary()
+        return result
+
+    backward.__wrapped__ = original
+    backward.__doc__ = original.__doc__
+    return backward
+
+
+def _patch_optimizer(d, torch) -> str:
+    """Follow optimizer steps; the way used ("post-hook", "step-code"), or "" if none."""
+    optim = getattr(torch, "optim", None)
+    optimizer_cls = getattr(optim, "Optimizer", None)
+    if optimizer_cls is None:
+        return ""
+    get_ident = _get_ident
+
+    original_init = optimizer_cls.__dict__.get("__init__")
+    if callable(original_init):
+
+        def __init__(self, *args, **kwargs):
+            original_init(self, *args, **kwargs)
+            if d.on and get_ident() == d.tid:
+                d.optimizer_created()
+            else:
+                d.optimizer_seen = True
+
+        __init__.__wrapped__ = original_init
+        __init__.__doc__ = original_init.__doc__
+        _set(d, optimizer_cls, "__init__", __init__)
+
+    post_hook = make_post_hook(d)
+    # torch.optim deletes the name of its submodule: find it where the import system keeps it.
+    register = getattr(sys.modules.get("torch.optim.optimizer"), "register_optimizer_step_post_hook", None)
+    if callable(register):
+        d.handles.append(register(post_hook))
+        return "post-hook"
+    step_code = optimizer_cls.__dict__.get("_optimizer_step_code")
+    if callable(step_code):
+        # torch 1.13: called by the wrapper Optimizer.__init__ puts around every optimizer's step().
+
+        def _optimizer_step_code(self):
+            step_code(self)
+            if d.on:
+                post_hook(self, (), {})
+
+        _optimizer_step_code.__wrapped__ = step_code
+        _set(d, optimizer_cls, "_optimizer_step_code", _optimizer_step_code)
+        return "step-code"
+    return ""
+
+
+def _patch_backward(d, torch) -> bool:
+    tensor = getattr(torch, "Tensor", None)
+    original = getattr(tensor, "__dict__", {}).get("backward")
+    if not callable(original):
+        return False
+    _set(d, tensor, "backward", make_backward(d, original))
+    return True
+
+
+def _maybe_patch_h2d(d):
+    """Once CUDA is in use, time non-blocking copies from the CPU to the GPU (never on a CPU-only run)."""
+    torch = d.torch
+    try:
+        if torch is None or not torch.cuda.is_initialized():
+            return
+    except Exception:
+        d.cuda_checks = 0
+        return
+    d.cuda_checks = 0
+    try:
+        patch_h2d(d, torch.Tensor)
+    except Exception:
+        _log.warn_once(TOPIC + ":h2d", "zero-code: cannot time copies to the GPU in this torch; they stay in compute")
+
+
+def patch_h2d(d, tensor_cls):
+    """Wrap ``tensor_cls.to`` and ``.cuda``: a non-blocking copy from a non-CUDA tensor that returns a
+    CUDA tensor is h2d time (training thread only)."""
+    get_ident = _get_ident
+    original_to = tensor_cls.to
+    original_cuda = tensor_cls.cuda
+
+    def to(self, *args, **kwargs):
+        if (
+            not d.on
+            or not (kwargs.get("non_blocking") or (len(args) > 1 and (args[1] is True or (len(args) > 2 and args[2] is True))))
+            or self.is_cuda
+            or get_ident() != d.tid
+        ):
+            return original_to(self, *args, **kwargs)
+        t0 = _now()
+        out = original_to(self, *args, **kwargs)
+        if out.is_cuda:
+            d.h2d(t0, _now())
+        return out
+
+    def cuda(self, *args, **kwargs):
+        if not d.on or not (kwargs.get("non_blocking") or (len(args) > 1 and args[1] is True)) or self.is_cuda or get_ident() != d.tid:
+            return original_cuda(self, *args, **kwargs)
+        t0 = _now()
+        out = original_cuda(self, *args, **kwargs)
+        d.h2d(t0, _now())
+        return out
+
+    to.__wrapped__ = original_to
+    to.__doc__ = original_to.__doc__
+    cuda.__wrapped__ = original_cuda
+    cuda.__doc__ = original_cuda.__doc__
+    _set(d, tensor_cls, "to", to)
+    _set(d, tensor_cls, "cuda", cuda)

@@ -1,0 +1,91 @@
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { findVenvPython } from './support/python.js';
+import { fixture, runProcess } from './support/run-python.js';
+import { ROOT } from './support/sidecar.js';
+import { runWithSidecar, stepSeconds } from './support/torch-runs.js';
+
+/**
+ * Real multi-rank and framework runs on current PyTorch (the test environment from PyPI), each
+ * against a real sidecar: a DDP job under real `torchrun --nproc_per_node 2` on gloo through the
+ * zero-code path (STEPSCOPE_AUTO=1, as the Kubernetes manifests run it), a Lightning run with
+ * stepscope's Callback and a Hugging Face Trainer run with its TrainerCallback. Each is checked for
+ * the exact step count, step times that add up to the wall time the script measured itself, and the
+ * verdict (compute-bound: their data is a few percent of the step, the bar is 20%).
+ */
+
+/** Heavier than the rest of `npm test` (Lightning and Transformers take seconds of CPU to import):
+ * run by .ci/run after it, with STEPSCOPE_TEST_FRAMEWORKS=1. */
+const ON = !!process.env.STEPSCOPE_TEST_FRAMEWORKS;
+const venv = ON ? findVenvPython() : { python: null, why: 'set STEPSCOPE_TEST_FRAMEWORKS=1 to run them (.ci/run does, after npm test)' };
+const TIMEOUT = 240_000;
+const HOOK = path.join(ROOT, 'python-hook');
+const zeroCodeEnv = { STEPSCOPE_AUTO: '1', PYTHONPATH: [path.join(HOOK, 'stepscope', '_boot'), HOOK].join(path.delimiter), OMP_NUM_THREADS: '1' };
+
+describe.skipIf(!venv.python)(`real frameworks on current PyTorch${venv.python ? '' : ` (skipped: ${venv.why})`}`, () => {
+  it.concurrent('a DDP job under torchrun with 2 ranks on gloo, unmodified (STEPSCOPE_AUTO=1): both ranks, every step', async () => {
+    const torchrun = path.join(path.dirname(venv.python!), 'torchrun');
+    const measured: any[] = [];
+    const { summary } = await runWithSidecar(async (url, out) => {
+      const run = await runProcess(
+        torchrun,
+        ['--standalone', '--nproc_per_node', '2', fixture('zero_code/ddp_torchrun.py'), '--size', '3840', '--batch-size', '32', '--out-dir', out],
+        { ...zeroCodeEnv, STEPSCOPE_URL: url, STEPSCOPE_JOB: 'ddp' },
+        200_000,
+        'torchrun ddp_torchrun.py',
+      );
+      // What each rank measured itself (the launcher mixes the ranks' output).
+      if (run.code === 0) for (const rank of [0, 1]) measured.push(JSON.parse(readFileSync(path.join(out, `rank${rank}.json`), 'utf8')));
+      return [run];
+    });
+    expect(measured.map((m) => [m.rank, m.steps, m.world_size])).toEqual([
+      [0, 60, 2],
+      [1, 60, 2],
+    ]);
+    expect(summary).toMatchObject({ job: 'ddp', world_size: 2, steps: 120 });
+    expect(summary.ranks.map((r: any) => [r.rank, r.steps])).toEqual([
+      [0, 60],
+      [1, 60],
+    ]);
+    for (const rank of summary.ranks) {
+      const own = measured[rank.rank];
+      expect(Math.abs(stepSeconds(rank) - own.train_s), `rank ${rank.rank}`).toBeLessThan(0.05 * own.train_s + 0.05);
+      expect(rank.breakdown.data, `rank ${rank.rank}`).toBeLessThan(0.1);
+      expect(rank.verdict, `rank ${rank.rank}: ${summary.headline}`).toBe('compute-bound');
+    }
+    expect(summary.verdict, summary.headline).toBe('compute-bound');
+    expect(summary.straggler).toBeNull();
+  }, TIMEOUT);
+
+  it.concurrent('Lightning with StepscopeCallback: one step per optimizer step, validation outside the data', async () => {
+    const { summary, runs } = await runWithSidecar((url) =>
+      Promise.all([
+        runProcess(venv.python!, [fixture('frameworks/lightning_train.py'), '--steps', '60', '--val-every', '20'], { STEPSCOPE_URL: url, STEPSCOPE_JOB: 'lightning', OMP_NUM_THREADS: '1' }, 200_000, 'lightning_train.py'),
+      ]),
+    );
+    const [script] = runs.map((r) => r.result);
+    expect(script.steps).toBe(60);
+    const [rank] = summary.ranks;
+    expect(summary).toMatchObject({ job: 'lightning', steps: 60 });
+    expect(Math.abs(stepSeconds(rank) - script.train_s)).toBeLessThan(0.05 * script.train_s + 0.05);
+    expect(rank.breakdown.data).toBeLessThan(0.15);
+    expect([summary.verdict, rank.verdict], summary.headline).toEqual(['compute-bound', 'compute-bound']);
+    expect(summary.env.instrumentation).toBe('lightning');
+  }, TIMEOUT);
+
+  it.concurrent('Hugging Face Trainer with StepscopeCallback: one step per optimizer step', async () => {
+    const { summary, runs } = await runWithSidecar((url) =>
+      Promise.all([runProcess(venv.python!, [fixture('frameworks/hf_trainer.py'), '--steps', '60'], { STEPSCOPE_URL: url, STEPSCOPE_JOB: 'hf', OMP_NUM_THREADS: '1' }, 200_000, 'hf_trainer.py')]),
+    );
+    const [script] = runs.map((r) => r.result);
+    expect(script.steps).toBe(60);
+    const [rank] = summary.ranks;
+    expect(summary).toMatchObject({ job: 'hf', steps: 60 });
+    expect(Math.abs(stepSeconds(rank) - script.train_s)).toBeLessThan(0.05 * script.train_s + 0.05);
+    expect(rank.breakdown.data).toBeLessThan(0.15);
+    expect([summary.verdict, rank.verdict], summary.headline).toEqual(['compute-bound', 'compute-bound']);
+    expect(summary.env.instrumentation).toBe('transformers');
+  }, TIMEOUT);
+});
+

@@ -1,0 +1,82 @@
+import { describe, expect, it } from 'vitest';
+import { findVenvPython } from './support/python.js';
+import { fixture, runProcess, stepscopeRun } from './support/run-python.js';
+import { runWithSidecar, stepSeconds } from './support/torch-runs.js';
+
+/**
+ * The zero-code path on current PyTorch (the test environment from PyPI, python-hook/
+ * requirements-test.txt): training scripts in the style of PyTorch's own examples, which know
+ * nothing of stepscope, timed from outside and checked against a real sidecar for the exact step
+ * count, step times that add up to the wall time the scripts measured themselves, and the verdict.
+ * The Debian-PyTorch (1.13) tests of the explicit API stay in hook-e2e and straggler-e2e; the
+ * zero-code path on 1.13 is in the hook's own suite (python-hook/tests/test_auto.py).
+ *
+ * The two scenarios run at once, one process each; single-threaded torch keeps them off each
+ * other's core. Verdicts are far from their bars: the slow transform makes ~85% of the step data
+ * (the bar is 20%; sleeping, it stays far above it however loaded the machine), the CNN's data is ~1%.
+ */
+
+// Importing current torch twice costs ~20 s of CPU: run by .ci/run after `npm test` (with the framework
+// runs), whose budget is 3 minutes on 2 cores; the zero-code unit tests run in `npm test` on 1.13 and 2.15.
+const venv = process.env.STEPSCOPE_TEST_FRAMEWORKS ? findVenvPython() : { python: null, why: 'set STEPSCOPE_TEST_FRAMEWORKS=1 to run it (.ci/run does, after npm test)' };
+const quiet = { OMP_NUM_THREADS: '1', MKL_NUM_THREADS: '1' };
+/** A loaded machine takes its time importing torch; the runs themselves are seconds. */
+const TIMEOUT = 180_000;
+
+describe.skipIf(!venv.python)(`zero-code path on current PyTorch${venv.python ? '' : ` (skipped: ${venv.why})`}`, () => {
+  it.concurrent('`stepscope run -- python` an unmodified MNIST example: every optimizer step, compute-bound', async () => {
+    const run = stepscopeRun();
+    const { summary, runs } = await runWithSidecar((url) =>
+      Promise.all([
+        runProcess(
+          run.command,
+          [...run.args, '--url', url, '--job', 'mnist', '--', venv.python!, fixture('zero_code/mnist_like.py'), '--train-size', '240', '--batch-size', '4'],
+          { ...quiet, PYTHONPATH: '' },
+          170_000,
+          'stepscope run mnist_like.py',
+        ),
+      ]),
+    );
+    const [script] = runs.map((r) => r.result);
+    expect(script).toMatchObject({ steps: 60, samples: 240 });
+    expect(script.torch).toMatch(/^2\./);
+    const [rank] = summary.ranks;
+    expect(summary).toMatchObject({ job: 'mnist', world_size: 1, steps: 60 });
+    expect(rank.steps).toBe(60);
+    // The steps tile the training loop: from its first batch to its last optimizer step.
+    expect(Math.abs(stepSeconds(rank) - script.train_s)).toBeLessThan(0.05 * script.train_s + 0.05);
+    expect(rank.breakdown.data).toBeLessThan(0.1);
+    expect(rank.breakdown.compute).toBeGreaterThan(0.7);
+    expect([summary.verdict, rank.verdict], summary.headline).toEqual(['compute-bound', 'compute-bound']);
+    expect(summary.samples_per_s).toBeGreaterThan(0);
+    expect(summary.env).toMatchObject({ instrumentation: 'auto', loader: { batch_size: 4, num_workers: 0 } });
+    expect(summary.env.torch).toMatch(/^2\./);
+  }, TIMEOUT);
+
+  it.concurrent('`python -m stepscope run` an ImageNet-style loop with a slow transform: input-bound, the data share it measured', async () => {
+    const { summary, runs } = await runWithSidecar((url) =>
+      Promise.all([
+        runProcess(
+          venv.python!,
+          ['-m', 'stepscope', 'run', fixture('zero_code/imagenet_like.py'), '--images', '960', '--batch-size', '16', '--decode-ms', '3', '--workers', '0'],
+          { ...quiet, STEPSCOPE_URL: url, STEPSCOPE_JOB: 'imagenet' },
+          170_000,
+          'python -m stepscope run imagenet_like.py',
+        ),
+      ]),
+    );
+    const [script] = runs.map((r) => r.result);
+    expect(script.steps).toBe(60);
+    const [rank] = summary.ranks;
+    expect(summary).toMatchObject({ job: 'imagenet', steps: 60 });
+    expect(rank.steps).toBe(60);
+    // The example's own batch times (one fetch to the next) add up to the steps' time...
+    expect(Math.abs(stepSeconds(rank) - script.batch_s)).toBeLessThan(0.05 * script.batch_s + 0.05);
+    // ...and its own data time is the data share stepscope found.
+    const measured = script.data_s / script.batch_s;
+    expect(measured).toBeGreaterThan(0.3); // ~0.85 on an idle machine; the verdict's bar is 0.2
+    expect(Math.abs(rank.breakdown.data - measured)).toBeLessThanOrEqual(0.1 * measured);
+    expect([summary.verdict, rank.verdict], summary.headline).toEqual(['input-bound', 'input-bound']);
+    expect(summary.env).toMatchObject({ instrumentation: 'auto', loader: { batch_size: 16, num_workers: 0 } });
+  }, TIMEOUT);
+});
