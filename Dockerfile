@@ -20,16 +20,20 @@ FROM node:20-bookworm-slim
 # loopback, serve refuses to start without a token: docker run -e STEPSCOPE_TOKEN=... (every request,
 # /healthz and /metrics included, must then carry Authorization: Bearer <token>), or, on a network
 # you trust, `serve --insecure` (-e STEPSCOPE_INSECURE=1).
+# --out by default: the journal, each run's summary and HTML report, and the run history that each
+# new run of a job is compared with (history/). Mount a volume there to keep them past the container
+# (docker run -v stepscope:/var/lib/stepscope); the Kubernetes manifests set their own.
 ENV NODE_ENV=production \
     STEPSCOPE_HOST=0.0.0.0 \
-    STEPSCOPE_PORT=9477
+    STEPSCOPE_PORT=9477 \
+    STEPSCOPE_OUT=/var/lib/stepscope
 WORKDIR /app
 COPY --from=production-deps /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 COPY package.json ./
 COPY docs ./docs
 COPY python-hook ./python-hook
-RUN ln -s /app/dist/cli.js /usr/local/bin/stepscope
+RUN ln -s /app/dist/cli.js /usr/local/bin/stepscope && mkdir -p /var/lib/stepscope && chown 1000:1000 /var/lib/stepscope
 # Numeric, so that Kubernetes can check runAsNonRoot (it is the image's `node` user).
 USER 1000:1000
 EXPOSE 9477

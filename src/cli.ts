@@ -1,13 +1,18 @@
 #!/usr/bin/env node
+import { stat } from 'node:fs/promises';
+import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { compare } from './analysis/compare.js';
-import { readSummary } from './outputs/summary-files.js';
+import { readSummary, writeAtomically } from './outputs/summary-files.js';
+import { htmlReport } from './outputs/report-html-file.js';
+import { DEFAULT_HISTORY_KEEP, DEFAULT_REGRESSION_THRESHOLD_PCT } from './outputs/history.js';
 import { GPU_SOURCES } from './counters/registry.js';
 import { DEFAULT_LIMITS } from './ingest/limits.js';
 import { renderSummary } from './outputs/summary-render.js';
 import { LOG_LEVELS } from './log/log.js';
 import { DEFAULT_JOURNAL_MAX_BYTES, serve, type ServeOptions } from './serve.js';
 import { runReplay } from './replay-command.js';
+import { registerRunCommand } from './run-command.js';
 import { VERSION } from './server.js';
 
 function integer(min: number, max: number) {
@@ -30,9 +35,21 @@ function seconds(min: number, max: number) {
   };
 }
 
+function price(value: string): number {
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isFinite(n) || n < 0 || n > 1e6) throw new InvalidArgumentError('must be a price from 0 to 1000000 (per GPU-hour, in your currency)');
+  return n;
+}
+
 function rate(value: string): number {
   const n = Number(value);
   if (value.trim() === '' || !Number.isFinite(n) || n < 0.2 || n > 50) throw new InvalidArgumentError('must be a number of updates a second from 0.2 to 50');
+  return n;
+}
+
+function percent(value: string): number {
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isFinite(n) || n <= 0 || n > 1000) throw new InvalidArgumentError('must be a percentage above 0, such as 10');
   return n;
 }
 
@@ -52,6 +69,14 @@ function httpUrl(value: string): string {
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new InvalidArgumentError('must be an http(s) URL such as http://HOST:9400/metrics');
   return value;
+}
+
+/** A summary file, or the summary.json of the folder given. */
+async function summaryFile(target: string): Promise<string> {
+  const info = await stat(target).catch((error: Error) => {
+    throw new Error(`${target}: ${error.message}`);
+  });
+  return info.isDirectory() ? path.join(target, 'summary.json') : target;
 }
 
 const program = new Command('stepscope')
@@ -95,7 +120,16 @@ program
   .addOption(new Option('--sim-scenario <file>', 'JSON scenario for --gpu-source sim').env('STEPSCOPE_SIM_SCENARIO'))
   .addOption(new Option('--window <seconds>', 'length of the window that matches steps with counters and decides verdicts').default(4).argParser(seconds(1, 600)).env('STEPSCOPE_WINDOW'))
   .addOption(new Option('--hold <seconds>', 'a new verdict takes over once it has held this long').default(2).argParser(seconds(0, 600)).env('STEPSCOPE_HOLD'))
-  .addOption(new Option('--baseline <summary.json>', "a good run's summary: compare against it live and in the summary").env('STEPSCOPE_BASELINE'))
+  .addOption(new Option('--gpu-hour-price <price>', 'what a GPU-hour costs, to price the GPU time lost (waste ledger)').argParser(price).env('STEPSCOPE_GPU_HOUR_PRICE'))
+  .addOption(new Option('--baseline <summary.json>', "a good run's summary: compare every run with it, live and in the summary, instead of with the job's own history").env('STEPSCOPE_BASELINE'))
+  .addOption(new Option('--history <dir>', "where each finished run's summary is kept, to compare the job's next runs with (default: <out>/history)").env('STEPSCOPE_HISTORY'))
+  .addOption(new Option('--history-keep <n>', 'runs kept per job in the history').default(DEFAULT_HISTORY_KEEP).argParser(integer(1, 10_000)).env('STEPSCOPE_HISTORY_KEEP'))
+  .addOption(
+    new Option('--regression-threshold <pct>', 'a run this many percent slower per sample than its reference (the median of its recent runs, or --baseline) is a regression')
+      .default(DEFAULT_REGRESSION_THRESHOLD_PCT)
+      .argParser(percent)
+      .env('STEPSCOPE_REGRESSION_THRESHOLD'),
+  )
   .addOption(
     new Option('--journal-max-bytes <n>', 'hard cap on the journal under --out (checkpoint + segments); counter samples are given up first, steps wait')
       .default(DEFAULT_JOURNAL_MAX_BYTES)
@@ -127,7 +161,11 @@ program
       simScenario: options.simScenario,
       windowS: options.window,
       holdS: options.hold,
+      gpuHourPrice: options.gpuHourPrice ?? null,
       baseline: options.baseline,
+      historyDir: options.history,
+      historyKeep: options.historyKeep,
+      regressionThresholdPct: options.regressionThreshold,
       streamRateHz: options.streamRate,
       journalMaxBytes: options.journalMaxBytes,
       handleSignals: true,
@@ -146,12 +184,26 @@ program
 
 program
   .command('report')
-  .description('render an end-of-job summary again')
-  .argument('<summary.json>', 'a summary written by the sidecar')
+  .description('render an end-of-job summary again, as text, Markdown, JSON or a self-contained HTML page')
+  .argument('<summary>', 'a summary.json written by the sidecar, or the --out folder it is in')
   .addOption(new Option('--format <format>', 'output format').choices(['text', 'md', 'json']).default('text'))
-  .action(async (file: string, options: { format: 'text' | 'md' | 'json' }) => {
+  .option('--html', 'write the HTML report: charts over the run, the verdict timeline, ranks, GPUs, the comparison and the advice, in one file that opens offline')
+  .option('-o, --output <file>', 'where --html writes (default: report.html beside the summary; - for stdout)')
+  .action(async (target: string, options: { format: 'text' | 'md' | 'json'; html?: boolean; output?: string }) => {
+    const file = await summaryFile(target);
     const summary = await readSummary(file);
-    process.stdout.write(options.format === 'json' ? JSON.stringify(summary, null, 2) + '\n' : renderSummary(summary, options.format));
+    if (!options.html) {
+      process.stdout.write(options.format === 'json' ? JSON.stringify(summary, null, 2) + '\n' : renderSummary(summary, options.format));
+      return;
+    }
+    const html = await htmlReport(summary);
+    if (options.output === '-') {
+      process.stdout.write(html);
+      return;
+    }
+    const out = options.output ?? path.join(path.dirname(file), path.basename(file).replace(/^summary/, 'report').replace(/\.json$/, '') + '.html');
+    await writeAtomically(out, html);
+    process.stdout.write(`${out}\n`);
   });
 
 program
@@ -183,17 +235,28 @@ program
 program
   .command('watch')
   .description('the live viewer: verdicts, ranks, GPUs and history of the jobs the sidecars see')
-  .argument('[sidecars...]', 'sidecar addresses, one per node of the job (ws://HOST:PORT)', ['ws://127.0.0.1:9477'])
+  .argument('[sidecars...]', 'sidecar addresses, one per node of the job (ws://HOST:PORT; default ws://127.0.0.1:9477 without --selector)')
   .option('--plain', 'one plain line per update instead of the full-screen view (the default when stdout is not a terminal)')
   .addOption(new Option('--token <token>', 'sent as Authorization: Bearer <token>').env('STEPSCOPE_TOKEN'))
-  .action(async (targets: string[], options: { plain?: boolean; token?: string }) => {
+  .option('-l, --selector <labels>', "the job's pods by Kubernetes label selector (e.g. job-name=train): each one's sidecar through kubectl port-forward")
+  .option('-n, --namespace <namespace>', 'their namespace (default: kubectl\'s)')
+  .option('--context <context>', 'the kubectl context (default: the current one)')
+  .option('--kubectl <path>', 'the kubectl to run', 'kubectl')
+  .option('--sidecar-port <n>', "the sidecar's port in each pod", integer(1, 65535), 9477)
+  .action(async (given: string[], options: { plain?: boolean; token?: string; selector?: string; namespace?: string; context?: string; kubectl: string; sidecarPort: number }) => {
     let quit: () => void = () => undefined;
     const stop = new Promise<void>((resolve) => (quit = resolve));
     for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => quit());
     // Loaded here, not at start: the sidecar never needs the viewer's React and ink.
     const { startWatch } = await import('./viewer/watch.js');
-    const { done } = startWatch({ targets, token: options.token, plain: options.plain, stop });
+    const { kubeTargets } = await import('./viewer/kube.js');
+    const kube = options.selector
+      ? await kubeTargets({ selector: options.selector, namespace: options.namespace, context: options.context, kubectl: options.kubectl, port: options.sidecarPort })
+      : null;
+    const targets = [...given, ...(kube?.targets ?? [])];
+    const { done } = startWatch({ targets: targets.length ? targets : ['ws://127.0.0.1:9477'], token: options.token, plain: options.plain, stop });
     await done;
+    kube?.close();
     process.exit(0);
   });
 
@@ -216,6 +279,8 @@ program
       process.exit(1);
     }
   });
+
+registerRunCommand(program);
 
 program.parseAsync().catch((error: Error) => {
   process.stderr.write(`stepscope: ${error.message}\n`);

@@ -1,3 +1,4 @@
+import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import type { Summary } from './analysis/summary.js';
 import { DcgmCollector } from './counters/dcgm.js';
@@ -16,6 +17,7 @@ import { createLogger, type Logger, type LogLevel } from './log/log.js';
 import type { StreamLimits } from './outputs/stream-viewer.js';
 import { renderSummary } from './outputs/summary-render.js';
 import { readSummary, writeSummaryFiles } from './outputs/summary-files.js';
+import { sidecarHistory, type SidecarHistory } from './outputs/history-sidecar.js';
 import { buildServer } from './server.js';
 import { isLoopback } from './auth.js';
 
@@ -38,7 +40,15 @@ export interface ServeOptions {
   simScenario?: string;
   windowS: number;
   holdS: number;
+  /** What a GPU-hour costs (--gpu-hour-price), to price the waste ledger; null: not priced. */
+  gpuHourPrice?: number | null;
   baseline?: string;
+  /** The run history's folder (default <out>/history; none without --out). */
+  historyDir?: string;
+  /** Runs kept per job in the history (default 20). */
+  historyKeep?: number;
+  /** A run this much slower per sample than its reference is a regression, percent (default 10). */
+  regressionThresholdPct?: number;
   /** Frames a second on ws /v1/stream (default 4), and its per-viewer limits. */
   streamRateHz?: number;
   streamLimits?: Partial<StreamLimits>;
@@ -87,7 +97,7 @@ async function openJournal(options: ServeOptions, baseline: Summary | null, log:
     log,
   });
   if (!options.out) {
-    log.warn('no --out: nothing is journaled, so a restart forgets the job and no summary file is written');
+    log.warn('no --out: nothing is journaled, so a restart forgets the job, no summary or report file is written and no run history is kept to compare runs with');
     const engine = new Engine({ baseline });
     return { engine, recorder: new Recorder(engine, null, recorderOptions(0)) };
   }
@@ -134,15 +144,27 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
   checkExposure(options, log);
   checkMemoryFits(options.limits);
   const baseline = await loadBaseline(options.baseline);
-  const { engine, recorder } = await openJournal(options, baseline, log);
-  const config = { windowMs: options.windowS * 1000, holdMs: options.holdS * 1000, endGraceMs: options.endGraceS * 1000 };
+  // Comparisons (with --baseline or the run history) are made beside the engine, in `history`.
+  const { engine, recorder } = await openJournal(options, null, log);
+  const history: SidecarHistory = sidecarHistory({
+    dir: options.historyDir ?? (options.out ? path.join(options.out, 'history') : null),
+    keep: options.historyKeep,
+    thresholdPct: options.regressionThresholdPct,
+    baseline,
+    engine,
+    log,
+  });
+  const config = { windowMs: options.windowS * 1000, holdMs: options.holdS * 1000, endGraceMs: options.endGraceS * 1000, gpuHourPrice: options.gpuHourPrice ?? null };
   await recorder.record({ t: 'start', at: Date.now(), config }).catch(() => undefined);
   const ingest = new Ingest(engine, recorder, { gpuIntervalMs: options.gpuIntervalMs, limits: options.limits });
   const fail = (what: string) => (error: Error) => log.error({ err: error.message }, `${what} not recorded`);
 
   /** Runs ended in this process: --exit-on-end waits for one, not for those replayed already ended. */
   let endedHere = 0;
-  const writeUp = async ({ job, run, summary }: EndedRun) => {
+  const writeUp = async (ended: EndedRun) => {
+    const { job, run } = ended;
+    // The summary is owed whatever the history does: without its comparison if need be.
+    const summary = await history.finish(ended).catch((error: Error) => (log.error({ err: error.message, job, run }, 'run not compared with its history'), ended.summary));
     const files = options.out ? await writeSummaryFiles(options.out, summary, run).catch((error: Error) => (log.error({ err: error.message }, 'summary not written'), null)) : [];
     log.info({ job, run, verdict: summary.verdict, cause: summary.cause, steps: summary.steps, files }, renderSummary(summary, 'text'));
     if (files !== null) await recorder.record({ t: 'summarized', at: Date.now(), job, run }).catch(fail('summary written'));
@@ -175,8 +197,9 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
     snapshotListeners.add(once);
   });
   let stopping: Promise<number> | null = null;
-  const published = (snapshot: EngineSnapshot | null) => {
-    if (!snapshot) return;
+  const published = (engineSnapshot: EngineSnapshot | null) => {
+    if (!engineSnapshot) return;
+    const snapshot = history.decorate(engineSnapshot);
     for (const event of snapshot.events) {
       log.info(
         { job: event.job, rank: event.rank, from: event.from, to: event.to, cause: event.cause, since: new Date(event.since).toISOString(), rule: event.judgement.evidence.rule },
@@ -196,8 +219,8 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
   const app = await buildServer({
     ingest,
     log,
-    snapshot: () => engine.snapshot(),
-    fresh: () => (engine.changed && stopping === null ? nextSnapshot() : Promise.resolve(engine.snapshot())),
+    snapshot: () => history.decorate(engine.snapshot()),
+    fresh: () => (engine.changed && stopping === null ? nextSnapshot() : Promise.resolve(history.decorate(engine.snapshot()))),
     onSnapshot: (listener) => (snapshotListeners.add(listener), () => snapshotListeners.delete(listener)),
     journal: () => recorder.health(),
     maxFrameBytes: options.maxFrameBytes,
@@ -208,6 +231,7 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
     ready: () => (gpu === undefined || stopping !== null ? { ready: false, reason: stopping ? 'stopping' : 'choosing the GPU counter source' } : { ready: true, reason: null }),
     stream: { rateHz: options.streamRateHz, limits: options.streamLimits },
   });
+  history.route(app);
   let resolveStopped: (code: number) => void = () => undefined;
   const stopped = new Promise<number>((resolve) => (resolveStopped = resolve));
 

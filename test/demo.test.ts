@@ -54,7 +54,10 @@ describe('stepscope demo', () => {
     expect(stdout).toMatch(/^Timeline\n-+\n/m);
     expect(stdout).toContain(`Summary written to ${path.join(out, 'summary.md')}`);
     expect(readFileSync(path.join(out, 'summary.md'), 'utf8')).toMatch(/^# stepscope: demo/);
-    for (const file of ['sidecar.log', 'rank-0.log', 'rank-1.log', 'gpu-scenario.json', 'wal-00000001.log']) expect(existsSync(path.join(out, file)), file).toBe(true);
+    for (const file of ['sidecar.log', 'rank-0.log', 'rank-1.log', 'gpu-scenario.json', 'wal-00000001.log', 'report.html', 'report-demo.html']) expect(existsSync(path.join(out, file)), file).toBe(true);
+    // The report's charts cover the whole story.
+    expect(summary.series.steps.length).toBeGreaterThanOrEqual(20);
+    expect(summary.series.gpus.find((g: { index: number }) => g.index === 1).throttled).toContain(1);
   });
 
   it('says in one line that python3 is missing', async () => {

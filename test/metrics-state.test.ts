@@ -37,7 +37,7 @@ const records = (count: number): StepRecord[] =>
     samples: 8,
     gpuH2dNs: null,
     gpuComputeNs: null,
-    gpuIdleNs: null,
+    gpuIdleNs: null, commNs: null, commWaitNs: null, commBytes: null,
   }));
 
 const apps: FastifyInstance[] = [];
@@ -114,7 +114,7 @@ describe('/metrics from a store filled in process', () => {
     const mig = { ...emptyGpuSample(T0, 0), uuid: 'MIG-7a3c', name: 'NVIDIA A30 MIG 2g.12gb', memUsedMiB: 1024, memTotalMiB: 12032, smClockMHz: 1440 };
     await s.ingest.gpuSamples([mig]);
     const families = await s.metrics();
-    expect(families.get('stepscope_gpu_info')!.series).toEqual([{ labels: { gpu: '0', gpu_uuid: 'MIG-7a3c', gpu_name: 'NVIDIA A30 MIG 2g.12gb' }, value: 1 }]);
+    expect(families.get('stepscope_gpu_info')!.series).toEqual([{ labels: { gpu: '0', gpu_uuid: 'MIG-7a3c', gpu_instance: '', gpu_name: 'NVIDIA A30 MIG 2g.12gb' }, value: 1 }]);
     expect(valueOf(families, 'stepscope_gpu_memory_used_bytes')).toBe(1024 * 1024 * 1024);
     expect(valueOf(families, 'stepscope_gpu_sm_clock_hertz')).toBe(1.44e9);
     for (const name of ['stepscope_gpu_utilization_ratio', 'stepscope_gpu_sm_clock_max_hertz', 'stepscope_gpu_power_watts', 'stepscope_gpu_throttle_reason_active', 'stepscope_gpu_throttle_reason_active_ratio']) {
@@ -142,7 +142,7 @@ describe('/metrics from a store filled in process', () => {
 describe('the verdict state set', () => {
   it('has one series per verdict and cause, exactly one of them 1', () => {
     const series = verdictStateSet({ verdict: 'throttled', cause: 'power' });
-    expect(series).toHaveLength(15);
+    expect(series).toHaveLength(25);
     expect(series.filter((s) => s.value === 1)).toEqual([{ verdict: 'throttled', cause: 'power', value: 1 }]);
     expect(verdictStateSet(null).every((s) => s.value === 0)).toBe(true);
   });
@@ -150,7 +150,7 @@ describe('the verdict state set', () => {
   it('adds the pair in force when it is not one of the listed ones', () => {
     // A verdict kept through a window without steps carries no cause.
     const series = verdictStateSet({ verdict: 'input-bound', cause: null });
-    expect(series).toHaveLength(16);
+    expect(series).toHaveLength(26);
     expect(series.filter((s) => s.value === 1)).toEqual([{ verdict: 'input-bound', cause: '', value: 1 }]);
   });
 });

@@ -8,7 +8,7 @@ import WebSocket, { WebSocketServer } from 'ws';
 import { compare } from '../src/analysis/compare.js';
 import type { Summary } from '../src/analysis/summary.js';
 import { emptyGpuSample, ThrottleReason } from '../src/counters/types.js';
-import type { HostSample } from '../src/counters/host.js';
+import { emptyHostSample, type HostSample } from '../src/counters/host.js';
 import type { Env, Hello, StepRecord } from '../src/protocol/messages.js';
 import { InputError, MAX_INPUT_ERROR_LENGTH, parseInput } from '../src/protocol/parse.js';
 import { ComparisonSchema, SidecarStateSchema, STATE_SCHEMA, type SidecarState } from '../src/protocol/state.js';
@@ -67,10 +67,11 @@ const records = (count: number, durMs: number, dataMs: number): StepRecord[] =>
     samples: 32,
     gpuH2dNs: null,
     gpuComputeNs: null,
-    gpuIdleNs: null,
+    gpuIdleNs: null, commNs: null, commWaitNs: null, commBytes: null,
   }));
 
 const hostSample = (at: number): HostSample => ({
+  ...emptyHostSample(at),
   at,
   cpuPct: 35.5,
   cpuPerCorePct: [30, 41],
@@ -255,7 +256,7 @@ describe('refusing what does not validate', () => {
       [(c) => void delete (c as Partial<SnapshotFrame>).history, 'snapshot.history: missing'],
       [(c) => void Object.assign(c.state.jobs[0]!.ranks[0]!.window, { step_ms_p50: 'fast' }), 'snapshot.state.jobs.0.ranks.0.window.step_ms_p50: must be number or null (got "fast")'],
       [(c) => void Object.assign(c.state.jobs[0]!.verdict!, { since: 'yesterday' }), 'snapshot.state.jobs.0.verdict.since: must match format "date-time" (got "yesterday")'],
-      [(c) => void Object.assign(c.state.jobs[0]!.ranks[1]!.verdict!, { verdict: 'slow' }), 'snapshot.state.jobs.0.ranks.1.verdict.verdict: must be one of "input-bound", "transfer-bound", "host-bound", "throttled", "compute-bound", "warming-up" or "idle" (got "slow")'],
+      [(c) => void Object.assign(c.state.jobs[0]!.ranks[1]!.verdict!, { verdict: 'slow' }), 'snapshot.state.jobs.0.ranks.1.verdict.verdict: must be one of "input-bound", "transfer-bound", "host-bound", "communication-bound", "memory-bound", "throttled", "compute-bound" or … (got "slow")'],
       [(c) => void Object.assign(c.state.jobs[0]!.ranks[1]!.window.gpu!, { matched_by: null }), 'snapshot.state.jobs.0.ranks.1.window.gpu.matched_by: must be one of "uuid", "cuda-visible-devices" or "local-rank" (got null)'],
       [(c) => void Object.assign(c.state.ingest.rejected, { 1007: -1 }), 'snapshot.state.ingest.rejected.1007: must be >= 0 (got -1)'],
       [(c) => void Object.assign(c.state, { jobs: {} }), 'snapshot.state.jobs: must be array (got an object)'],

@@ -82,7 +82,17 @@ describe('stepscope replay', () => {
     const { dir } = await recording();
     const again = tempDir();
     expect(await runReplay(dir, { format: 'text', write: again, out: sink().stream, err: sink().stream })).toBe(0);
-    expect(readdirSync(again).sort()).toEqual(['summary-train.2.json', 'summary-train.2.md', 'summary-train.json', 'summary-train.md', 'summary.json', 'summary.md']);
+    expect(readdirSync(again).sort()).toEqual([
+      'report-train.2.html',
+      'report-train.html',
+      'report.html',
+      'summary-train.2.json',
+      'summary-train.2.md',
+      'summary-train.json',
+      'summary-train.md',
+      'summary.json',
+      'summary.md',
+    ]);
     expect(JSON.parse(readFileSync(path.join(again, 'summary-train.json'), 'utf8')).steps).toBe(480);
   });
 

@@ -3,6 +3,7 @@ import { findStraggler } from '../src/model/straggler.js';
 import { VerdictTracker } from '../src/analysis/tracker.js';
 import { judge, type RankContext } from '../src/analysis/verdict.js';
 import type { GpuWindow, RankWindow } from '../src/analysis/window.js';
+import { WasteLedger } from '../src/analysis/waste.js';
 
 const gpu = (over: Partial<GpuWindow> = {}): GpuWindow => ({
   index: 0,
@@ -17,6 +18,7 @@ const gpu = (over: Partial<GpuWindow> = {}): GpuWindow => ({
   sm_clock_frac_mean: 1,
   sm_clock_frac_min: 1,
   throttle_share: {},
+  throttle_unchecked: null,
   power_w_mean: 140,
   power_limit_w: 150,
   power_frac_mean: 0.93,
@@ -25,7 +27,9 @@ const gpu = (over: Partial<GpuWindow> = {}): GpuWindow => ({
   mem_total_mib: 23_028,
   mem_used_frac: 0.61,
   sm_active_mean: null,
+  sm_occupancy_mean: null,
   tensor_active_mean: null,
+  dram_active_mean: null,
   latest: { at: '', util: 95, sm_clock_mhz: 1695, temp_c: 70, throttle_reasons: [] },
   ...over,
 });
@@ -47,8 +51,10 @@ const window = (shares: { data?: number; h2d?: number; compute?: number; other?:
     breakdown: { data, h2d, compute, other },
     gpu_idle_share: null,
     gpu: gpu(),
-    host: { samples: 4, cpu_pct_mean: 30, iowait_pct_mean: 0, steal_pct_mean: 0, load1: 1, mem_used_frac: 0.3 },
+    host: { samples: 4, cpu_pct_mean: 30, iowait_pct_mean: 0, steal_pct_mean: 0, load1: 1, mem_used_frac: 0.3, cpu_pressure_pct: null, memory_pressure_pct: null },
     process: null,
+    comm: null,
+    memory: null,
     ...over,
   };
 };
@@ -170,7 +176,7 @@ describe('VerdictTracker', () => {
     const tracker = new VerdictTracker(2_000);
     tracker.update(j('compute-bound'), 0);
     const fewWorkers = judge(window({ data: 0.5 }), context({ env: { loader: { num_workers: 0 } } }));
-    const saturated = judge(window({ data: 0.5 }, { host: { samples: 4, cpu_pct_mean: 97, iowait_pct_mean: 0, steal_pct_mean: 0, load1: 9, mem_used_frac: 0.3 } }), context());
+    const saturated = judge(window({ data: 0.5 }, { host: { samples: 4, cpu_pct_mean: 97, iowait_pct_mean: 0, steal_pct_mean: 0, load1: 9, mem_used_frac: 0.3, cpu_pressure_pct: null, memory_pressure_pct: null } }), context());
     expect(tracker.update(fewWorkers, 1_000)).toBeNull();
     expect(tracker.update(saturated, 2_000)).toBeNull();
     expect(tracker.update(saturated, 3_000)).toMatchObject({ to: 'input-bound', cause: 'cpu-saturated', since: 1_000 });
@@ -206,5 +212,113 @@ describe('findStraggler', () => {
   it('names nobody when the ranks are alike', () => {
     const w = window({ data: 0.1 });
     expect(findStraggler([{ rank: 0, window: w }, { rank: 1, window: window({ data: 0.11 }) }])).toBeNull();
+  });
+});
+
+describe('communication, memory and what compute is made of', () => {
+  const comm = (wait: number, bytesPerS: number | null = 2e9) => ({ comm: { steps: 100, share: wait + 0.1, wait_share: wait, bytes_per_s: bytesPerS } });
+  const memory = (over: Partial<NonNullable<RankWindow['memory']>> = {}): Partial<RankWindow> => ({
+    memory: {
+      device: 0,
+      allocated_bytes: 60e9,
+      reserved_bytes: 70e9,
+      peak_allocated_bytes: 65e9,
+      total_bytes: 80e9,
+      reserved_frac: 0.875,
+      fragmentation: 0.1,
+      alloc_retries: 12,
+      ooms: 0,
+      growth_bytes_per_s: null,
+      exhausted_in_s: null,
+      ...over,
+    },
+  });
+
+  it('names the slow rank the collectives wait for, when a peer waits far less', () => {
+    const judgement = judge(window({ compute: 0.9 }, comm(0.35)), context({ peers: [{ rank: 1, commWaitShare: 0.02, stepMsMean: 40 }, { rank: 2, commWaitShare: 0.33, stepMsMean: 40 }] }));
+    expect([judgement.verdict, judgement.cause]).toEqual(['communication-bound', 'slow-rank']);
+    expect(judgement.evidence.rule).toMatch(/collectives wait for rank 1/);
+    expect(judgement.evidence.lost.communication).toBe(0.35);
+  });
+
+  it('blames the collective itself when every rank waits alike, with its bandwidth', () => {
+    const judgement = judge(window({ compute: 0.9 }, comm(0.3, 1.25e9)), context({ peers: [{ rank: 1, commWaitShare: 0.28, stepMsMean: 40 }] }));
+    expect([judgement.verdict, judgement.cause]).toEqual(['communication-bound', 'slow-collective']);
+    expect(judgement.evidence.rule).toMatch(/1\.25 GB\/s/);
+    expect(judgement.recommendations.map((r) => r.id)).toContain('overlap-communication');
+  });
+
+  it('stays compute-bound below the communication bar', () => {
+    expect(judge(window({ compute: 0.9 }, comm(0.1)), context()).verdict).toBe('compute-bound');
+  });
+
+  it('is memory-bound only when the allocator retries, and says why it must', () => {
+    expect(judge(window({ compute: 0.9 }, memory({ alloc_retries: 0 })), context()).verdict).toBe('compute-bound');
+    const thrash = judge(window({ compute: 0.9 }, memory()), context());
+    expect([thrash.verdict, thrash.cause]).toEqual(['memory-bound', 'allocator-thrash']);
+    expect(judge(window({ compute: 0.9 }, memory({ fragmentation: 0.45 })), context()).cause).toBe('fragmentation');
+    expect(judge(window({ compute: 0.9 }, memory({ reserved_frac: 0.97 })), context()).cause).toBe('near-capacity');
+    expect(judge(window({ compute: 0.9 }, memory({ alloc_retries: 0, ooms: 1, reserved_frac: 0.99 })), context()).cause).toBe('near-capacity');
+  });
+
+  it('splits compute-bound by the profiling counters, and says when they are absent', () => {
+    const split = (over: Partial<GpuWindow>) => judge(window({ compute: 0.95 }, { gpu: gpu(over) }), context());
+    expect(split({}).cause).toBeNull();
+    expect(split({}).evidence.figures.compute_split).toMatch(/not measured/);
+    expect(split({ util_mean: 97, sm_active_mean: 0.12 }).cause).toBe('launch-bound');
+    expect(split({ sm_active_mean: 0.8, dram_active_mean: 0.75 }).cause).toBe('memory-bandwidth');
+    expect(split({ sm_active_mean: 0.8, tensor_active_mean: 0.01 }).cause).toBe('tensor-cores-idle');
+    expect(split({ sm_active_mean: 0.8, tensor_active_mean: 0.4, dram_active_mean: 0.3 }).cause).toBeNull();
+  });
+});
+
+describe('the waste ledger', () => {
+  it('adds each limiter\'s lost share over time, with energy where power is known, priced when asked', () => {
+    const ledger = new WasteLedger();
+    for (let i = 0; i < 3600; i++) ledger.add(1, { input: 0.25, host: 0.05, throttle: 0 }, i < 1800 ? 300 : null);
+    ledger.add(3600, { input: 1 }, null);
+    const waste = ledger.view(2.5);
+    expect(waste.gpu_seconds).toBe(3610);
+    expect(waste.by_cause.map((entry) => [entry.cause, entry.gpu_seconds, entry.energy_j])).toEqual([
+      ['input', 910, 135_000],
+      ['host', 180, 27_000],
+    ]);
+    expect(waste.lost_cost).toBeCloseTo((1090 / 3600) * 2.5, 2);
+    expect(WasteLedger.load(ledger.dump()).view(null)).toEqual({ ...waste, price_per_gpu_hour: null, lost_cost: null });
+  });
+});
+
+describe('throttling that cannot be checked', () => {
+  it('says so in a compute-bound verdict rather than calling it healthy in silence', () => {
+    const blind = gpu({ sm_clock_max_mhz: null, sm_clock_frac_mean: null, sm_clock_frac_min: null, throttle_unchecked: 'the GPU counters carry neither clock-event (throttle) reasons nor the maximum SM clock' });
+    const judgement = judge(window({ compute: 0.95 }, { gpu: blind }), context());
+    expect(judgement.verdict).toBe('compute-bound');
+    expect(judgement.evidence.rule).toMatch(/throttling could not be checked: the GPU counters carry neither/);
+    expect(judgement.evidence.figures.throttle_check).toMatch(/neither clock-event/);
+    expect(judge(window({ compute: 0.95 }), context()).evidence.figures.throttle_check).toBe('checked');
+  });
+});
+
+describe('whose CPU, and host memory', () => {
+  const busyHost = (over: Partial<NonNullable<RankWindow['host']>> = {}) => ({
+    host: { samples: 4, cpu_pct_mean: 95, iowait_pct_mean: 0, steal_pct_mean: 0, load1: 8, mem_used_frac: 0.5, cpu_pressure_pct: 40, memory_pressure_pct: 0, ...over },
+  });
+
+  it('tells a neighbour eating the CPU (contention) from the job\'s own loaders using it up', () => {
+    const starved = window({ data: 0.4 }, busyHost());
+    const neighbour = judge(starved, context({ hostCores: 8, jobCpuCores: 1.5 }));
+    expect([neighbour.verdict, neighbour.cause]).toEqual(['input-bound', 'contention']);
+    expect(neighbour.evidence.rule).toMatch(/this job's processes use only 1\.5 of the 7\.6 busy cores/);
+    expect(neighbour.recommendations[0]!.id).toBe('find-neighbour');
+    const own = judge(starved, context({ hostCores: 8, jobCpuCores: 7 }));
+    expect([own.verdict, own.cause]).toEqual(['input-bound', 'cpu-saturated']);
+    expect(own.recommendations.map((r) => r.id)).toContain('cpu-balanced-instance');
+    // Without the job's own figures, it cannot tell: saturated, as before.
+    expect(judge(starved, context({ hostCores: 8 })).cause).toBe('cpu-saturated');
+  });
+
+  it('names host memory pressure (PSI) as the cause of input stalls', () => {
+    const judgement = judge(window({ data: 0.4 }, busyHost({ cpu_pct_mean: 50, memory_pressure_pct: 25 })), context());
+    expect([judgement.verdict, judgement.cause]).toEqual(['input-bound', 'memory-pressure']);
   });
 });

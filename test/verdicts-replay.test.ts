@@ -29,7 +29,7 @@ const RECORDINGS = recordings();
 const REQUIRED = [
   'compute-bound-a-healthy-loop',
   'input-bound-few-workers-data-loaded-in-the-training-process',
-  'input-bound-cpu-saturated-the-host-cpu-at-95',
+  'input-bound-contention-the-host-cpu-at-95-none-of-it-this-job-s',
   'input-bound-io-wait-the-host-30-in-iowait',
   'transfer-bound-slow-host-to-device-copies',
   'host-bound-outside-phases-logging-between-steps',

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { memoryWindow } from '../src/analysis/memory-window.js';
 import { rankWindow, type ProcessAt } from '../src/analysis/window.js';
 import { emptyGpuSample, ThrottleReason, type GpuSample } from '../src/counters/types.js';
 import type { StepRecord } from '../src/protocol/messages.js';
@@ -15,7 +16,7 @@ const step = (seq: number, ms: { dur: number; data?: number; compute?: number; i
   samples: 8,
   gpuH2dNs: null,
   gpuComputeNs: ms.idle === undefined ? null : (ms.compute ?? 0) * 1e6,
-  gpuIdleNs: ms.idle === undefined ? null : ms.idle * 1e6,
+  gpuIdleNs: ms.idle === undefined ? null : ms.idle * 1e6, commNs: null, commWaitNs: null, commBytes: null,
 });
 
 const gpuAt = (at: number, clock: number, reasons: number, util = 90): GpuSample => ({
@@ -56,7 +57,7 @@ describe('rankWindow', () => {
     const buckets = new StepBuckets();
     for (let i = 0; i < 20; i++) buckets.add(step(i + 1, { dur: 100, data: 40, compute: 50, idle: 30 }), 1_000 + i * 100);
     const gpu = [gpuAt(1_000, 1980, 0), gpuAt(1_500, 1980, 0), gpuAt(2_000, 1100, ThrottleReason.HwThermalSlowdown), gpuAt(2_500, 1100, ThrottleReason.HwThermalSlowdown | ThrottleReason.SwPowerCap)];
-    const window = rankWindow({ from: 1_000, to: 3_000, steps: buckets.between(1_000, 3_000), stepMs: [100, 100, 100], gpu: { samples: gpu, matchedBy: 'uuid' }, host: [], process: [] });
+    const window = rankWindow({ from: 1_000, to: 3_000, steps: buckets.between(1_000, 3_000), stepMs: [100, 100, 100], gpu: { samples: gpu, matchedBy: 'uuid' }, host: [], process: [], memory: [] });
     expect(window.steps).toBe(20);
     expect(window.breakdown).toEqual({ data: 0.4, h2d: 0, compute: 0.5, other: 0.1 });
     expect(window.gpu_idle_share).toBe(0.3);
@@ -74,7 +75,7 @@ describe('rankWindow', () => {
 
   it('says "not available" with null rather than zero when a counter is missing', () => {
     const mig = { ...emptyGpuSample(1_000, 0), uuid: 'MIG-1', memUsedMiB: 100, memTotalMiB: 10_000 };
-    const window = rankWindow({ from: 0, to: 2_000, steps: new StepBuckets().between(0, 2_000), stepMs: [], gpu: { samples: [mig], matchedBy: 'local-rank' }, host: [], process: [] });
+    const window = rankWindow({ from: 0, to: 2_000, steps: new StepBuckets().between(0, 2_000), stepMs: [], gpu: { samples: [mig], matchedBy: 'local-rank' }, host: [], process: [], memory: [] });
     expect(window.steps).toBe(0);
     expect(window.breakdown).toBeNull();
     expect(window.gpu).toMatchObject({ util_mean: null, sm_clock_frac_mean: null, throttle_share: {}, mem_used_frac: 0.01 });
@@ -87,7 +88,7 @@ describe('rankWindow', () => {
       { at_ns: 0, at: 1_000, ...base },
       { at_ns: 1e9, at: 2_000, ...base, cpu_main_s: 10.9, cpu_workers_s: 23, cgroup_nr_periods: 1010, cgroup_nr_throttled: 108, cgroup_throttled_usec: 5.4e6, cgroup_usage_usec: 33.9e6 },
     ];
-    const window = rankWindow({ from: 0, to: 2_000, steps: new StepBuckets().between(0, 2_000), stepMs: [], gpu: null, host: [], process });
+    const window = rankWindow({ from: 0, to: 2_000, steps: new StepBuckets().between(0, 2_000), stepMs: [], gpu: null, host: [], process, memory: [] });
     expect(window.process).toEqual({
       seconds: 1,
       cpu_main_cores: 0.9,
@@ -99,5 +100,38 @@ describe('rankWindow', () => {
       cgroup_throttled_share: 0.8,
       cgroup_throttled_s_per_s: 0.4,
     });
+  });
+});
+
+describe('the allocator over a window', () => {
+  const sample = (at: number, allocated: number, retries: number) => ({
+    at,
+    at_ns: at * 1e6,
+    device: 0,
+    allocated_bytes: allocated,
+    reserved_bytes: 30e9,
+    peak_allocated_bytes: allocated + 2e9,
+    alloc_retries: retries,
+    ooms: 0,
+    inactive_split_bytes: 3e9,
+    total_bytes: 80e9,
+    free_bytes: null,
+  });
+
+  it('counts retries in the window and forecasts when growth fills the device', () => {
+    // 10 minutes at 1 a second, allocated memory growing 10 MB a second.
+    const samples = Array.from({ length: 600 }, (_, i) => sample(i * 1000, 20e9 + i * 1e7, i >= 596 ? 5 : 0));
+    const memory = memoryWindow(samples, 595_000, 599_000)!;
+    expect(memory).toMatchObject({ alloc_retries: 5, ooms: 0, reserved_frac: 0.375, fragmentation: 0.1, growth_bytes_per_s: 10_000_000 });
+    // Headroom: 80e9 − (20e9 + 599e7 + 2e9) = 52.01e9 bytes at 1e7 a second.
+    expect(memory.exhausted_in_s).toBe(5201);
+  });
+
+  it('makes no forecast from under two minutes of samples, nor for memory that does not grow', () => {
+    const short = Array.from({ length: 60 }, (_, i) => sample(i * 1000, 20e9 + i * 1e8, 0));
+    expect(memoryWindow(short, 55_000, 59_000)).toMatchObject({ growth_bytes_per_s: null, exhausted_in_s: null });
+    const flat = Array.from({ length: 300 }, (_, i) => sample(i * 1000, 20e9 + (i % 2) * 1e6, 0));
+    expect(memoryWindow(flat, 295_000, 299_000)!.exhausted_in_s).toBeNull();
+    expect(memoryWindow([], 0, 1)).toBeNull();
   });
 });

@@ -1,6 +1,7 @@
 import { findStraggler, type Straggler } from '../model/straggler.js';
 import { VerdictTracker, type TrackerDump, type VerdictChange } from './tracker.js';
 import { judge, VERDICTS, type Cause, type Judgement, type RankContext, type Verdict } from './verdict.js';
+import { WasteLedger, type Waste, type WasteDump } from './waste.js';
 import type { RankWindow } from './window.js';
 
 /**
@@ -41,6 +42,8 @@ export interface AnalysisDump {
   stragglerNow: Straggler | null;
   stragglerSeconds: Array<[number, { seconds: number; latest: Straggler }]>;
   lastAt: number | null;
+  /** Absent in checkpoints written before the ledger existed. */
+  waste?: WasteDump;
 }
 
 /** Verdict changes kept per timeline (the job's, each rank's); a job that flaps for days keeps its latest. */
@@ -58,6 +61,7 @@ export class JobAnalysis {
   private stragglerNow: Straggler | null = null;
   private stragglerSeconds = new Map<number, { seconds: number; latest: Straggler }>();
   private lastAt: number | null = null;
+  private waste = new WasteLedger();
 
   constructor(
     readonly jobId: string,
@@ -84,6 +88,7 @@ export class JobAnalysis {
       stragglerNow: this.stragglerNow,
       stragglerSeconds: [...this.stragglerSeconds.entries()],
       lastAt: this.lastAt,
+      waste: this.waste.dump(),
     };
   }
 
@@ -97,21 +102,28 @@ export class JobAnalysis {
     analysis.stragglerNow = dump.stragglerNow;
     analysis.stragglerSeconds = new Map(dump.stragglerSeconds);
     analysis.lastAt = dump.lastAt;
+    analysis.waste = WasteLedger.load(dump.waste);
     return analysis;
   }
 
   evaluate(inputs: RankInput[], at: number): VerdictEvent[] {
     const events: VerdictEvent[] = [];
     const judged: Array<{ rank: number; window: RankWindow; held: Judgement }> = [];
+    const figures = inputs.map((input) => ({ rank: input.rank, commWaitShare: input.window.comm?.wait_share ?? null, stepMsMean: input.window.step_ms_mean }));
+    // The job's own CPU on this host: every rank's training process and loader workers, where all are measured.
+    const cores = inputs.map((input) => (input.window.process ? (input.window.process.cpu_main_cores ?? 0) + (input.window.process.cpu_workers_cores ?? 0) : null));
+    const jobCpuCores = cores.length > 0 && cores.every((c) => c !== null) ? cores.reduce((a, b) => a! + b!, 0) : null;
     for (const input of inputs) {
       const tracker = this.trackerOf(input.rank);
-      const judgement = judge(input.window, { ...input.context, current: tracker.current?.judgement.verdict ?? null });
+      const peers = figures.filter((peer) => peer.rank !== input.rank);
+      const judgement = judge(input.window, { ...input.context, current: tracker.current?.judgement.verdict ?? null, peers, jobCpuCores });
       const change = tracker.update(judgement, at);
       if (change) {
         this.rankChanges.set(input.rank, [...(this.rankChanges.get(input.rank) ?? []), change].slice(-MAX_CHANGES));
         events.push({ ...change, job: this.jobId, rank: input.rank });
       }
       judged.push({ rank: input.rank, window: input.window, held: tracker.current!.judgement });
+      if (this.lastAt !== null && ACTIVE(judgement.verdict)) this.waste.add((at - this.lastAt) / 1000, judgement.evidence.lost, input.window.gpu?.power_w_mean ?? null);
     }
     const active = judged.filter((r) => ACTIVE(r.held.verdict));
     this.stragglerNow = active.length >= 2 ? findStraggler(active) : null;
@@ -169,6 +181,11 @@ export class JobAnalysis {
 
   jobVerdict() {
     return this.job.current;
+  }
+
+  /** GPU time lost so far, by cause, priced at `pricePerGpuHour` when given. */
+  wasted(pricePerGpuHour: number | null): Waste {
+    return this.waste.view(pricePerGpuHour);
   }
 
   straggler(): Straggler | null {

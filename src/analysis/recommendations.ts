@@ -58,6 +58,16 @@ export function recommendationsFor(verdict: Verdict, cause: Cause, context: Cont
             raiseWorkers(context),
             ...loaderSettings(context),
           ];
+        case 'contention':
+          return [
+            r('find-neighbour', 'Something other than this job uses most of the node\'s CPU: find it (top, or the node\'s pods in your cluster tools) and move it or this job; give this pod CPU requests that match its loaders.'),
+            raiseWorkers(context),
+          ];
+        case 'memory-pressure':
+          return [
+            r('host-memory', 'The host is short of memory: loaders stall on page reclaim and swap-in. Lower the loaders\' memory (fewer prefetched batches, smaller shuffle buffers), or give the pod more memory.'),
+            OFFLINE,
+          ];
         case 'cpu-saturated':
           return [
             OFFLINE,
@@ -109,10 +119,55 @@ export function recommendationsFor(verdict: Verdict, cause: Cause, context: Cont
             CHANGED,
           ];
       }
-    case 'compute-bound':
+    case 'communication-bound':
+      if (cause === 'slow-rank') {
+        return [
+          r('fix-slow-rank', 'The collectives wait for a slower rank (named in the evidence): look at that rank\'s own verdict — its loader, its GPU\'s clocks, its node — rather than at the network.'),
+          r('balance-work', 'If the ranks get uneven work (variable sequence lengths, uneven shards), bucket by length or balance the shards.'),
+        ];
+      }
       return [
-        r('faster-compute', 'Compute-bound, the healthy state: to go faster, use mixed precision (bf16), torch.compile, fused kernels or a larger batch.'),
+        r('overlap-communication', 'Let the all-reduce overlap the backward pass: check DDP bucket_cap_mb (larger buckets for many small parameters), avoid find_unused_parameters=True unless needed, and keep gradient accumulation under no_sync().'),
+        r('compress-gradients', 'Send less: bf16 gradient compression (DDP comm hooks), or a sharded optimizer (FSDP/ZeRO) that reduce-scatters instead of all-reducing.'),
+        r('check-network', 'Compare the collectives\' bandwidth in the evidence with the link: the NCCL backend over the right interface (NCCL_SOCKET_IFNAME, InfiniBand/EFA), not gloo or a management network.'),
       ];
+    case 'memory-bound':
+      switch (cause) {
+        case 'fragmentation':
+          return [
+            r('expandable-segments', 'The allocator\'s cache is cut into pieces too small to reuse: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb), and keep tensor shapes steady (pad variable lengths to buckets).'),
+            r('free-memory', 'Lower the peak: a smaller batch with gradient accumulation, activation checkpointing, or bf16.'),
+          ];
+        case 'near-capacity':
+          return [
+            r('free-memory', 'The GPU\'s memory is almost full: lower the peak with a smaller batch and gradient accumulation, activation checkpointing, bf16, or a sharded optimizer.'),
+            r('find-growth', 'If memory grows over time (see the forecast), look for tensors kept across steps: losses appended without .item(), growing caches, graphs kept alive.'),
+          ];
+        default:
+          return [
+            r('allocator-retries', 'The caching allocator keeps freeing its cache and synchronising to satisfy requests: lower the peak (smaller batch, activation checkpointing) or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.'),
+          ];
+      }
+    case 'compute-bound':
+      switch (cause) {
+        case 'launch-bound':
+          return [
+            r('launch-overhead', 'The GPU is busy but its SMs are mostly idle: many tiny kernels. Fuse them with torch.compile or capture the step in CUDA graphs, and use larger batches.'),
+            r('avoid-syncs', 'Avoid .item(), .cpu() and printing tensors inside the step: each one waits for the GPU.'),
+          ];
+        case 'memory-bandwidth':
+          return [
+            r('bandwidth-bound', 'The kernels wait on GPU memory bandwidth: fuse element-wise operations (torch.compile), use bf16 to halve the bytes, and prefer fused optimizers and attention kernels.'),
+          ];
+        case 'tensor-cores-idle':
+          return [
+            r('use-tensor-cores', 'The tensor cores sit idle: train in bf16/fp16 with torch.autocast, or at least allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True, cudnn.allow_tf32 = True).'),
+          ];
+        default:
+          return [
+            r('faster-compute', 'Compute-bound, the healthy state: to go faster, use mixed precision (bf16), torch.compile, fused kernels or a larger batch.'),
+          ];
+      }
     default:
       return [];
   }

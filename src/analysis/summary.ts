@@ -1,9 +1,12 @@
+import { WASTE_WORDS, type Waste } from './waste.js';
 import type { GpuOverJob } from '../counters/gpu-aggregate.js';
 import type { Env } from '../protocol/messages.js';
 import { LogHistogram } from '../store/histogram.js';
 import { breakdownOf, type Breakdown, type JobSnapshot, type RankView } from '../store/job-store.js';
 import { emptySums, mergeSums } from '../store/step-buckets.js';
 import type { Comparison } from './compare.js';
+import type { RunRecord } from '../protocol/runs.js';
+import type { SummarySeries } from './summary-series.js';
 import type { JobAnalysis, TimelineSegment } from './job-analysis.js';
 import type { Recommendation } from './recommendations.js';
 import { round } from '../model/round.js';
@@ -67,6 +70,28 @@ export interface Summary {
   recommendations: Recommendation[];
   evidence: Evidence | null;
   baseline?: Comparison;
+  /** Samples one rank's step takes, where the hook counts them; null where it does not. Absent in summaries before it. */
+  samples_per_step?: number | null;
+  /** The run over time, for charts (bounded: see summary-series.ts). */
+  series?: SummarySeries;
+  /** Present when the run was slower per sample than its reference by the threshold or more. */
+  regression?: Regression;
+  /** The job's runs before this one, newest first, as the history held them when this one ended. */
+  history?: RunRecord[];
+  /** GPU time lost, by cause (the waste ledger). Absent in summaries before it. */
+  waste?: Waste;
+}
+
+export interface Regression {
+  /** Per-sample time against the reference, percent. */
+  change_pct: number;
+  threshold_pct: number;
+  /** The reference, in words. */
+  against: string;
+  /** When the live comparison passed the threshold and held there, s from the run's start; null if only the final figures did. */
+  since_s: number | null;
+  /** The comparison's first line. */
+  text: string;
 }
 
 const roundOrNull = (x: number | null, digits = 3) => (x === null ? null : round(x, digits));
@@ -88,6 +113,17 @@ export interface SummaryInput {
   analysis: JobAnalysis;
   gpus: GpuSummary[];
   at: number;
+  /** --gpu-hour-price, to price the lost time; null: not priced. */
+  gpuHourPrice?: number | null;
+}
+
+/** "This job lost 3.1 GPU-hours (22%), most to input starvation (2.5 h), $7.75 at $2.50 a GPU-hour." */
+export function wasteSentence(waste: Waste): string | null {
+  const top = waste.by_cause[0];
+  if (!top || waste.lost_share === null || waste.lost_gpu_seconds < 1) return null;
+  const hours = (s: number) => (s >= 360 ? `${(s / 3600).toFixed(1)} GPU-hours` : s >= 60 ? `${(s / 60).toFixed(1)} GPU-minutes` : `${s.toFixed(0)} GPU-seconds`);
+  const cost = waste.lost_cost === null ? '' : `, ${waste.lost_cost.toFixed(2)} at ${waste.price_per_gpu_hour} a GPU-hour`;
+  return `This job lost ${hours(waste.lost_gpu_seconds)} (${Math.round(waste.lost_share * 100)}% of its GPU time), most to ${WASTE_WORDS[top.cause]} (${hours(top.gpu_seconds)})${cost}.`;
 }
 
 function headline(verdict: Verdict, cause: Cause, share: number | null, evidence: Evidence | null, steps: number): string {
@@ -105,7 +141,7 @@ function dedupe(recommendations: Recommendation[]): Recommendation[] {
 }
 
 /** The end-of-job summary. Pure: it reads the job's state and analysis as of `at`. */
-export function buildSummary({ job, views, analysis, gpus, at }: SummaryInput): Summary {
+export function buildSummary({ job, views, analysis, gpus, at, gpuHourPrice = null }: SummaryInput): Summary {
   const totals = emptySums();
   const histogram = new LogHistogram();
   for (const view of views) {
@@ -176,6 +212,8 @@ export function buildSummary({ job, views, analysis, gpus, at }: SummaryInput): 
     env: (job.ranks[0]?.env as Env | undefined) ?? {},
     recommendations,
     evidence,
+    samples_per_step: totals.samplesSteps ? round(totals.samples / totals.samplesSteps, 3) : null,
+    waste: analysis.wasted(gpuHourPrice),
   };
 }
 

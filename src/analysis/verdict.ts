@@ -1,6 +1,6 @@
 import type { Env } from '../protocol/messages.js';
 import type { ThrottleReasonName } from '../counters/types.js';
-import type { Cause, Evidence, InputCause, Limiter, ThrottleCause, Verdict } from '../model/verdict.js';
+import type { Cause, CommCause, ComputeCause, Evidence, InputCause, Limiter, MemoryCause, ThrottleCause, Verdict } from '../model/verdict.js';
 import { recommendationsFor, type Recommendation } from './recommendations.js';
 import type { RankWindow } from './window.js';
 
@@ -52,6 +52,30 @@ export const THRESHOLDS = {
   iowaitPct: 10,
   cpuSaturatedPct: 85,
   workerBusyFrac: 0.8,
+  /** Host memory PSI "some" at or above this percent: loads stall on reclaim and swap-in. */
+  memoryPressurePct: 10,
+  /** A saturated host where this job's own processes use less than this share of the busy cores: contention. */
+  contentionJobShare: 0.5,
+  /** Communication-bound when the training thread waits in collectives this share of step time (measured by the hook). */
+  communication: 0.2,
+  /** A peer that waits less than this fraction of this rank's wait is the one the collectives wait for. */
+  slowRankWaitFrac: 0.5,
+  /** Memory-bound when the allocator retried (flushed its cache and synchronised) at least this often per step... */
+  retriesPerStep: 0.05,
+  /** ... and at least this many times in the window. */
+  retriesMin: 2,
+  /** Causes of memory-bound: inactive split blocks over this share of reserved memory... */
+  fragmentation: 0.3,
+  /** ... or reserved memory over this share of the device's. */
+  nearCapacity: 0.95,
+  /** What compute-bound is made of (DCGM profiling counters, 0..1): busy (util %) with SMs mostly idle... */
+  launchBoundUtil: 80,
+  launchBoundSmActive: 0.3,
+  /** ... GPU memory busy this share of the time... */
+  dramActive: 0.6,
+  /** ... or the tensor pipes nearly idle while the SMs work. */
+  tensorIdle: 0.05,
+  tensorIdleSmActive: 0.5,
 } as const;
 
 const HARMFUL_REASONS: Record<Exclude<ThrottleCause, 'clocks-low'>, ThrottleReasonName[]> = {
@@ -70,6 +94,10 @@ export interface RankContext {
   hostCores: number | null;
   /** The verdict in force, for stickiness. */
   current: Verdict | null;
+  /** The other ranks of the job in this tick, for telling a slow rank from a slow collective. */
+  peers?: Array<{ rank: number; commWaitShare: number | null; stepMsMean: number | null }>;
+  /** CPU cores this job's processes on this host use (every rank's training process and its loader workers); null unknown. */
+  jobCpuCores?: number | null;
 }
 
 const round = (x: number, digits = 3) => Math.round(x * 10 ** digits) / 10 ** digits;
@@ -84,11 +112,21 @@ function inputCause(window: RankWindow, context: RankContext): { cause: InputCau
   if (process?.cgroup_throttled_share != null && process.cgroup_throttled_share >= THRESHOLDS.cgroupThrottledShare) {
     return { cause: 'cgroup-throttled', why: `the container was CPU-throttled in ${pct(process.cgroup_throttled_share)} of CFS periods (limit ${process.cgroup_quota_cores ?? '?'} cores)` };
   }
+  if (host?.memory_pressure_pct != null && host.memory_pressure_pct >= THRESHOLDS.memoryPressurePct) {
+    return { cause: 'memory-pressure', why: `tasks on the host stalled on memory ${host.memory_pressure_pct.toFixed(0)}% of the time (PSI): the loader waits for reclaim and swap-in` };
+  }
   if (host?.iowait_pct_mean != null && host.iowait_pct_mean >= THRESHOLDS.iowaitPct) {
     return { cause: 'io-wait', why: `host CPUs spent ${host.iowait_pct_mean.toFixed(0)}% waiting for I/O` };
   }
   if (host?.cpu_pct_mean != null && host.cpu_pct_mean >= THRESHOLDS.cpuSaturatedPct) {
-    return { cause: 'cpu-saturated', why: `host CPU ${host.cpu_pct_mean.toFixed(0)}% busy` };
+    // Whose CPU: the job's own processes, or something else on the node (where the hooks measure the job's).
+    const busy = context.hostCores === null ? null : (host.cpu_pct_mean / 100) * context.hostCores;
+    const own = context.jobCpuCores ?? null;
+    if (busy !== null && own !== null && own < THRESHOLDS.contentionJobShare * busy) {
+      return { cause: 'contention', why: `host CPU ${host.cpu_pct_mean.toFixed(0)}% busy, but this job's processes use only ${own.toFixed(1)} of the ${busy.toFixed(1)} busy cores: something else on this node takes the CPU` };
+    }
+    const whose = own === null || busy === null ? '' : `, ${own.toFixed(1)} of the ${busy.toFixed(1)} busy cores by this job`;
+    return { cause: 'cpu-saturated', why: `host CPU ${host.cpu_pct_mean.toFixed(0)}% busy${whose}` };
   }
   const configured = loaderWorkers(context.env);
   const workers = configured ?? process?.workers ?? null;
@@ -138,13 +176,26 @@ export function judge(window: RankWindow, context: RankContext): Judgement {
   const idle = window.gpu_idle_share;
   const input = idle === null ? shares.data : Math.min(shares.data, idle);
   const host = idle === null ? shares.other : Math.min(shares.other, Math.max(0, idle - input));
-  const lost: Record<Limiter, number> = { input: round(input), transfer: round(shares.h2d), host: round(host), throttle: 0 };
+  const comm = window.comm;
+  const lost: Record<Limiter, number> = { input: round(input), transfer: round(shares.h2d), host: round(host), communication: round(comm?.wait_share ?? 0), throttle: 0 };
   const throttle = throttleCause(window);
   if (throttle && window.gpu?.sm_clock_frac_mean != null) lost.throttle = round(shares.compute * (1 - window.gpu.sm_clock_frac_mean));
   const dataMsPerStep = (window.step_ms_mean ?? 0) * shares.data;
 
-  const threshold: Record<Limiter, number> = { input: THRESHOLDS.input, transfer: THRESHOLDS.transfer, host: THRESHOLDS.host, throttle: THRESHOLDS.throttle };
-  const limiterOf: Partial<Record<Verdict, Limiter>> = { 'input-bound': 'input', 'transfer-bound': 'transfer', 'host-bound': 'host', throttled: 'throttle' };
+  const threshold: Record<Limiter, number> = {
+    input: THRESHOLDS.input,
+    transfer: THRESHOLDS.transfer,
+    host: THRESHOLDS.host,
+    communication: THRESHOLDS.communication,
+    throttle: THRESHOLDS.throttle,
+  };
+  const limiterOf: Partial<Record<Verdict, Limiter>> = {
+    'input-bound': 'input',
+    'transfer-bound': 'transfer',
+    'host-bound': 'host',
+    'communication-bound': 'communication',
+    throttled: 'throttle',
+  };
   const current = context.current ? limiterOf[context.current] : undefined;
   const over = (limiter: Limiter) => {
     const bar = limiter === current ? threshold[limiter] * THRESHOLDS.stickiness : threshold[limiter];
@@ -168,12 +219,70 @@ export function judge(window: RankWindow, context: RankContext): Judgement {
   }
   if (top === 'transfer') return done('transfer-bound', null, `${pct(lost.transfer)} of step time in host-to-device copies (≥ ${pct(THRESHOLDS.transfer)})`, lost);
   if (top === 'host') return done('host-bound', 'outside-phases', `${pct(lost.host)} of step time outside data, copy and compute (≥ ${pct(THRESHOLDS.host)})`, lost);
+  if (top === 'communication') {
+    const { cause, why } = commCause(window, context);
+    return done('communication-bound', cause, `${pct(lost.communication)} of step time waiting in collectives (≥ ${pct(THRESHOLDS.communication)}); ${why}`, lost);
+  }
+  const memory = memoryCause(window);
+  if (memory) return done('memory-bound', memory.cause, memory.why, lost);
 
   const gpu = window.gpu;
   if (gpu?.util_mean != null && gpu.util_mean < THRESHOLDS.computeIdleUtil && shares.compute >= THRESHOLDS.computeIdleShare) {
     return done('host-bound', 'gpu-idle-in-compute', `compute takes ${pct(shares.compute)} of the step but the GPU is only ${gpu.util_mean.toFixed(0)}% busy: the CPU side of the model is the limit`, lost);
   }
-  return done('compute-bound', null, `compute ${pct(shares.compute)} of step time; no limiter over its threshold`, lost);
+  const split = computeSplit(window);
+  const rule = `compute ${pct(shares.compute)} of step time; no limiter over its threshold`;
+  // Never a silent compute-bound where low clocks could not have been seen.
+  const unchecked = gpu === null ? null : gpu.throttle_unchecked;
+  return done('compute-bound', split.cause, [rule, split.why, unchecked && `throttling could not be checked: ${unchecked}`].filter(Boolean).join('; '), lost);
+}
+
+/** A slow rank when a peer waits far less in the collectives (everyone waits for it); else the collective itself. */
+function commCause(window: RankWindow, context: RankContext): { cause: CommCause; why: string } {
+  const wait = window.comm?.wait_share ?? 0;
+  const waitsLess = (context.peers ?? []).filter((peer) => peer.commWaitShare !== null && peer.commWaitShare < wait * THRESHOLDS.slowRankWaitFrac);
+  const slowest = waitsLess.sort((a, b) => a.commWaitShare! - b.commWaitShare!)[0];
+  if (slowest) {
+    return { cause: 'slow-rank', why: `rank ${slowest.rank} waits only ${pct(slowest.commWaitShare!)} of its steps: the collectives wait for rank ${slowest.rank}` };
+  }
+  const bw = window.comm?.bytes_per_s;
+  const rate = bw == null ? 'bandwidth not measured' : `${(bw / 1e9).toFixed(2)} GB/s while in collectives`;
+  return { cause: 'slow-collective', why: `every rank waits alike: the collective itself is slow (${rate})` };
+}
+
+/** Memory-bound only when the allocator's retries cost time; the cause says why it has to retry. */
+function memoryCause(window: RankWindow): { cause: MemoryCause; why: string } | null {
+  const memory = window.memory;
+  if (!memory || memory.alloc_retries === null) return null;
+  const ooms = memory.ooms ?? 0;
+  const enough = memory.alloc_retries >= Math.max(THRESHOLDS.retriesMin, window.steps * THRESHOLDS.retriesPerStep);
+  if (!enough && ooms === 0) return null;
+  const what = `${memory.alloc_retries} allocation retries${ooms ? ` and ${ooms} out-of-memory errors` : ''} in ${window.steps} steps`;
+  if (memory.fragmentation !== null && memory.fragmentation >= THRESHOLDS.fragmentation) {
+    return { cause: 'fragmentation', why: `${what}; ${pct(memory.fragmentation)} of reserved memory is in inactive split blocks (≥ ${pct(THRESHOLDS.fragmentation)})` };
+  }
+  if (memory.reserved_frac !== null && memory.reserved_frac >= THRESHOLDS.nearCapacity) {
+    return { cause: 'near-capacity', why: `${what}; reserved memory at ${pct(memory.reserved_frac)} of the GPU's (≥ ${pct(THRESHOLDS.nearCapacity)})` };
+  }
+  return { cause: 'allocator-thrash', why: `${what}: the allocator flushes its cache and synchronises to satisfy requests` };
+}
+
+/** What the GPU's busy time is made of, where DCGM's profiling counters say; null where balanced or unmeasured. */
+function computeSplit(window: RankWindow): { cause: ComputeCause | null; why: string | null } {
+  const gpu = window.gpu;
+  const sm = gpu?.sm_active_mean ?? null;
+  const tensor = gpu?.tensor_active_mean ?? null;
+  const dram = gpu?.dram_active_mean ?? null;
+  // Unmeasured: said in the evidence's figures (compute_split), the rule stays as without the counters.
+  if (sm === null) return { cause: null, why: null };
+  if (gpu?.util_mean != null && gpu.util_mean >= THRESHOLDS.launchBoundUtil && sm < THRESHOLDS.launchBoundSmActive) {
+    return { cause: 'launch-bound', why: `the GPU is ${gpu.util_mean.toFixed(0)}% busy but its SMs only ${pct(sm)} active: many small kernels` };
+  }
+  if (dram !== null && dram >= THRESHOLDS.dramActive) return { cause: 'memory-bandwidth', why: `GPU memory busy ${pct(dram)} of the time (≥ ${pct(THRESHOLDS.dramActive)})` };
+  if (tensor !== null && tensor < THRESHOLDS.tensorIdle && sm >= THRESHOLDS.tensorIdleSmActive) {
+    return { cause: 'tensor-cores-idle', why: `SMs ${pct(sm)} active but tensor pipes ${pct(tensor)}: no mixed precision or TF32` };
+  }
+  return { cause: null, why: `SMs ${pct(sm)} active${tensor === null ? '' : `, tensor pipes ${pct(tensor)}`}${dram === null ? '' : `, memory ${pct(dram)}`}: balanced` };
 }
 
 function evidenceFigures(window: RankWindow, context: RankContext): Record<string, number | string | null> {
@@ -196,5 +305,14 @@ function evidenceFigures(window: RankWindow, context: RankContext): Record<strin
     cgroup_throttled_share: window.process?.cgroup_throttled_share ?? null,
     loader_workers_cores: window.process?.cpu_workers_cores ?? null,
     num_workers: loaderWorkers(context.env),
+    comm_wait_share: window.comm?.wait_share ?? null,
+    comm_bytes_per_s: window.comm?.bytes_per_s ?? null,
+    mem_reserved_frac: window.memory?.reserved_frac ?? null,
+    mem_alloc_retries: window.memory?.alloc_retries ?? null,
+    mem_exhausted_in_s: window.memory?.exhausted_in_s ?? null,
+    sm_active: window.gpu?.sm_active_mean ?? null,
+    tensor_active: window.gpu?.tensor_active_mean ?? null,
+    throttle_check: window.gpu === null ? 'no GPU counters matched to this rank' : (window.gpu.throttle_unchecked ?? 'checked'),
+    compute_split: window.gpu?.sm_active_mean == null ? 'not measured: no DCGM profiling counters (SM_ACTIVE, PIPE_TENSOR_ACTIVE, DRAM_ACTIVE)' : 'measured',
   };
 }

@@ -1,4 +1,5 @@
-import type { ProcessAt } from '../store/job-records.js';
+import type { MemoryAt, ProcessAt } from '../store/job-records.js';
+import { memoryWindow, type MemoryWindow } from './memory-window.js';
 import { percentile } from '../store/ring.js';
 import type { StepSums } from '../store/step-buckets.js';
 import { throttleReasonNames, ThrottleReason, type GpuSample, type ThrottleReasonName } from '../counters/types.js';
@@ -23,6 +24,19 @@ export interface WindowInput {
   host: HostSample[];
   /** Process samples oldest first; the last two at or before `to` give the rates. */
   process: ProcessAt[];
+  /** Allocator samples oldest first (the last 10 minutes give the trend). */
+  memory: MemoryAt[];
+}
+
+/** Collectives during the window's steps (only steps that measured them). */
+export interface CommWindow {
+  steps: number;
+  /** Time inside collectives, as a share of those steps' time (overlaps with compute). */
+  share: number;
+  /** What the training thread waited of it, as a share of step time: what communication costs. */
+  wait_share: number;
+  /** Bytes moved per second spent in collectives: the collectives' effective bandwidth. */
+  bytes_per_s: number | null;
 }
 
 export interface GpuWindow {
@@ -39,6 +53,8 @@ export interface GpuWindow {
   sm_clock_frac_min: number | null;
   /** Share of the window's samples in which each reason was active. */
   throttle_share: Partial<Record<ThrottleReasonName, number>>;
+  /** Why throttling cannot be judged from these samples (no clock-event reasons and no maximum clock); null when it can. */
+  throttle_unchecked: string | null;
   power_w_mean: number | null;
   power_limit_w: number | null;
   power_frac_mean: number | null;
@@ -46,8 +62,11 @@ export interface GpuWindow {
   mem_used_mib_max: number | null;
   mem_total_mib: number | null;
   mem_used_frac: number | null;
+  /** DCGM profiling counters (0..1), where the exporter has them: SM activity, occupancy, tensor pipes, memory interface. */
   sm_active_mean: number | null;
+  sm_occupancy_mean: number | null;
   tensor_active_mean: number | null;
+  dram_active_mean: number | null;
   latest: { at: string; util: number | null; sm_clock_mhz: number | null; temp_c: number | null; throttle_reasons: ThrottleReasonName[] };
 }
 
@@ -58,6 +77,9 @@ export interface HostWindow {
   steal_pct_mean: number | null;
   load1: number | null;
   mem_used_frac: number | null;
+  /** PSI "some" over the window, percent of time some task waited for CPU / for memory (null without PSI). */
+  cpu_pressure_pct: number | null;
+  memory_pressure_pct: number | null;
 }
 
 export interface ProcessWindow {
@@ -88,6 +110,8 @@ export interface RankWindow {
   gpu: GpuWindow | null;
   host: HostWindow | null;
   process: ProcessWindow | null;
+  comm: CommWindow | null;
+  memory: MemoryWindow | null;
 }
 
 type Num = number | null;
@@ -140,6 +164,20 @@ export function rankWindow(input: WindowInput): RankWindow {
     gpu: input.gpu && input.gpu.samples.length ? gpuWindow(input.gpu.samples, input.gpu.matchedBy) : null,
     host: input.host.length ? hostWindow(input.host) : null,
     process: processWindow(input.process, input.to),
+    comm: commWindow(steps),
+    memory: memoryWindow(input.memory, input.from, input.to),
+  };
+}
+
+function commWindow(steps: StepSums): CommWindow | null {
+  if (steps.commSteps === 0 || steps.durNs === 0) return null;
+  // Only the steps that measured collectives: a job that turned it on mid-window is not diluted.
+  const durNs = steps.steps === steps.commSteps ? steps.durNs : (steps.durNs / steps.steps) * steps.commSteps;
+  return {
+    steps: steps.commSteps,
+    share: round(steps.commNs / durNs, 4),
+    wait_share: round(steps.commWaitNs / durNs, 4),
+    bytes_per_s: steps.commNs > 0 && steps.commBytes > 0 ? Math.round(steps.commBytes / (steps.commNs / 1e9)) : null,
   };
 }
 
@@ -169,6 +207,10 @@ function gpuWindow(samples: GpuSample[], matchedBy: MatchedBy): GpuWindow {
     sm_clock_frac_mean: mean(clockFrac),
     sm_clock_frac_min: min(clockFrac),
     throttle_share: throttleShare,
+    throttle_unchecked:
+      withReasons.length > 0 || clockMax !== null
+        ? null
+        : 'the GPU counters carry neither clock-event (throttle) reasons nor the maximum SM clock (add them to the DCGM exporter\'s counters: deploy/kubernetes)',
     power_w_mean: mean(samples.map((s) => s.powerW)),
     power_limit_w: powerLimit,
     power_frac_mean: mean(samples.map((s) => ratio(s.powerW, s.powerLimitW ?? powerLimit))),
@@ -177,7 +219,9 @@ function gpuWindow(samples: GpuSample[], matchedBy: MatchedBy): GpuWindow {
     mem_total_mib: memTotal,
     mem_used_frac: ratio(memMax, memTotal),
     sm_active_mean: mean(samples.map((s) => s.smActive)),
+    sm_occupancy_mean: mean(samples.map((s) => s.smOccupancy)),
     tensor_active_mean: mean(samples.map((s) => s.tensorActive)),
+    dram_active_mean: mean(samples.map((s) => s.dramActive)),
     latest: {
       at: new Date(latest.at).toISOString(),
       util: latest.utilGpu,
@@ -197,6 +241,8 @@ function hostWindow(samples: HostSample[]): HostWindow {
     steal_pct_mean: mean(samples.map((s) => s.stealPct)),
     load1: latest.load1,
     mem_used_frac: ratio(latest.memUsedBytes, latest.memTotalBytes),
+    cpu_pressure_pct: mean(samples.map((s) => s.cpuPressure?.somePct ?? s.cpuPressure?.someAvg10 ?? null)),
+    memory_pressure_pct: mean(samples.map((s) => s.memoryPressure?.somePct ?? s.memoryPressure?.someAvg10 ?? null)),
   };
 }
 

@@ -1,8 +1,9 @@
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Summary } from '../analysis/summary.js';
+import { readSummary } from '../outputs/summary-files.js';
 import { renderSummary } from '../outputs/summary-render.js';
 import { startWatch } from '../viewer/watch.js';
 import { cudaDevices, DemoError, findPython, startPython, startSidecar, type PythonChild, type SidecarChild } from './children.js';
@@ -97,8 +98,8 @@ export async function runDemo(options: DemoOptions = {}): Promise<{ summary: Sum
 
   const summaryFile = path.join(dir, 'summary.json');
   if (!existsSync(summaryFile)) throw new DemoError(`no summary was written (see ${dir}/sidecar.log)`);
-  const summary = JSON.parse(await readFile(summaryFile, 'utf8')) as Summary;
+  const summary = await readSummary(summaryFile);
   write('\n' + renderSummary(summary, 'text'));
-  write(`\nSummary written to ${path.join(dir, 'summary.md')} (and summary.json); logs and the journal are beside it.\n`);
+  write(`\nSummary written to ${path.join(dir, 'summary.md')} (and summary.json), charts in ${path.join(dir, 'report.html')}; logs and the journal are beside it.\n`);
   return { summary, dir };
 }

@@ -2,7 +2,9 @@ import { deviceHint, matchGpu } from '../analysis/gpu-match.js';
 import { JobAnalysis, type RankInput, type VerdictEvent } from '../analysis/job-analysis.js';
 import { buildSummary, type GpuSummary, type Summary } from '../analysis/summary.js';
 import { compare } from '../analysis/compare.js';
+import { RunSeries, SERIES_LAG_MS, type SeriesGpu } from '../analysis/summary-series.js';
 import type { RankWindow } from '../analysis/window.js';
+import type { KnownGpu } from '../counters/counter-store.js';
 import { describeAggregate } from '../counters/gpu-aggregate.js';
 import { jobStart } from '../store/job-snapshot.js';
 import type { World } from './world.js';
@@ -10,6 +12,8 @@ import type { World } from './world.js';
 export interface AnalystOptions {
   holdMs: number;
   baseline: Summary | null;
+  /** --gpu-hour-price, to price the waste in summaries. */
+  gpuHourPrice?: number | null;
 }
 
 /** Each rank's window at one tick, by job and rank. */
@@ -18,6 +22,8 @@ export type Windows = Map<string, Map<number, RankWindow>>;
 /** Runs the verdict rules over every live job at each tick, and writes up a job's summary. */
 export class Analyst {
   private readonly analyses = new Map<string, JobAnalysis>();
+  /** Each live run's figures over time, for its summary's charts (not checkpointed: rebuilt from the step buckets). */
+  private readonly series = new Map<string, RunSeries>();
 
   constructor(
     private readonly world: World,
@@ -27,10 +33,36 @@ export class Analyst {
   tick(at: number, windows: Windows): VerdictEvent[] {
     const events: VerdictEvent[] = [];
     for (const job of this.analyses.keys()) if (this.world.jobs.runOf(job) === null) this.analyses.delete(job);
+    for (const job of this.series.keys()) if (this.world.jobs.runOf(job) === null) this.series.delete(job);
     for (const job of this.world.jobs.liveJobs()) {
       events.push(...this.analysisOf(job)!.evaluate(this.rankInputs(job, at, windows.get(job) ?? new Map()), at));
+      this.seriesOf(job)?.advance(at - SERIES_LAG_MS, this.world.jobs.rankViews(job), this.jobGpus(job), this.world.counters);
     }
     return events;
+  }
+
+  /** The series of the job's current run (a new run starts a new one, from the run's start). */
+  private seriesOf(jobId: string): RunSeries | null {
+    const job = this.world.jobs.job(jobId);
+    if (!job) return null;
+    let series = this.series.get(jobId);
+    if (!series || series.run !== job.run) {
+      series = new RunSeries(job.run, jobStart(job));
+      this.series.set(jobId, series);
+    }
+    series.startNoLaterThan(jobStart(job));
+    return series;
+  }
+
+  /** The GPUs the job's ranks run on, each once. */
+  private jobGpus(jobId: string): SeriesGpu[] {
+    const known = this.world.counters.knownGpus();
+    const byKey = new Map<string, KnownGpu>();
+    for (const view of this.world.jobs.rankViews(jobId)) {
+      const match = matchGpu(deviceHint(view.env, view.localRank), known);
+      if (match) byKey.set(match.gpu.key, match.gpu);
+    }
+    return [...byKey.values()];
   }
 
   /** The analysis of the job's current run (a new run starts a new one). */
@@ -92,19 +124,29 @@ export class Analyst {
     return [...byKey.values()].sort((a, b) => a.index - b.index);
   }
 
-  summary(jobId: string, at: number): Summary | null {
+  /** The job's summary as of `at`; `series: false` leaves the charts' series out (a live comparison needs none). */
+  summary(jobId: string, at: number, options: { series?: boolean } = {}): Summary | null {
     const job = this.world.jobs.jobSnapshot(jobId, at);
     const analysis = this.analysisOf(jobId);
     if (!job || !analysis) return null;
     const from = Date.parse(job.started_at);
+    const end = from + job.duration_s * 1000;
     const summary = buildSummary({
       job,
       views: this.world.jobs.rankViews(jobId),
       analysis,
-      gpus: this.gpusOf(jobId, from, from + job.duration_s * 1000),
-      at: from + job.duration_s * 1000,
+      gpus: this.gpusOf(jobId, from, end),
+      at: end,
+      gpuHourPrice: this.options.gpuHourPrice ?? null,
     });
     if (this.options.baseline) summary.baseline = compare(this.options.baseline, summary);
+    if (options.series !== false) {
+      // On a copy, counted to the run's last step: the live series keeps its own pace.
+      const series = this.seriesOf(jobId)?.clone();
+      series?.advance(end + 1, this.world.jobs.rankViews(jobId), this.jobGpus(jobId), this.world.counters, true);
+      const described = series?.describe(end + 1, summary.straggler?.rank ?? null);
+      if (described) summary.series = described;
+    }
     return summary;
   }
 }

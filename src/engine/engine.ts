@@ -136,6 +136,7 @@ export class Engine {
       case 'start':
         this.config = entry.config;
         this.analyst.options.holdMs = entry.config.holdMs;
+        this.analyst.options.gpuHourPrice = entry.config.gpuHourPrice ?? null;
         this.world.jobs.restarted(entry.at);
         return null;
       case 'source':
@@ -226,6 +227,7 @@ export class Engine {
         // An ended run's timeline stops at its last step.
         timeline: analysis?.timeline(job.ended ? Date.parse(job.started_at) + job.duration_s * 1000 : at) ?? [],
         baseline: baseline && live ? compare(baseline, live) : null,
+        waste: analysis?.wasted(this.config.gpuHourPrice ?? null) ?? null,
         ranks: job.ranks.map((rank) => ({
           ...rank,
           // Every rank of the store has its window: `windows` covers every rank view.

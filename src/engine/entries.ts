@@ -3,6 +3,7 @@ import type { HostSample } from '../counters/host.js';
 import type { GpuSample } from '../counters/types.js';
 import type { CounterBatch } from '../protocol/counters.js';
 import { EnvSchema, HelloSchema, ResumeSecret } from '../protocol/hook-schema.js';
+import { shortly } from '../protocol/parse.js';
 import type { Env, Hello, StepRecord } from '../protocol/messages.js';
 
 /**
@@ -16,6 +17,8 @@ export interface EngineConfig {
   windowMs: number;
   holdMs: number;
   endGraceMs: number;
+  /** What a GPU-hour costs (--gpu-hour-price), to price the waste ledger; absent: not priced. */
+  gpuHourPrice?: number | null;
 }
 
 export type JournalEntry =
@@ -50,7 +53,9 @@ export type EntryType = JournalEntry['t'];
 export type StepRow = (number | null)[];
 
 export function toRow(r: StepRecord): StepRow {
-  return [r.seq, r.step, r.endNs, r.durNs, r.dataNs, r.h2dNs, r.computeNs, r.samples, r.gpuH2dNs, r.gpuComputeNs, r.gpuIdleNs];
+  const row = [r.seq, r.step, r.endNs, r.durNs, r.dataNs, r.h2dNs, r.computeNs, r.samples, r.gpuH2dNs, r.gpuComputeNs, r.gpuIdleNs];
+  // Communication columns only when measured, so rows of jobs without them stay as short as before.
+  return r.commNs === null && r.commWaitNs === null && r.commBytes === null ? row : [...row, r.commNs, r.commWaitNs, r.commBytes];
 }
 
 export function fromRow(row: StepRow): StepRecord {
@@ -67,6 +72,9 @@ export function fromRow(row: StepRow): StepRecord {
     gpuH2dNs: at(8),
     gpuComputeNs: at(9),
     gpuIdleNs: at(10),
+    commNs: at(11),
+    commWaitNs: at(12),
+    commBytes: at(13),
   };
 }
 
@@ -85,7 +93,12 @@ const ENTRY_SCHEMAS: Record<EntryType, object> = {
       config: {
         type: 'object',
         required: ['windowMs', 'holdMs', 'endGraceMs'],
-        properties: { windowMs: { type: 'number', minimum: 1, maximum: 3.6e6 }, holdMs: { type: 'number', minimum: 0, maximum: 3.6e6 }, endGraceMs: { type: 'number', minimum: 0, maximum: 1e9 } },
+        properties: {
+          windowMs: { type: 'number', minimum: 1, maximum: 3.6e6 },
+          holdMs: { type: 'number', minimum: 0, maximum: 3.6e6 },
+          endGraceMs: { type: 'number', minimum: 0, maximum: 1e9 },
+          gpuHourPrice: { type: ['number', 'null'], minimum: 0, maximum: 1e6 },
+        },
       },
     },
   },
@@ -107,7 +120,7 @@ const ENTRY_SCHEMAS: Record<EntryType, object> = {
   end: { required: ['session', 'reason'], properties: { session: id, reason: { type: 'string' } } },
   counters: {
     required: ['session', 'batch'],
-    properties: { session: id, batch: { type: 'object', required: ['source', 'samples'], properties: { source: { enum: ['nvml', 'process'] }, samples: { type: 'array', items: object } } } },
+    properties: { session: id, batch: { type: 'object', required: ['source', 'samples'], properties: { source: { enum: ['nvml', 'process', 'memory'] }, samples: { type: 'array', items: object } } } },
   },
   gpu: { required: ['samples'], properties: { samples: { type: 'array', items: { type: 'object', required: ['at', 'index'], properties: { at: time, index: { type: 'integer' } } } } } },
   host: { required: ['sample'], properties: { sample: { type: 'object', required: ['at'], properties: { at: time } } } },
@@ -118,7 +131,11 @@ const ENTRY_SCHEMAS: Record<EntryType, object> = {
 
 const ajv = new Ajv({ allErrors: false, strict: false });
 const validators = Object.fromEntries(
-  Object.entries(ENTRY_SCHEMAS).map(([t, schema]) => [t, ajv.compile({ type: 'object', required: ['t', 'at'], ...schema, properties: { t: { const: t }, at: time, ...(schema as { properties?: object }).properties } })]),
+  Object.entries(ENTRY_SCHEMAS).map(([t, schema]) => {
+    const own = schema as { required?: string[]; properties?: object };
+    // `t` and `at` are required of every entry, beside what each kind requires.
+    return [t, ajv.compile({ type: 'object', ...schema, required: ['t', 'at', ...(own.required ?? [])], properties: { t: { const: t }, at: time, ...own.properties } })];
+  }),
 ) as Record<EntryType, ReturnType<Ajv['compile']>>;
 
 function describe(t: string, error: ErrorObject | undefined): string {
@@ -130,7 +147,7 @@ function describe(t: string, error: ErrorObject | undefined): string {
 export function parseEntry(value: unknown): JournalEntry | string {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return 'entry: not an object';
   const t = (value as { t?: unknown }).t;
-  if (typeof t !== 'string' || !Object.hasOwn(validators, t)) return `entry: unknown type ${String(t).slice(0, 32)}`;
+  if (typeof t !== 'string' || !Object.hasOwn(validators, t)) return `entry: unknown type ${shortly(t)}`;
   const validate = validators[t as EntryType];
   return validate(value) ? (value as JournalEntry) : describe(t, validate.errors?.[0]);
 }

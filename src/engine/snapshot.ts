@@ -5,6 +5,7 @@ import { round } from '../model/round.js';
 import type { Summary } from '../analysis/summary.js';
 import type { Judgement } from '../analysis/verdict.js';
 import { rankWindow, type RankWindow } from '../analysis/window.js';
+import type { Waste } from '../analysis/waste.js';
 import type { Comparison } from '../analysis/compare.js';
 import type { CounterStore, KnownGpu } from '../counters/counter-store.js';
 import type { HostSample } from '../counters/host.js';
@@ -40,6 +41,7 @@ export interface JobState extends Omit<JobSnapshot, 'ranks'> {
   straggler: Straggler | null;
   timeline: TimelineSegment[];
   baseline: Comparison | null;
+  waste: Waste | null;
 }
 
 /** Per rank, what /metrics reads beyond the state: running totals and the step-duration buckets. */
@@ -80,6 +82,8 @@ export interface EngineSnapshot {
   ended: EndedRun[];
   /** Entries applied, and those the engine could not use, by reason. */
   entries: { applied: number; skipped: Record<string, number> };
+  /** Set beside the engine (src/outputs/history-live.ts), not by it: live jobs compared with a reference, for /metrics. */
+  regressions?: ReadonlyArray<{ job: string; regressed: boolean; change_pct: number | null }>;
 }
 
 export function verdictState(held: { judgement: Judgement; since: number; pending?: { judgement: Judgement; since: number } | null } | null): VerdictState | null {
@@ -116,6 +120,7 @@ export function windowFor(view: RankView, counters: CounterStore<HostSample>, at
     gpu: match ? { samples: counters.gpuSamples(match.gpu.key, from, at), matchedBy: match.by } : null,
     host: counters.hostSamples(from, at),
     process: view.process(),
+    memory: view.memory(),
   });
 }
 

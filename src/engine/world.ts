@@ -1,6 +1,7 @@
 import type { HostSample } from '../counters/host.js';
 import { CounterStore } from '../counters/counter-store.js';
 import { JobStore } from '../store/job-store.js';
+import { recordProblem } from '../protocol/messages.js';
 import { fromRow, type JournalEntry } from './entries.js';
 
 /** The data the engine holds: jobs and their steps, and the counters to match them with. */
@@ -29,14 +30,19 @@ export function applyData(world: World, entry: JournalEntry): void {
     case 'env':
       jobs.env(entry.session, entry.env);
       break;
-    case 'steps':
-      jobs.steps(entry.session, entry.rows.map(fromRow), entry.dropped, entry.at, entry.duplicates ?? 0, entry.refused ?? null);
+    case 'steps': {
+      // A journal row passes the checks a frame's row passed when it was taken (a forged or damaged one is skipped).
+      const records = entry.rows.map(fromRow);
+      // Skipped as `steps: bad row` (one reason, not one per value: it becomes a metric label).
+      if (records.some((record, i) => recordProblem(record, i === 0 ? 0 : records[i - 1]!.seq) !== null)) throw new Error('bad row');
+      jobs.steps(entry.session, records, entry.dropped, entry.at, entry.duplicates ?? 0, entry.refused ?? null);
       break;
+    }
     case 'end':
       jobs.end(entry.session);
       break;
     case 'counters': {
-      const gpu = jobs.counters(entry.session, entry.batch);
+      const gpu = jobs.counters(entry.session, entry.batch, entry.at);
       if (world.hookGpu) counters.addGpuSamples(gpu);
       break;
     }

@@ -3,8 +3,9 @@ import type { HostSample } from '../counters/host.js';
 import type { Engine } from '../engine/engine.js';
 import { toRow, type JournalEntry } from '../engine/entries.js';
 import type { CounterBatch } from '../protocol/counters.js';
-import { CloseCode, ProtocolError, type Env, type Hello, type Steps, type StepRecord } from '../protocol/messages.js';
+import { CloseCode, ProtocolError, type Env, type Hello, type Steps, type StepRecord, type Welcome } from '../protocol/messages.js';
 import { mintSecret } from '../protocol/session-secret.js';
+import { plausibleAt } from '../model/clock.js';
 import { EnvTooLargeError } from '../store/job-store.js';
 import type { Recorder } from '../journal/recorder.js';
 import { DEFAULT_LIMITS, type IngestLimits } from './limits.js';
@@ -30,13 +31,7 @@ export interface HelloResult {
   secret: string;
 }
 
-/**
- * How far from the sidecar's clock a rank's record may end, mapped through the rank's latest hello.
- * Ahead: transit and the drift of the hook's monotonic clock against the sidecar's wall clock
- * between hellos stay far below 10 minutes. Behind: the hook buffers records while disconnected
- * (100,000 of them), which at one step a second is about a day; a week is room for that.
- */
-export const CLOCK_SANITY = { aheadMs: 10 * 60_000, behindMs: 7 * 86_400_000 } as const;
+export { CLOCK_SANITY } from '../model/clock.js';
 
 /**
  * Turns validated hook messages into journal entries: decides what is new, has the recorder log it
@@ -57,7 +52,7 @@ export class Ingest {
 
   private readonly now: () => number;
   /** What the hooks are asked to forward, in `welcome`. */
-  readonly wants: { nvml: boolean; interval_ms: number; process: boolean };
+  readonly wants: Welcome['counters'];
   readonly limits: IngestLimits;
   /** Per session, the highest seq already sent to the journal (written or on its way). */
   private readonly logged = new Map<string, number>();
@@ -72,7 +67,7 @@ export class Ingest {
     this.now = options.now ?? Date.now;
     this.limits = { ...DEFAULT_LIMITS, ...options.limits };
     this.engine.limit(this.limits);
-    this.wants = { nvml: engine.world.hookGpu, interval_ms: options.gpuIntervalMs ?? 500, process: true };
+    this.wants = { nvml: engine.world.hookGpu, interval_ms: options.gpuIntervalMs ?? 500, process: true, memory: true };
   }
 
   private get store() {
@@ -187,8 +182,7 @@ export class Ingest {
   private plausible(session: string, monoNs: number, at: number): boolean {
     const range = this.store.seqRange(session);
     if (!range) return true;
-    const sidecarAt = range.helloAt + (monoNs - range.monoAtHello) / 1e6;
-    return sidecarAt <= at + CLOCK_SANITY.aheadMs && sidecarAt >= at - CLOCK_SANITY.behindMs;
+    return plausibleAt(range.helloAt + (monoNs - range.monoAtHello) / 1e6, at);
   }
 
   /**

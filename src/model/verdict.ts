@@ -4,25 +4,34 @@
  * their thresholds are in analysis, their reasoning in docs/verdicts.md.
  */
 
-export const VERDICTS = ['input-bound', 'transfer-bound', 'host-bound', 'throttled', 'compute-bound', 'warming-up', 'idle'] as const;
+export const VERDICTS = ['input-bound', 'transfer-bound', 'host-bound', 'communication-bound', 'memory-bound', 'throttled', 'compute-bound', 'warming-up', 'idle'] as const;
 export type Verdict = (typeof VERDICTS)[number];
 
 /** Why a rank is input-bound. */
-export const INPUT_CAUSES = ['cpu-saturated', 'cgroup-throttled', 'io-wait', 'few-workers', 'unknown'] as const;
+export const INPUT_CAUSES = ['cpu-saturated', 'contention', 'memory-pressure', 'cgroup-throttled', 'io-wait', 'few-workers', 'unknown'] as const;
 /** Why a rank is throttled. */
 export const THROTTLE_CAUSES = ['thermal', 'power', 'hw-slowdown', 'clocks-low'] as const;
 /** Why a rank is host-bound. */
 export const HOST_CAUSES = ['outside-phases', 'gpu-idle-in-compute'] as const;
+/** Why a rank is communication-bound: waiting for a slower rank, or the collective itself is slow. */
+export const COMM_CAUSES = ['slow-rank', 'slow-collective'] as const;
+/** Why a rank is memory-bound (the allocator flushes its cache and synchronises to satisfy requests). */
+export const MEMORY_CAUSES = ['fragmentation', 'near-capacity', 'allocator-thrash'] as const;
+/** What a compute-bound rank's GPU time is made of, where profiling counters tell (null: balanced, or not measured). */
+export const COMPUTE_CAUSES = ['launch-bound', 'memory-bandwidth', 'tensor-cores-idle'] as const;
 /** Every cause a verdict can carry; a verdict without one has cause `null`. */
-export const CAUSES = [...INPUT_CAUSES, ...THROTTLE_CAUSES, ...HOST_CAUSES] as const;
+export const CAUSES = [...INPUT_CAUSES, ...THROTTLE_CAUSES, ...HOST_CAUSES, ...COMM_CAUSES, ...MEMORY_CAUSES, ...COMPUTE_CAUSES] as const;
 
 export type InputCause = (typeof INPUT_CAUSES)[number];
 export type ThrottleCause = (typeof THROTTLE_CAUSES)[number];
 export type HostCause = (typeof HOST_CAUSES)[number];
-export type Cause = InputCause | ThrottleCause | HostCause | null;
+export type CommCause = (typeof COMM_CAUSES)[number];
+export type MemoryCause = (typeof MEMORY_CAUSES)[number];
+export type ComputeCause = (typeof COMPUTE_CAUSES)[number];
+export type Cause = InputCause | ThrottleCause | HostCause | CommCause | MemoryCause | ComputeCause | null;
 
 /** What a step's time can be lost to, as the rules weigh it. */
-export const LIMITERS = ['input', 'transfer', 'host', 'throttle'] as const;
+export const LIMITERS = ['input', 'transfer', 'host', 'communication', 'throttle'] as const;
 export type Limiter = (typeof LIMITERS)[number];
 
 export interface Evidence {

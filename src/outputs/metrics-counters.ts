@@ -5,14 +5,15 @@ import type { GpuScrape, Scrape } from './metrics-scrape.js';
 
 /** The counters the verdicts are made from: GPUs, the host, and the health of their collectors. */
 
-type GpuLabel = 'gpu' | 'gpu_uuid';
+type GpuLabel = 'gpu' | 'gpu_uuid' | 'gpu_instance';
 
 const MIB = 1024 * 1024;
 const REASONS = Object.entries(ThrottleReason) as [ThrottleReasonName, number][];
 const scaled = (value: number | null, by: number) => (value === null ? null : value * by);
 // Divided, not multiplied by 0.01: 95 / 100 is 0.95, 95 * 0.01 is 0.9500000000000001.
 const ratio = (percent: number | null) => (percent === null ? null : percent / 100);
-const gpuLabels = ({ gpu }: GpuScrape): Record<GpuLabel, string> => ({ gpu: String(gpu.index), gpu_uuid: gpu.uuid ?? '' });
+// gpu_instance: MIG slices of one GPU under DCGM share its index and have no UUID of their own; without it their series would collide.
+const gpuLabels = ({ gpu }: GpuScrape): Record<GpuLabel, string> => ({ gpu: String(gpu.index), gpu_uuid: gpu.uuid ?? '', gpu_instance: String(gpu.gpuInstanceId ?? '') });
 
 /** One gauge per figure of the GPUs' latest samples. */
 const LATEST: Array<{ name: string; help: string; value: (s: GpuSample) => number | null }> = [
@@ -39,7 +40,7 @@ export function registerCounterFamilies(registry: Registry, scrape: () => Scrape
   gaugeFamily(registry, {
     name: 'stepscope_gpu_info',
     help: 'A GPU the sidecar reads counters of, with its product name.',
-    labelNames: ['gpu', 'gpu_uuid', 'gpu_name'],
+    labelNames: ['gpu', 'gpu_uuid', 'gpu_instance', 'gpu_name'],
     *samples() {
       for (const gpu of scrape().gpus) yield [{ ...gpuLabels(gpu), gpu_name: gpu.gpu.name ?? '' }, 1];
     },
@@ -49,7 +50,7 @@ export function registerCounterFamilies(registry: Registry, scrape: () => Scrape
     gaugeFamily(registry, {
       name: figure.name,
       help: `${figure.help} From the latest sample.`,
-      labelNames: ['gpu', 'gpu_uuid'],
+      labelNames: ['gpu', 'gpu_uuid', 'gpu_instance'],
       *samples() {
         for (const gpu of scrape().gpus) yield [gpuLabels(gpu), figure.value(gpu.gpu.latest)];
       },
@@ -59,7 +60,7 @@ export function registerCounterFamilies(registry: Registry, scrape: () => Scrape
   gaugeFamily(registry, {
     name: 'stepscope_gpu_last_sample_timestamp_seconds',
     help: "When the GPU's latest sample was read (Unix time): the figures above are that old.",
-    labelNames: ['gpu', 'gpu_uuid'],
+    labelNames: ['gpu', 'gpu_uuid', 'gpu_instance'],
     *samples() {
       for (const gpu of scrape().gpus) yield [gpuLabels(gpu), gpu.gpu.latest.at / 1000];
     },
@@ -68,7 +69,7 @@ export function registerCounterFamilies(registry: Registry, scrape: () => Scrape
   gaugeFamily(registry, {
     name: 'stepscope_gpu_throttle_reason_active',
     help: 'Whether each NVML clock-event (throttle) reason is active in the latest sample (1) or not (0).',
-    labelNames: ['gpu', 'gpu_uuid', 'reason'],
+    labelNames: ['gpu', 'gpu_uuid', 'gpu_instance', 'reason'],
     *samples() {
       for (const gpu of scrape().gpus) {
         const mask = gpu.gpu.latest.throttleReasons;
@@ -80,7 +81,7 @@ export function registerCounterFamilies(registry: Registry, scrape: () => Scrape
   gaugeFamily(registry, {
     name: 'stepscope_gpu_throttle_reason_active_ratio',
     help: "Share of the GPU's samples over the last --window seconds in which each clock-event (throttle) reason was active (0..1).",
-    labelNames: ['gpu', 'gpu_uuid', 'reason'],
+    labelNames: ['gpu', 'gpu_uuid', 'gpu_instance', 'reason'],
     *samples() {
       for (const gpu of scrape().gpus) for (const [reason, bit] of REASONS) yield [{ ...gpuLabels(gpu), reason }, shareActive(gpu.recent, bit)];
     },

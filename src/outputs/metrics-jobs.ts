@@ -20,6 +20,15 @@ const PHASES = [
 
 export function registerJobFamilies(registry: Registry, scrape: () => Scrape): void {
   counterFamily(registry, {
+    name: 'stepscope_wasted_gpu_seconds_total',
+    help: 'GPU-seconds the job lost to each cause (input, transfer, host, communication, throttle), from the lost shares of every tick, one GPU per rank.',
+    labelNames: ['training_job', 'cause'],
+    *samples() {
+      for (const job of scrape().jobs) for (const entry of job.waste?.by_cause ?? []) yield [{ training_job: job.job, cause: entry.cause }, entry.gpu_seconds];
+    },
+  });
+
+  counterFamily(registry, {
     name: 'stepscope_phase_seconds_total',
     help: 'Wall-clock seconds of training steps spent in each phase (data wait, host-to-device copy, compute, other), per job and rank.',
     labelNames: ['training_job', 'rank', 'phase'],
@@ -92,11 +101,11 @@ export function registerJobFamilies(registry: Registry, scrape: () => Scrape): v
   gaugeFamily(registry, {
     name: 'stepscope_rank_gpu_info',
     help: 'The GPU a rank runs on (join the stepscope_gpu_* series on instance and gpu), and how it was matched. Running jobs only.',
-    labelNames: ['training_job', 'rank', 'gpu', 'gpu_uuid', 'matched_by'],
+    labelNames: ['training_job', 'rank', 'gpu', 'gpu_uuid', 'gpu_instance', 'matched_by'],
     *samples() {
       for (const { rank, labels } of eachRank(scrape())) {
         const match = rank.live?.gpu;
-        if (match) yield [{ ...labels, gpu: match.gpu.index, gpu_uuid: match.gpu.uuid ?? '', matched_by: match.by }, 1];
+        if (match) yield [{ ...labels, gpu: match.gpu.index, gpu_uuid: match.gpu.uuid ?? '', gpu_instance: String(match.gpu.gpuInstanceId ?? ''), matched_by: match.by }, 1];
       }
     },
   });

@@ -1,3 +1,4 @@
+import type { Waste } from '../analysis/waste.js';
 import type { GpuMatch } from '../analysis/gpu-match.js';
 import type { Straggler } from '../model/straggler.js';
 import type { Cause, Verdict } from '../analysis/verdict.js';
@@ -50,6 +51,7 @@ export interface JobScrape {
   verdict: VerdictNow | null;
   straggler: Straggler | null;
   ranks: RankScrape[];
+  waste: Waste | null;
 }
 
 export interface GpuScrape {
@@ -79,6 +81,7 @@ export function readScrape(inputs: MetricsInputs): Scrape {
       ended: job.ended,
       verdict: job.ended ? null : verdictNow(job.verdict),
       straggler: job.ended ? null : job.straggler,
+      waste: job.waste,
       ranks: job.ranks.flatMap((rank): RankScrape[] => {
         const held = totals.get(`${job.job}\u0000${rank.rank}`);
         if (!held) return [];

@@ -12,15 +12,19 @@ export const VERDICT_CODES = {
   throttled: 4,
   'warming-up': 5,
   idle: 6,
+  'communication-bound': 7,
+  'memory-bound': 8,
 } as const satisfies Record<Verdict, number>;
 
 /** Every cause each verdict can have (null: none), so that the verdict state set keeps the same series. */
 export const VERDICT_CAUSES = {
-  'compute-bound': [null],
-  'input-bound': ['cgroup-throttled', 'io-wait', 'cpu-saturated', 'few-workers', 'unknown'],
+  'compute-bound': [null, 'launch-bound', 'memory-bandwidth', 'tensor-cores-idle'],
+  'input-bound': ['cgroup-throttled', 'memory-pressure', 'io-wait', 'contention', 'cpu-saturated', 'few-workers', 'unknown'],
   'transfer-bound': [null],
   'host-bound': ['outside-phases', 'gpu-idle-in-compute'],
   throttled: ['thermal', 'power', 'hw-slowdown', 'clocks-low'],
+  'communication-bound': ['slow-rank', 'slow-collective'],
+  'memory-bound': ['fragmentation', 'near-capacity', 'allocator-thrash'],
   'warming-up': [null],
   idle: [null],
 } as const satisfies Record<Verdict, readonly Cause[]>;

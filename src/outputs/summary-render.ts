@@ -1,4 +1,4 @@
-import type { Summary } from '../analysis/summary.js';
+import { wasteSentence, type Summary } from '../analysis/summary.js';
 
 /** The end-of-job summary for a person: verdict first, then timeline, ranks, GPUs, what to do. */
 
@@ -23,6 +23,14 @@ export function renderSummary(summary: Summary, format: SummaryFormat = 'text'):
   const out: string[] = [];
   out.push(md ? `# stepscope: ${summary.job}` : `stepscope summary: ${summary.job}`);
   out.push('');
+  // A regression against the job's own history comes before anything else.
+  if (summary.regression) {
+    out.push(md ? `**Regression:** ${summary.regression.text}` : `REGRESSION: ${summary.regression.text}`);
+    out.push('');
+  }
+  // What the job's bottlenecks cost comes first: the number a person acts on.
+  const lost = summary.waste ? wasteSentence(summary.waste) : null;
+  if (lost) out.push(md ? `**${lost}**` : lost);
   out.push(md ? `**${summary.headline}**` : summary.headline);
   out.push('');
   const b = summary.breakdown;
@@ -40,19 +48,19 @@ export function renderSummary(summary: Summary, format: SummaryFormat = 'text'):
   if (summary.straggler) out.push(`Straggler: ${summary.straggler.text} (for ${num(summary.straggler.seconds, 0)} s).`);
   if (summary.baseline) {
     out.push('');
-    out.push(heading('Against the baseline'));
+    out.push(heading('Against the reference'));
     out.push(summary.baseline.text);
   }
 
   out.push('');
   out.push(heading('Timeline'));
-  out.push(
-    ...table(
-      format,
-      ['from (s)', 'to (s)', 'verdict'],
-      summary.timeline.map((s) => [num(s.start_s), num(s.end_s), withCause(s.verdict, s.cause)]),
-    ),
-  );
+  const rows = summary.timeline.map((s) => [num(s.start_s), num(s.end_s), withCause(s.verdict, s.cause)]);
+  const since = summary.regression?.since_s ?? null;
+  if (since !== null) {
+    const at = rows.findIndex((row) => Number(row[0]) > since);
+    rows.splice(at === -1 ? rows.length : at, 0, [num(since), '', `regression: ${summary.regression!.change_pct}% slower per sample`]);
+  }
+  out.push(...table(format, ['from (s)', 'to (s)', 'verdict'], rows));
 
   out.push('');
   out.push(heading('Ranks'));
@@ -95,6 +103,25 @@ export function renderSummary(summary: Summary, format: SummaryFormat = 'text'):
           g.temp_c_max === null ? 'n/a' : `${g.temp_c_max} °C`,
           `${pct(g.power_frac_mean)} of ${g.power_limit_w ?? 'n/a'} W`,
           g.mem_peak_mib === null ? 'n/a' : `${g.mem_peak_mib} / ${g.mem_total_mib ?? 'n/a'} MiB`,
+        ]),
+      ),
+    );
+  }
+
+  if (summary.history?.length) {
+    out.push('');
+    out.push(heading('Earlier runs of this job'));
+    out.push(
+      ...table(
+        format,
+        ['ended', 'run', 'samples/s', 'ms a sample', 'verdict', 'vs its reference'],
+        summary.history.map((r) => [
+          r.ended_at.replace('T', ' ').slice(0, 16),
+          String(r.run),
+          num(r.samples_per_s),
+          r.ms_per_sample === null ? 'n/a' : r.ms_per_sample.toFixed(3),
+          withCause(r.verdict, r.cause),
+          r.change_pct === null ? '' : `${r.change_pct >= 0 ? '+' : ''}${r.change_pct}%${r.regression ? ' regression' : ''}`,
         ]),
       ),
     );

@@ -1,6 +1,7 @@
 import { Ajv, type ValidateFunction } from 'ajv';
 import { emptyGpuSample, type GpuSample } from '../model/gpu.js';
 import { PRINTABLE } from './hook-schema.js';
+import { shortly } from './parse.js';
 
 /** Counters that only the hook can read, as sent in `counters` frames (see docs/protocol.md). */
 
@@ -36,7 +37,27 @@ export interface ProcessSample {
   cgroup_usage_usec: number | null;
 }
 
-export type CounterBatch = { source: 'nvml'; samples: NvmlSample[] } | { source: 'process'; samples: ProcessSample[] };
+/** The framework's allocator on one device (torch.cuda.memory_stats), read off the training thread. */
+export interface MemorySample {
+  at_ns: number;
+  device: number | null;
+  allocated_bytes: number | null;
+  reserved_bytes: number | null;
+  peak_allocated_bytes: number | null;
+  /** Cumulative: times the allocator freed its cache and synchronised to satisfy a request. */
+  alloc_retries: number | null;
+  /** Cumulative out-of-memory errors the allocator raised. */
+  ooms: number | null;
+  inactive_split_bytes: number | null;
+  total_bytes: number | null;
+  /** The device's free memory, for every process on it (cudaMemGetInfo). */
+  free_bytes: number | null;
+}
+
+export type CounterBatch =
+  | { source: 'nvml'; samples: NvmlSample[] }
+  | { source: 'process'; samples: ProcessSample[] }
+  | { source: 'memory'; samples: MemorySample[] };
 
 const figure = { type: ['number', 'null'], minimum: 0, maximum: 1e18 } as const;
 // No control characters: a GPU name or pstate is shown in a terminal.
@@ -70,6 +91,8 @@ const PROCESS_FIGURES = [
   'cgroup_usage_usec',
 ] as const;
 
+const MEMORY_FIGURES = ['device', 'allocated_bytes', 'reserved_bytes', 'peak_allocated_bytes', 'alloc_retries', 'ooms', 'inactive_split_bytes', 'total_bytes', 'free_bytes'] as const;
+
 const sampleSchema = (figures: readonly string[], texts: readonly string[]) => ({
   type: 'object',
   required: ['at_ns'],
@@ -84,6 +107,7 @@ const ajv = new Ajv({ strict: true, allowUnionTypes: true });
 const validators: Record<CounterBatch['source'], ValidateFunction> = {
   nvml: ajv.compile({ type: 'array', minItems: 1, maxItems: 64, items: sampleSchema(NVML_FIGURES, NVML_TEXT) }),
   process: ajv.compile({ type: 'array', minItems: 1, maxItems: 64, items: sampleSchema(PROCESS_FIGURES, []) }),
+  memory: ajv.compile({ type: 'array', minItems: 1, maxItems: 64, items: sampleSchema(MEMORY_FIGURES, []) }),
 };
 
 function normalise<T>(sample: Record<string, unknown>, keys: readonly string[]): T {
@@ -94,7 +118,7 @@ function normalise<T>(sample: Record<string, unknown>, keys: readonly string[]):
 
 /** Validates a `counters` frame's samples; returns an error text instead of throwing. */
 export function parseCounterBatch(source: unknown, samples: unknown): CounterBatch | string {
-  if (source !== 'nvml' && source !== 'process') return `counters.source: unknown source ${String(source).slice(0, 32)}`;
+  if (source !== 'nvml' && source !== 'process' && source !== 'memory') return `counters.source: unknown source ${shortly(source)}`;
   const validate = validators[source];
   if (!validate(samples)) {
     const error = validate.errors?.[0];
@@ -102,9 +126,14 @@ export function parseCounterBatch(source: unknown, samples: unknown): CounterBat
     return `counters.samples${where ? '.' + where : ''}: ${error?.message ?? 'invalid'}`;
   }
   const rows = samples as Record<string, unknown>[];
-  return source === 'nvml'
-    ? { source, samples: rows.map((s) => normalise<NvmlSample>(s, [...NVML_FIGURES, ...NVML_TEXT])) }
-    : { source, samples: rows.map((s) => normalise<ProcessSample>(s, PROCESS_FIGURES)) };
+  switch (source) {
+    case 'nvml':
+      return { source, samples: rows.map((s) => normalise<NvmlSample>(s, [...NVML_FIGURES, ...NVML_TEXT])) };
+    case 'process':
+      return { source, samples: rows.map((s) => normalise<ProcessSample>(s, PROCESS_FIGURES)) };
+    case 'memory':
+      return { source, samples: rows.map((s) => normalise<MemorySample>(s, MEMORY_FIGURES)) };
+  }
 }
 
 /** A GPU reading the hook took through NVML, as the sidecar's own collectors give them. */

@@ -21,7 +21,8 @@ export const ENV_LIMITS = {
   rankBytes: 16 * 1024,
 } as const;
 const EnvScalar = Type.Union([Text(ENV_LIMITS.textChars), Type.Number(), Type.Boolean(), Type.Null()]);
-const envMap = <T extends Parameters<typeof Type.Record>[1]>(value: T) => Type.Record(EnvKey, value, { maxProperties: ENV_LIMITS.entries });
+// additionalProperties: a key the pattern refuses must be refused, not let through unchecked.
+const envMap = <T extends Parameters<typeof Type.Record>[1]>(value: T) => Type.Record(EnvKey, value, { maxProperties: ENV_LIMITS.entries, additionalProperties: false });
 const envList = <T extends Parameters<typeof Type.Array>[0]>(value: T) => Type.Array(value, { maxItems: ENV_LIMITS.entries });
 // Three levels of maps and lists: `loader: { num_workers: 8 }` and the like, and no deeper.
 const EnvLevel3 = Type.Union([EnvScalar, envList(EnvScalar), envMap(EnvScalar)]);

@@ -1,7 +1,7 @@
 import type { Static, TSchema } from '@sinclair/typebox';
 import { parseCounterBatch, type CounterBatch } from './counters.js';
 import { EndFrame, ENV_LIMITS, EnvFrame, HelloFrame, MAX_ROWS_PER_FRAME, StepsFrame, type Env, type Hello } from './hook-schema.js';
-import { parseInput } from './parse.js';
+import { parseInput, shortly } from './parse.js';
 
 export const PROTOCOL_VERSION = 1;
 
@@ -51,6 +51,10 @@ export interface StepRecord {
   gpuH2dNs: number | null;
   gpuComputeNs: number | null;
   gpuIdleNs: number | null;
+  /** Wall time inside collectives during the step (overlaps merged), what the training thread waited of it, and the bytes moved. */
+  commNs: number | null;
+  commWaitNs: number | null;
+  commBytes: number | null;
 }
 
 export interface Steps {
@@ -94,12 +98,16 @@ function parseFrame<T extends TSchema>(schema: T, value: unknown, type: MessageT
  * beyond 2^53 are kept as their decimal text (a seed, an id), everything else is left for the
  * schema to refuse. Only own enumerable keys are copied, into fresh objects.
  */
-function representable(value: unknown, depth = 0): unknown {
+function representable(value: unknown, where: string, depth = 0): unknown {
   if (typeof value === 'bigint') return value.toString();
   if (depth > 4 || typeof value !== 'object' || value === null) return value;
-  if (Array.isArray(value)) return value.map((item: unknown) => representable(item, depth + 1));
-  if (Object.getPrototypeOf(value) !== Object.prototype && Object.getPrototypeOf(value) !== null) return value;
-  return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, representable(item, depth + 1)]));
+  if (Array.isArray(value)) return value.map((item: unknown, i) => representable(item, `${where}.${i}`, depth + 1));
+  // A Date, bytes, a RegExp, a Map, an object whose prototype a `__proto__` key replaced: no JSON.
+  const prototype: unknown = Object.getPrototypeOf(value);
+  if (prototype !== Object.prototype && prototype !== null) {
+    throw new ProtocolError(CloseCode.invalidPayload, `${where}: must be text, a number, true/false, null, a list or a map (got ${value.constructor?.name ?? 'an object'})`);
+  }
+  return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, representable(item, `${where}.${key.slice(0, 40)}`, depth + 1)]));
 }
 
 /** Validates one decoded frame from a hook; throws ProtocolError with the close code to use. */
@@ -109,16 +117,16 @@ export function parseHookMessage(value: unknown): HookMessage {
   }
   const frame = value as Record<string, unknown>;
   if (frame.v !== PROTOCOL_VERSION) {
-    throw new ProtocolError(CloseCode.policyViolation, `v: unsupported protocol version ${String(frame.v).slice(0, 32)}`);
+    throw new ProtocolError(CloseCode.policyViolation, `v: unsupported protocol version ${shortly(frame.v)}`);
   }
   if (!isMessageType(frame.type)) {
-    throw new ProtocolError(CloseCode.policyViolation, `type: unknown message type ${String(frame.type).slice(0, 32)}`);
+    throw new ProtocolError(CloseCode.policyViolation, `type: unknown message type ${shortly(frame.type)}`);
   }
   switch (frame.type) {
     case 'hello':
-      return parseHello(parseFrame(HelloFrame, { ...frame, env: representable(frame.env) }, 'hello'));
+      return parseHello(parseFrame(HelloFrame, { ...frame, env: representable(frame.env, 'hello.env') }, 'hello'));
     case 'env':
-      return { type: 'env', env: checkEnvSize(parseFrame(EnvFrame, { env: representable(frame.env) }, 'env').env, 'env') };
+      return { type: 'env', env: checkEnvSize(parseFrame(EnvFrame, { env: representable(frame.env, 'env.env') }, 'env').env, 'env') };
     case 'steps':
       return parseSteps(parseFrame(StepsFrame, frame, 'steps'));
     case 'end':
@@ -171,10 +179,14 @@ function parseHello(frame: Static<typeof HelloFrame>): HelloMessage {
 }
 
 const REQUIRED_COLUMNS = ['seq', 'step', 'end_ns', 'dur_ns', 'data_ns', 'h2d_ns', 'compute_ns', 'samples'] as const;
-const OPTIONAL_COLUMNS = ['gpu_h2d_ns', 'gpu_compute_ns', 'gpu_idle_ns'] as const;
+const GPU_COLUMNS = ['gpu_h2d_ns', 'gpu_compute_ns', 'gpu_idle_ns'] as const;
+/** Sent only by hooks that measure collectives (stepscope.watch_ddp or the collective wrappers). */
+export const COMM_FIELDS = ['comm_ns', 'comm_wait_ns', 'comm_bytes'] as const;
+const OPTIONAL_COLUMNS = [...GPU_COLUMNS, ...COMM_FIELDS] as const;
 const NULLABLE = new Set<string>(['samples', ...OPTIONAL_COLUMNS]);
 
-export const STEP_FIELDS = [...REQUIRED_COLUMNS, ...OPTIONAL_COLUMNS] as const;
+/** The columns every hook sends. */
+export const STEP_FIELDS = [...REQUIRED_COLUMNS, ...GPU_COLUMNS] as const;
 
 function columnIndex(fields: string[]): Map<string, number> {
   const index = new Map<string, number>();
@@ -230,6 +242,9 @@ function parseSteps(frame: Static<typeof StepsFrame>): Steps {
       gpuH2dNs: col('gpu_h2d_ns'),
       gpuComputeNs: col('gpu_compute_ns'),
       gpuIdleNs: col('gpu_idle_ns'),
+      commNs: col('comm_ns'),
+      commWaitNs: col('comm_wait_ns'),
+      commBytes: col('comm_bytes'),
     };
     checkRecord(record, r, previousSeq);
     previousSeq = record.seq;
@@ -238,10 +253,23 @@ function parseSteps(frame: Static<typeof StepsFrame>): Steps {
   return { type: 'steps', records, dropped: frame.dropped };
 }
 
+/** Why a step record cannot be one (durations, phases, order), or null: the same checks for a frame and a journal row. */
+export function recordProblem(record: StepRecord, previousSeq: number): string | null {
+  try {
+    checkRecord(record, 0, previousSeq);
+    return null;
+  } catch (error) {
+    return (error as Error).message.replace(/^steps\.rows\[0\]\./, '');
+  }
+}
+
 function checkRecord(record: StepRecord, r: number, previousSeq: number): void {
   const fail = (what: string) => {
     throw new ProtocolError(CloseCode.invalidPayload, `steps.rows[${r}].${what}`);
   };
+  for (const [name, value] of Object.entries(record)) {
+    if (value !== null && !(Number.isSafeInteger(value) && value >= 0)) fail(`${name}: must be a non-negative integer`);
+  }
   if (record.seq < 1) fail('seq: must be >= 1');
   if (record.seq <= previousSeq) fail(`seq: ${record.seq} does not follow ${previousSeq}`);
   if (record.durNs <= 0) fail('dur_ns: must be > 0');
@@ -253,8 +281,13 @@ function checkRecord(record: StepRecord, r: number, previousSeq: number): void {
     ['gpu_h2d_ns', record.gpuH2dNs],
     ['gpu_compute_ns', record.gpuComputeNs],
     ['gpu_idle_ns', record.gpuIdleNs],
+    ['comm_ns', record.commNs],
   ] as const) {
     if (value !== null && value > DAY_NS) fail(`${name}: ${value} is longer than a day`);
+  }
+  // The wait is part of the time in collectives, and the training thread cannot wait longer than its step.
+  if (record.commWaitNs !== null && record.commWaitNs > Math.min(record.commNs ?? Infinity, record.durNs) + PHASE_SLACK_NS) {
+    fail('comm_wait_ns: exceeds comm_ns or dur_ns');
   }
 }
 
@@ -265,7 +298,7 @@ export interface Welcome {
   resume: string;
   ack: number;
   /** Which counters the sidecar wants the hook to forward, and how often (ms). */
-  counters: { nvml: boolean; interval_ms: number; process: boolean };
+  counters: { nvml: boolean; interval_ms: number; process: boolean; memory: boolean };
 }
 
 export interface Ack {

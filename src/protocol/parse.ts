@@ -132,3 +132,14 @@ function describe(errors: ErrorObject[]): { path: string[]; reason: string } {
   if (first.keyword === 'required') return { path, reason: 'missing' };
   return { path, reason: `${first.message ?? 'invalid'}${got}` };
 }
+
+/**
+ * A client's value in a few words, safely: String() of a null-prototype object throws, and of a list
+ * nested a million deep overflows the stack.
+ */
+export function shortly(value: unknown): string {
+  // Control characters escaped, as JSON would, without the quotes.
+  if (typeof value === 'string') return JSON.stringify(value.slice(0, 32)).slice(1, -1);
+  if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'bigint' || value === undefined || value === null) return String(value);
+  return Array.isArray(value) ? 'a list' : typeof value === 'object' ? 'a map' : typeof value;
+}

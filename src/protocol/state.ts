@@ -168,6 +168,7 @@ export const GpuWindowSchema = Type.Object(
     throttle_share: OptionalKeys(THROTTLE_REASON_NAMES, Type.Number(), {
       description: "share of the window's samples (0..1) in which each reason was active; reasons never active are left out",
     }),
+    throttle_unchecked: StrOrNull('why throttling cannot be judged from these samples (no clock-event reasons, no maximum clock); null when it can'),
     power_w_mean: NumOrNull('mean power draw, W'),
     power_limit_w: NumOrNull('power limit, W'),
     power_frac_mean: NumOrNull('mean power draw as a share of the limit, 0..1'),
@@ -176,7 +177,9 @@ export const GpuWindowSchema = Type.Object(
     mem_total_mib: NumOrNull('memory in all, MiB'),
     mem_used_frac: NumOrNull('most memory used as a share of all, 0..1'),
     sm_active_mean: NumOrNull('mean share of time SMs were active, 0..1 (DCGM only)'),
+    sm_occupancy_mean: NumOrNull('mean share of warp slots occupied, 0..1 (DCGM only)'),
     tensor_active_mean: NumOrNull('mean share of time tensor cores were active, 0..1 (DCGM only)'),
+    dram_active_mean: NumOrNull('mean share of time the memory interface was busy, 0..1 (DCGM only)'),
     latest: Type.Object(
       {
         at: Time('when it was taken'),
@@ -199,6 +202,8 @@ export const HostWindowSchema = Type.Object(
     steal_pct_mean: NumOrNull('mean steal, percent'),
     load1: NumOrNull('latest 1-minute load average'),
     mem_used_frac: NumOrNull('latest memory used as a share of all, 0..1'),
+    cpu_pressure_pct: NumOrNull('PSI: percent of the time some task waited for CPU; null without PSI'),
+    memory_pressure_pct: NumOrNull('PSI: percent of the time some task stalled on memory (reclaim, swap-in); null without PSI'),
   },
   { description: 'the host over the window' },
 );
@@ -218,6 +223,33 @@ export const ProcessWindowSchema = Type.Object(
   { description: "the rank's process as its hook samples it; rates need two samples" },
 );
 
+export const CommWindowSchema = Type.Object(
+  {
+    steps: Count('steps in the window that measured their collectives'),
+    share: Num('time inside collectives as a share of those steps, 0..1 (overlaps compute)'),
+    wait_share: Num('time the training thread waited in collectives as a share of step time, 0..1: what communication costs'),
+    bytes_per_s: NumOrNull('bytes moved per second spent in collectives: their effective bandwidth'),
+  },
+  { description: "the rank's collectives (torch.distributed), as its hook measures them" },
+);
+
+export const MemoryWindowSchema = Type.Object(
+  {
+    device: NumOrNull('CUDA device index'),
+    allocated_bytes: NumOrNull('memory held by tensors, bytes (latest)'),
+    reserved_bytes: NumOrNull('memory the caching allocator holds, bytes (latest)'),
+    peak_allocated_bytes: NumOrNull('highest allocated since the process started, bytes'),
+    total_bytes: NumOrNull("the device's memory, bytes"),
+    reserved_frac: NumOrNull("reserved as a share of the device's memory, 0..1"),
+    fragmentation: NumOrNull('inactive split blocks as a share of reserved, 0..1'),
+    alloc_retries: NumOrNull('allocation retries (cache flushed and synchronised) in the window'),
+    ooms: NumOrNull('out-of-memory errors in the window'),
+    growth_bytes_per_s: NumOrNull('growth of allocated memory over the last 10 minutes, bytes a second; null with under 2 minutes of samples'),
+    exhausted_in_s: NumOrNull("at that rate, seconds until the peak reaches the device's memory; null when not growing"),
+  },
+  { description: "the framework's allocator on the rank's device, as its hook reads it" },
+);
+
 export const RankWindowSchema = Type.Object(
   {
     from: Time('start of the window'),
@@ -233,6 +265,8 @@ export const RankWindowSchema = Type.Object(
     gpu: Nullable(GpuWindowSchema, { description: "the rank's GPU over the window; null when no GPU could be matched or no sample came" }),
     host: Nullable(HostWindowSchema, { description: 'the host over the window; null without host samples' }),
     process: Nullable(ProcessWindowSchema, { description: "the rank's process; null without process samples" }),
+    comm: Nullable(CommWindowSchema, { description: "the rank's collectives; null when its hook does not measure them" }),
+    memory: Nullable(MemoryWindowSchema, { description: "the rank's allocator; null without memory samples (no CUDA)" }),
   },
   { description: "the rank's recent steps lined up with its GPU's, the host's and its process's counters" },
 );
@@ -392,6 +426,26 @@ export const RankStateSchema = Type.Object(
   { description: 'one rank of a job' },
 );
 
+export const WasteSchema = Type.Object(
+  {
+    gpu_seconds: Num("GPU-seconds the job's ranks spent stepping (one GPU per rank)"),
+    lost_gpu_seconds: Num('GPU-seconds lost to the causes below'),
+    lost_share: NumOrNull('lost as a share of the GPU time, 0..1; null before any'),
+    by_cause: Type.Array(
+      Type.Object({
+        cause: Names(LIMITERS, { description: 'what the time was lost to: input (starvation), transfer (copies), host (outside the phases), communication (waiting in collectives), throttle (low clocks)' }),
+        gpu_seconds: Num('GPU-seconds lost to it'),
+        share: Num("as a share of the job's GPU time, 0..1"),
+        energy_j: NumOrNull("joules the GPUs drew during that time; null where power is not measured"),
+      }),
+      { description: 'most costly first' },
+    ),
+    price_per_gpu_hour: NumOrNull('--gpu-hour-price; null when not given'),
+    lost_cost: NumOrNull('what the lost time cost at that price; null without a price'),
+  },
+  { description: 'GPU time lost so far, from the lost shares the verdict rules compute every tick' },
+);
+
 export const JobStateSchema = Type.Object(
   {
     job: Str('the job name (STEPSCOPE_JOB)'),
@@ -410,6 +464,7 @@ export const JobStateSchema = Type.Object(
     straggler: Nullable(StragglerSchema, { description: 'the rank holding the others back; null if none does' }),
     timeline: Type.Array(TimelineSegmentSchema, { description: "the job's verdicts over time, oldest first" }),
     baseline: Nullable(ComparisonSchema, { description: 'this run against the --baseline summary; null without --baseline' }),
+    waste: Nullable(WasteSchema, { description: 'GPU time lost so far, by cause; null before the first verdict' }),
   },
   { description: 'a training job' },
 );

@@ -1,4 +1,4 @@
-import type { ProcessSample } from '../protocol/counters.js';
+import type { MemorySample, ProcessSample } from '../protocol/counters.js';
 import type { Env, StepRecord } from '../protocol/messages.js';
 import type { DurationCounts } from './duration-counts.js';
 import type { LogHistogram } from './histogram.js';
@@ -7,6 +7,8 @@ import type { StepBuckets, StepSums } from './step-buckets.js';
 
 /** A process sample from a rank's hook, placed on the sidecar's clock. */
 export type ProcessAt = ProcessSample & { at: number };
+/** An allocator sample from a rank's hook, placed on the sidecar's clock. */
+export type MemoryAt = MemorySample & { at: number };
 
 /** The shapes the job store keeps: one job, its ranks, and each process (session) of a rank. */
 
@@ -63,6 +65,8 @@ export interface Rank {
   /** Step durations in the Prometheus histogram's buckets, for /metrics. */
   durations: DurationCounts;
   process: Ring<ProcessAt>;
+  /** Allocator samples (about 1 a second): the last 10 minutes give the growth trend. */
+  memory: Ring<MemoryAt>;
 }
 
 export interface Job {

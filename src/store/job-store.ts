@@ -3,9 +3,13 @@ import { nvmlToGpuSample, type CounterBatch } from '../protocol/counters.js';
 import { ENV_LIMITS } from '../protocol/hook-schema.js';
 import { envBytes, type Env, type Hello, type StepRecord } from '../protocol/messages.js';
 import { secretMatches } from '../protocol/session-secret.js';
+import { plausibleAt } from '../model/clock.js';
 import { addDuration, emptyDurations, type DurationCounts } from './duration-counts.js';
 import { LogHistogram } from './histogram.js';
-import { toSidecarMs, type EndReason, type Job, type ProcessAt, type Rank, type Session, type TimedStep } from './job-records.js';
+import { toSidecarMs, type EndReason, type Job, type MemoryAt, type ProcessAt, type Rank, type Session, type TimedStep } from './job-records.js';
+
+/** Allocator samples kept per rank: 10 minutes at the hook's 1 a second. */
+const MEMORY_SAMPLES = 600;
 import { describeJob, type JobSnapshot } from './job-snapshot.js';
 import { Ring } from './ring.js';
 import { addStep, emptySums, StepBuckets, type StepSums } from './step-buckets.js';
@@ -27,6 +31,7 @@ export interface RankView {
   lastStepEndAt(): number | null;
   recent(): TimedStep[];
   process(): ProcessAt[];
+  memory(): MemoryAt[];
 }
 
 export interface HelloResult {
@@ -71,13 +76,15 @@ export class LimitError extends Error {
 }
 
 type SessionDump = Omit<Session, 'job' | 'rank'>;
-type RankDump = Omit<Rank, 'latest' | 'sessions' | 'recent' | 'buckets' | 'histogram' | 'process'> & {
+type RankDump = Omit<Rank, 'latest' | 'sessions' | 'recent' | 'buckets' | 'histogram' | 'process' | 'memory'> & {
   latest: string;
   sessions: SessionDump[];
   recent: TimedStep[];
   buckets: number[][];
   histogram: Array<[number, number]>;
   process: ProcessAt[];
+  /** Absent in checkpoints written before allocator samples existed. */
+  memory?: MemoryAt[];
 };
 export type JobsDump = Array<Omit<Job, 'ranks'> & { ranks: RankDump[] }>;
 
@@ -204,6 +211,12 @@ export class JobStore {
         duplicates += 1;
         continue;
       }
+      // The live ingest leaves these out before journaling; a journal written before it did may hold them.
+      if (!plausibleAt(toSidecarMs(session, record.endNs), at)) {
+        session.maxSeq = record.seq;
+        session.refused += 1;
+        continue;
+      }
       session.maxSeq = record.seq;
       accepted.push(record);
       addStep(rank.totals, record);
@@ -232,13 +245,19 @@ export class JobStore {
    * Keeps the process counters on the rank; returns forwarded NVML samples as GPU samples, both
    * placed on the sidecar's clock.
    */
-  counters(sessionId: string, batch: CounterBatch): GpuSample[] {
+  counters(sessionId: string, batch: CounterBatch, at: number): GpuSample[] {
     const session = this.session(sessionId);
+    const placed = <T extends { at_ns: number }>(samples: T[]) =>
+      samples.map((sample) => ({ ...sample, at: toSidecarMs(session, sample.at_ns) })).filter((sample) => plausibleAt(sample.at, at));
     if (batch.source === 'process') {
-      for (const sample of batch.samples) session.rank.process.push({ ...sample, at: toSidecarMs(session, sample.at_ns) });
+      for (const sample of placed(batch.samples)) session.rank.process.push(sample);
       return [];
     }
-    return batch.samples.map((sample) => nvmlToGpuSample(sample, toSidecarMs(session, sample.at_ns)));
+    if (batch.source === 'memory') {
+      for (const sample of placed(batch.samples)) session.rank.memory.push(sample);
+      return [];
+    }
+    return placed(batch.samples).map((sample) => nvmlToGpuSample(sample, sample.at));
   }
 
   /** Every rank's view, or one job's. */
@@ -260,6 +279,7 @@ export class JobStore {
           lastStepEndAt: () => rank.lastStepEndAt,
           recent: () => rank.recent.toArray(),
           process: () => rank.process.toArray(),
+          memory: () => rank.memory.toArray(),
         });
       }
     }
@@ -455,6 +475,7 @@ export class JobStore {
         buckets: rank.buckets.dump(),
         histogram: rank.histogram.dump(),
         process: rank.process.toArray(),
+        memory: rank.memory.toArray(),
       })),
     }));
   }
@@ -473,6 +494,7 @@ export class JobStore {
           buckets: StepBuckets.load(rankDump.buckets),
           histogram: LogHistogram.load(rankDump.histogram),
           process: Ring.of(120, rankDump.process),
+          memory: Ring.of(MEMORY_SAMPLES, rankDump.memory ?? []),
         };
         for (const sessionDump of rankDump.sessions) {
           // Checkpoints written before secrets and seq bounds existed lack them.
@@ -559,6 +581,7 @@ export class JobStore {
         histogram: new LogHistogram(),
         durations: emptyDurations(),
         process: new Ring(120),
+        memory: new Ring(MEMORY_SAMPLES),
       };
       job.ranks.set(hello.rank, rank);
     }

@@ -15,6 +15,11 @@ export interface StepSums {
   gpuTimedSteps: number;
   gpuH2dNs: number;
   gpuComputeNs: number;
+  /** Steps that measured their collectives, and their sums. */
+  commSteps: number;
+  commNs: number;
+  commWaitNs: number;
+  commBytes: number;
 }
 
 export const emptySums = (): StepSums => ({
@@ -31,6 +36,10 @@ export const emptySums = (): StepSums => ({
   gpuTimedSteps: 0,
   gpuH2dNs: 0,
   gpuComputeNs: 0,
+  commSteps: 0,
+  commNs: 0,
+  commWaitNs: 0,
+  commBytes: 0,
 });
 
 const SUM_KEYS = Object.keys(emptySums()) as (keyof StepSums)[];
@@ -58,6 +67,12 @@ export function addStep(sums: StepSums, record: StepRecord): void {
     sums.gpuTimedSteps += 1;
     sums.gpuH2dNs += record.gpuH2dNs ?? 0;
     sums.gpuComputeNs += record.gpuComputeNs ?? 0;
+  }
+  if (record.commNs !== null || record.commWaitNs !== null) {
+    sums.commSteps += 1;
+    sums.commNs += record.commNs ?? 0;
+    sums.commWaitNs += record.commWaitNs ?? 0;
+    sums.commBytes += record.commBytes ?? 0;
   }
 }
 

@@ -112,6 +112,8 @@ export const VERDICT_LETTER: Record<Verdict, string> = {
   'transfer-bound': 'X',
   'host-bound': 'H',
   throttled: 'T',
+  'communication-bound': 'N',
+  'memory-bound': 'M',
   'warming-up': 'w',
   idle: '.',
 };

@@ -1,6 +1,7 @@
 import { StreamClient, streamUrl } from './client.js';
 import { WatchStore } from './model/watch-store.js';
 import { plainEvent, plainLine, plainRefused } from './plain.js';
+import { pollRuns } from './runs-client.js';
 
 export interface WatchOptions {
   /** Sidecars, one per node of the job: ws://HOST:PORT (the /v1/stream path is added). */
@@ -24,22 +25,43 @@ export interface Watching {
 /** Several sidecars' updates arriving together make one line, not one each. */
 const COALESCE_MS = 50;
 
-function printPlain(store: WatchStore, out: NodeJS.WritableStream, everyMs: number): () => void {
+/**
+ * Plain lines on `out` until stopped, or until `out` fails: a reader that went away (`watch --plain
+ * | head` once head has its lines: EPIPE) ends the viewer quietly, as it would end `cat`.
+ */
+function printPlain(store: WatchStore, out: NodeJS.WritableStream, everyMs: number): { stop: () => void; closed: Promise<void> } {
   let timer: NodeJS.Timeout | null = null;
   let lastAt = 0;
+  let broken = false;
+  let closed: () => void = () => undefined;
+  const whenClosed = new Promise<void>((resolve) => (closed = resolve));
+  const onError = () => {
+    broken = true;
+    closed();
+  };
+  out.on('error', onError);
+  const write = (line: string) => {
+    if (!broken) out.write(line + '\n');
+  };
   const print = () => {
     timer = null;
     lastAt = Date.now();
-    out.write(plainLine(store.view(lastAt), lastAt) + '\n');
+    write(plainLine(store.view(lastAt), lastAt));
   };
   const unsubscribe = store.subscribe((change) => {
-    if (change.kind === 'frame' && change.frame.type === 'verdict') out.write(plainEvent(change.frame) + '\n');
-    else if (change.kind === 'refused' && change.first) out.write(plainRefused(store.sourceStates[change.source]!.url, change.reason, Date.now()) + '\n');
+    if (change.kind === 'frame' && change.frame.type === 'verdict') write(plainEvent(change.frame));
+    else if (change.kind === 'refused' && change.first) write(plainRefused(store.sourceStates[change.source]!.url, change.reason, Date.now()));
     else if (change.kind === 'frame' || change.kind === 'lost') timer ??= setTimeout(print, Math.max(COALESCE_MS, lastAt + everyMs - Date.now()));
   });
-  return () => {
-    unsubscribe();
-    if (timer) clearTimeout(timer);
+  return {
+    stop: () => {
+      unsubscribe();
+      if (timer) clearTimeout(timer);
+      // Still listening: a write that fails after the stop must not crash the process either.
+      out.off('error', onError);
+      out.on('error', () => undefined);
+    },
+    closed: whenClosed,
   };
 }
 
@@ -78,12 +100,13 @@ export function startWatch(options: WatchOptions): Watching {
       if (fullScreen) {
         renderLiveEvenUnderCi();
         const colour = !process.env.NO_COLOR && process.stdout.hasColors?.() === true;
+        const stopRuns = pollRuns(store, urls, { token: options.token });
         const { runFullScreen } = await import('./ui/render.js');
-        await runFullScreen(store, colour, stop);
+        await runFullScreen(store, colour, stop).finally(stopRuns);
       } else {
-        const stopPrinting = printPlain(store, out, options.plainEveryMs ?? 0);
-        await stop;
-        stopPrinting();
+        const printing = printPlain(store, out, options.plainEveryMs ?? 0);
+        await Promise.race([stop, printing.closed]);
+        printing.stop();
       }
     } finally {
       clients.forEach((client) => client.stop());

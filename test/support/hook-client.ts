@@ -16,8 +16,8 @@ export class TestHook {
 
   private constructor(readonly socket: WebSocket) {
     socket.on('message', (data: Buffer) => {
-      const message = decode(data);
-      if (message?.type === 'welcome' && typeof message.resume === 'string') secrets.set(message.session, message.resume);
+      const message = decode(data) as { type?: unknown; session?: unknown; resume?: unknown } | null;
+      if (message?.type === 'welcome' && typeof message.resume === 'string') secrets.set(String(message.session), message.resume);
       this.received.push(message);
       for (const waiter of this.waiters.splice(0)) waiter();
     });

@@ -50,11 +50,16 @@ function entries(history: StreamHistory) {
   };
 }
 
-/** The history of a snapshot: it replaces whatever was held. */
-export function historyFromSnapshot(history: StreamHistory): HistoryState {
+/**
+ * The history of a snapshot, read at `at`: it replaces whatever was held. It keeps as many slices
+ * as the snapshot spans, from `from` to `at`, whether or not it holds any series yet: a viewer
+ * started before the first job (and with no GPU) must still keep every slice the job fills later.
+ */
+export function historyFromSnapshot(history: StreamHistory, at: number): HistoryState {
   const sliceMs = history.slice_s * 1000;
   const e = entries(history);
-  const keep = Math.max(1, ...history.ranks.map((r) => r.step_ms.length), ...history.gpus.map((g) => g.util.length));
+  const spanned = Number.isFinite(at) ? Math.ceil((at - Date.parse(history.from)) / sliceMs) : 0;
+  const keep = Math.max(1, spanned, ...history.ranks.map((r) => r.step_ms.length), ...history.gpus.map((g) => g.util.length));
   return { sliceMs, keep, stepMs: new Map(e.stepMs), gpuUtil: new Map(e.gpuUtil), gpuClockPct: new Map(e.gpuClockPct) };
 }
 

@@ -1,6 +1,8 @@
 import type { Straggler } from '../../model/straggler.js';
 import type { Cause, Verdict } from '../../model/verdict.js';
-import type { TimelineSegment } from '../../protocol/state.js';
+import type { RunsResponse } from '../../protocol/runs.js';
+import type { JobState, SidecarState, TimelineSegment } from '../../protocol/state.js';
+import { frozenKey } from './frozen.js';
 import { banner, type Banner } from './banner.js';
 import { combineVerdicts } from './combine.js';
 import { historyView, type HistoryPart, type HistoryView } from './history-view.js';
@@ -40,6 +42,10 @@ export interface JobView {
   history: HistoryView | null;
   timelines: Array<{ label: string | null; segments: TimelineSegment[] }>;
   events: EventRow[];
+  /** The verdict it ended with, from its timeline, where no verdict state was seen while it ran. */
+  finalVerdict: { verdict: Verdict; cause: Cause } | null;
+  /** This run against its reference (a --baseline, or the median of its recent runs), where the sidecar compares it. */
+  comparison: { headline: string; changePct: number | null } | null;
 }
 
 export interface SourceLine {
@@ -59,6 +65,8 @@ export interface WatchView {
   sources: SourceLine[];
   jobs: Array<{ id: string; ended: boolean }>;
   job: JobView | null;
+  /** The job's earlier runs, as a sidecar's run history holds them; null until one answered. */
+  runs: RunsResponse | null;
 }
 
 const EVENTS_SHOWN = 8;
@@ -93,10 +101,11 @@ function jobView(id: string, parts: Part[]): JobView {
   const rates = windows.map((w) => w.samples_per_s).filter((x): x is number => x !== null);
   const mean = (pick: (b: Breakdown) => number) => withBreakdown.reduce((sum, w) => sum + pick(w.breakdown!), 0) / withBreakdown.length;
   const historyParts: HistoryPart[] = parts
-    .filter((p) => p.source.history !== null)
+    .filter((p) => p.history !== null)
     .map((p) => ({
-      history: p.source.history!,
-      at: Date.parse(p.state.now),
+      history: p.history!,
+      // An ended job's last slice is whole: no step will come into it.
+      at: p.job.ended ? Math.ceil(Date.parse(p.state.now) / p.history!.sliceMs) * p.history!.sliceMs : Date.parse(p.state.now),
       job: id,
       jobStartedAt: Date.parse(p.job.started_at),
       timeline: p.job.timeline,
@@ -130,7 +139,32 @@ function jobView(id: string, parts: Part[]): JobView {
     history: historyView(historyParts),
     timelines: parts.map((p) => ({ label: parts.length > 1 ? p.label : null, segments: p.job.timeline })),
     events,
+    finalVerdict: finalVerdict(parts),
+    comparison: comparisonOf(parts),
   };
+}
+
+function finalVerdict(parts: Part[]): JobView['finalVerdict'] {
+  if (!parts.every((p) => p.job.ended)) return null;
+  const last = parts.map((p) => p.job.timeline.at(-1)).find((segment) => segment !== undefined);
+  return last ? { verdict: last.verdict, cause: last.cause } : null;
+}
+
+function comparisonOf(parts: Part[]): JobView['comparison'] {
+  const baseline = parts.find((p) => p.job.baseline !== null)?.job.baseline;
+  return baseline ? { headline: baseline.text.split('\n')[0] ?? '', changePct: baseline.change_pct } : null;
+}
+
+/**
+ * One sidecar's part of the job: as sent while it runs; once ended, as it was when it ended (its
+ * verdict, its ranks' windows, its GPUs and sparklines up to its last step).
+ */
+function partOf(source: SourceState, state: SidecarState, job: JobState, label: string): Part {
+  const frozen = job.ended ? source.frozen.get(frozenKey(job.job)) : undefined;
+  if (!frozen || frozen.run !== job.run) return { source, state, job, label, history: source.history };
+  // The comparison comes once the sidecar has written the run's summary: taken from the job as sent.
+  const frozenJob = { ...frozen.job, baseline: job.baseline ?? frozen.job.baseline };
+  return { source, state: { ...state, now: new Date(frozen.at).toISOString(), counters: frozen.counters }, job: frozenJob, label, history: frozen.history ?? source.history };
 }
 
 /** Live jobs first, the newest first. */
@@ -144,14 +178,14 @@ function jobOrder(sources: readonly SourceState[]): Array<{ id: string; ended: b
   return [...jobs.values()].sort((a, b) => Number(a.ended) - Number(b.ended) || b.startedAt - a.startedAt);
 }
 
-export function buildView(sources: readonly SourceState[], selected: string | null, now: number): WatchView {
+export function buildView(sources: readonly SourceState[], selected: string | null, now: number, runs: (job: string) => RunsResponse | null = () => null): WatchView {
   const jobs = jobOrder(sources);
   const id = jobs.find((j) => j.id === selected)?.id ?? jobs[0]?.id ?? null;
   const labels = sourceLabels(sources);
   const parts: Part[] = [];
   sources.forEach((source, i) => {
     const job = source.state?.jobs.find((j) => j.job === id);
-    if (source.state && job) parts.push({ source, state: source.state, job, label: labels[i]! });
+    if (source.state && job) parts.push(partOf(source, source.state, job, labels[i]!));
   });
   return {
     sources: sources.map((s, i) => ({
@@ -167,5 +201,6 @@ export function buildView(sources: readonly SourceState[], selected: string | nu
     })),
     jobs: jobs.map(({ id: jobId, ended }) => ({ id: jobId, ended })),
     job: id !== null && parts.length ? jobView(id, parts) : null,
+    runs: id !== null ? runs(id) : null,
   };
 }

@@ -1,5 +1,6 @@
 import type { Cause, Verdict } from '../../model/verdict.js';
 import type { JobState, RankState, SidecarState } from '../../protocol/state.js';
+import type { HistoryState } from './history.js';
 import type { SourceState } from './source.js';
 
 /** A row per rank and per GPU, from what one sidecar sent about one job. Pure. */
@@ -49,6 +50,8 @@ export interface Part {
   state: SidecarState;
   job: JobState;
   label: string;
+  /** Its sparkline figures (an ended job's, as they were when it ended). */
+  history: HistoryState | null;
 }
 
 export function rankRow(part: Part, rank: RankState, straggler: number | null): RankRow {

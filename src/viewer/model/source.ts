@@ -1,5 +1,6 @@
 import type { SidecarState } from '../../protocol/state.js';
 import type { StreamFrame, VerdictFrame } from '../../protocol/stream.js';
+import { freezeEnded, type FrozenJob } from './frozen.js';
 import { historyFromSnapshot, mergeHistory, type HistoryState } from './history.js';
 
 export type ConnectionStatus = 'connecting' | 'live' | 'reconnecting';
@@ -23,18 +24,21 @@ export interface SourceState {
   events: VerdictFrame[];
   /** Frames refused on this connection, and why the last was: the rest were taken, and what they held is shown. */
   refused: { count: number; reason: string } | null;
+  /** Jobs that ended, as they were when they ended (by job name). */
+  frozen: ReadonlyMap<string, FrozenJob>;
 }
 
 const EVENTS_KEPT = 50;
 
 export function initialSource(url: string): SourceState {
-  return { url, status: 'connecting', attempt: 0, error: null, retryAt: null, rateHz: null, seq: null, receivedAt: null, state: null, history: null, events: [], refused: null };
+  return { url, status: 'connecting', attempt: 0, error: null, retryAt: null, rateHz: null, seq: null, receivedAt: null, state: null, history: null, events: [], refused: null, frozen: new Map() };
 }
 
 /** The source after a frame. Pure. An update before any snapshot is ignored: it has only the tail of the history. */
 export function applyFrame(source: SourceState, frame: StreamFrame, receivedAt: number): SourceState {
   switch (frame.type) {
-    case 'snapshot':
+    case 'snapshot': {
+      const history = historyFromSnapshot(frame.history, Date.parse(frame.at));
       return {
         ...source,
         status: 'live',
@@ -45,11 +49,15 @@ export function applyFrame(source: SourceState, frame: StreamFrame, receivedAt: 
         seq: frame.seq,
         receivedAt,
         state: frame.state,
-        history: historyFromSnapshot(frame.history),
+        history,
+        frozen: freezeEnded(source.frozen, source.state, frame.state, history),
       };
-    case 'update':
+    }
+    case 'update': {
       if (!source.history) return source;
-      return { ...source, seq: frame.seq, receivedAt, state: frame.state, history: mergeHistory(source.history, frame.history) };
+      const history = mergeHistory(source.history, frame.history);
+      return { ...source, seq: frame.seq, receivedAt, state: frame.state, history, frozen: freezeEnded(source.frozen, source.state, frame.state, history) };
+    }
     case 'verdict':
       return { ...source, receivedAt, events: [...source.events, frame].slice(-EVENTS_KEPT) };
   }

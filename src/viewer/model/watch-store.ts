@@ -1,3 +1,4 @@
+import type { RunsResponse } from '../../protocol/runs.js';
 import type { StreamFrame } from '../../protocol/stream.js';
 import { buildView, type WatchView } from './job-view.js';
 import { applyFrame, disconnected, initialSource, refusedFrame, type SourceState } from './source.js';
@@ -10,13 +11,16 @@ export type Change =
   | { kind: 'frame'; source: number; frame: StreamFrame }
   | { kind: 'refused'; source: number; reason: string; first: boolean }
   | { kind: 'connecting' | 'lost'; source: number }
-  | { kind: 'selected' };
+  | { kind: 'selected' }
+  | { kind: 'runs'; job: string };
 type Listener = (change: Change) => void;
 
 /** The viewer's state: one SourceState per sidecar and the job looked at. Whoever draws subscribes. */
 export class WatchStore {
   private sources: SourceState[];
   private selected: string | null = null;
+  /** Each job's run history, as a sidecar last answered. */
+  private readonly runs = new Map<string, RunsResponse>();
   private readonly listeners = new Set<Listener>();
 
   constructor(urls: readonly string[]) {
@@ -58,8 +62,14 @@ export class WatchStore {
     this.notify({ kind: 'selected' });
   }
 
+  /** A sidecar's answer about the job's earlier runs. */
+  setRuns(response: RunsResponse): void {
+    this.runs.set(response.job, response);
+    this.notify({ kind: 'runs', job: response.job });
+  }
+
   view(now: number): WatchView {
-    return buildView(this.sources, this.selected, now);
+    return buildView(this.sources, this.selected, now, (job) => this.runs.get(job) ?? null);
   }
 
   get sourceStates(): readonly SourceState[] {

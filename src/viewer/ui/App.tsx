@@ -2,7 +2,8 @@ import { Box, useApp, useInput, useStdin } from 'ink';
 import { useEffect, useState } from 'react';
 import { layout } from '../layout.js';
 import type { WatchStore } from '../model/watch-store.js';
-import { Banner } from './Banner.js';
+import { Banner, ComparisonLine } from './Banner.js';
+import { RunsPanel } from './RunsPanel.js';
 import { GpuTable } from './GpuTable.js';
 import { Footer, Header } from './Header.js';
 import { Advice } from './Advice.js';
@@ -40,10 +41,12 @@ export function App({ store, colour }: { store: WatchStore; colour: boolean }) {
   const { isRawModeSupported } = useStdin();
   const now = useStoreClock(store);
   const { columns, rows } = useTerminalSize();
+  const [showRuns, setShowRuns] = useState(false);
   useInput(
     (input, key) => {
       if (input === 'q' || input === 'Q' || key.escape) exit();
       if (key.tab || input === 'n') store.nextJob(Date.now());
+      if (input === 'r' || input === 'R') setShowRuns((shown) => !shown);
     },
     { isActive: isRawModeSupported === true },
   );
@@ -52,7 +55,9 @@ export function App({ store, colour }: { store: WatchStore; colour: boolean }) {
   const sparksWanted = job?.history ? job.history.stepMs.length + 2 * job.history.gpuUtil.length : 0;
   const extraTimelines = Math.max(0, (job?.timelines.length ?? 1) - 1);
   const advice = job?.banner?.recommendations.slice(1) ?? [];
-  const fit = layout(rows, { ranks: job?.ranks.length ?? 0, gpus: Math.max(1, job?.gpus.length ?? 0), sparks: sparksWanted, events: job?.events.length ?? 0, advice: advice.length });
+  // The comparison line takes a line of its own, when the sidecar compares the run with something.
+  const comparisonLines = job?.comparison ? 1 : 0;
+  const fit = layout(rows - comparisonLines, { ranks: job?.ranks.length ?? 0, gpus: Math.max(1, job?.gpus.length ?? 0), sparks: sparksWanted, events: job?.events.length ?? 0, advice: advice.length });
   const multiNode = (job?.nodes.length ?? 0) > 1 || view.sources.length > 1;
   return (
     <ColourContext.Provider value={colour}>
@@ -64,6 +69,7 @@ export function App({ store, colour }: { store: WatchStore; colour: boolean }) {
           </Box>
           <Box flexShrink={0} flexDirection="column">
             <Banner view={view} width={columns} />
+            {job?.comparison ? <ComparisonLine comparison={job.comparison} /> : null}
           </Box>
           {job ? (
             <>
@@ -74,7 +80,11 @@ export function App({ store, colour }: { store: WatchStore; colour: boolean }) {
                 <GpuTable gpus={job.gpus} shown={fit.gpus} columns={columns} showNode={multiNode} />
               </Box>
               <Box flexShrink={0} flexDirection="column" marginTop={1}>
-                <HistoryPanel job={job} columns={columns} sparks={fit.sparks} events={Math.max(0, fit.events - extraTimelines)} />
+                {showRuns ? (
+                  <RunsPanel job={job.id} runs={view.runs} lines={fit.sparks + fit.events + 3} />
+                ) : (
+                  <HistoryPanel job={job} columns={columns} sparks={fit.sparks} events={Math.max(0, fit.events - extraTimelines)} />
+                )}
               </Box>
               {fit.advice > 0 ? <Advice items={advice.slice(0, fit.advice)} /> : null}
             </>

@@ -18,12 +18,19 @@ export function Banner({ view, width }: { view: WatchView; width: number }) {
   const stale = view.sources.some((s) => s.status !== 'live');
   const colour = banner ? VERDICT_COLOUR[banner.verdict] : 'gray';
   let lines: React.ReactNode[];
+  const job = view.job;
   if (!banner) {
-    const [first, second] = view.job ? ['Waiting for the first verdict…', 'Verdicts start after 20 steps (warm-up).'] : waiting(view.sources);
+    const [first, second] = job?.ended
+      ? [`Job ended (${job.endReason ?? 'ended'})${job.finalVerdict ? `: last verdict ${withCause(job.finalVerdict.verdict, job.finalVerdict.cause)}` : ''}.`, 'Its timeline is below; its summary and report are in the sidecar\'s --out.']
+      : job
+        ? ['Waiting for the first verdict…', 'Verdicts start after 20 steps (warm-up).']
+        : waiting(view.sources);
     lines = [<Text key="a" bold>{first}</Text>, <Text key="b">{second}</Text>, <Text key="c"> </Text>, <Text key="d"> </Text>];
   } else {
     const pending = banner.pending ? `   next? ${withCause(banner.pending.verdict, banner.pending.cause)} (holding ${banner.pending.forS.toFixed(1)} s)` : '';
-    const whose = banner.rank !== null ? `   (rank ${banner.rank}${view.job?.straggler?.rank === banner.rank ? ', the straggler' : ''})` : '';
+    const whose = banner.rank !== null ? `   (rank ${banner.rank}${job?.straggler?.rank === banner.rank ? ', the straggler' : ''})` : '';
+    // An ended job's verdict is its last: it held until the job's last step.
+    const when = job?.ended ? `final verdict, held ${fmtDuration(banner.heldS)} until the job ended at ${fmtClock(banner.since + banner.heldS * 1000)}` : `since ${fmtClock(banner.since)} (${fmtDuration(banner.heldS)})`;
     lines = [
       <Text key="a" wrap="truncate-end">
         <Paint colour={colour} bold>
@@ -31,7 +38,9 @@ export function Banner({ view, width }: { view: WatchView; width: number }) {
         </Paint>
         {banner.cause ? <Paint bold> {banner.cause}</Paint> : null}
         <Text>
-          {'   '}since {fmtClock(banner.since)} ({fmtDuration(banner.heldS)}){whose}
+          {'   '}
+          {when}
+          {whose}
         </Text>
         <Paint dim>{pending}</Paint>
         {stale ? <Paint colour="red"> · stale: reconnecting…</Paint> : null}
@@ -51,5 +60,22 @@ export function Banner({ view, width }: { view: WatchView; width: number }) {
     <Box flexDirection="column" borderStyle="round" borderColor={colourOn ? colour : undefined} paddingX={1} width={width}>
       {lines}
     </Box>
+  );
+}
+
+/** Slower than this many percent per sample shows red; the sidecar's own threshold decides its regression events. */
+const SLOWER_PCT = 10;
+
+/** One line under the banner: this run against its reference, as the sidecar compares them. */
+export function ComparisonLine({ comparison }: { comparison: { headline: string; changePct: number | null } }) {
+  const slower = comparison.changePct !== null && comparison.changePct >= SLOWER_PCT;
+  const faster = comparison.changePct !== null && comparison.changePct <= -2;
+  return (
+    <Text wrap="truncate-end">
+      <Paint bold>{' compared: '}</Paint>
+      <Paint colour={slower ? 'red' : faster ? 'green' : null} bold={slower}>
+        {comparison.headline}
+      </Paint>
+    </Text>
   );
 }

@@ -48,7 +48,7 @@ export function Footer({ view }: { view: WatchView }) {
   const more = view.jobs.length > 1 ? `  tab next job (${view.jobs.length})` : '';
   return (
     <Text wrap="truncate-end">
-      <Text inverse> q </Text> quit{more}
+      <Text inverse> q </Text> quit  <Text inverse> r </Text> runs{more}
       {view.sources.map((source) => {
         const { text, colour } = sourceText(source);
         return (

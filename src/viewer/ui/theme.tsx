@@ -13,6 +13,8 @@ export const VERDICT_COLOUR: Record<Verdict, string> = {
   'transfer-bound': 'magenta',
   'host-bound': 'cyan',
   throttled: 'red',
+  'communication-bound': 'blueBright',
+  'memory-bound': 'redBright',
   'warming-up': 'blue',
   idle: 'gray',
 };

@@ -1,0 +1,98 @@
+import { LIMITERS, type Limiter } from '../model/verdict.js';
+import { round } from '../model/round.js';
+
+/**
+ * The waste ledger of a job: GPU time its ranks lost to each limiter, from the lost shares the rules
+ * compute every tick (whatever the verdict: a 12% data wait below the input-bound bar is still time
+ * lost), the energy that went with it where power is measured, and its price when one is given.
+ * One GPU per rank. Pure: the ticks' times come in.
+ */
+
+export interface WasteEntry {
+  cause: Limiter;
+  gpu_seconds: number;
+  /** Share of the job's GPU time, 0..1. */
+  share: number;
+  /** Joules drawn during the lost time, where the rank's GPU power was measured (null where never). */
+  energy_j: number | null;
+}
+
+export interface Waste {
+  gpu_seconds: number;
+  lost_gpu_seconds: number;
+  lost_share: number | null;
+  /** Most costly first. */
+  by_cause: WasteEntry[];
+  price_per_gpu_hour: number | null;
+  lost_cost: number | null;
+}
+
+export interface WasteDump {
+  gpuSeconds: number;
+  lost: Array<[Limiter, number]>;
+  energy: Array<[Limiter, number]>;
+}
+
+/** A tick further than this from the last (the sidecar was down) counts as this long: nobody measured the gap. */
+const MAX_TICK_S = 10;
+
+export class WasteLedger {
+  private gpuSeconds = 0;
+  private readonly lost = new Map<Limiter, number>();
+  private readonly energy = new Map<Limiter, number>();
+
+  /** One rank over `seconds` of stepping, with the shares it lost and its GPU's mean power (null: unmeasured). */
+  add(seconds: number, lost: Partial<Record<Limiter, number>>, powerW: number | null): void {
+    const dt = Math.min(Math.max(0, seconds), MAX_TICK_S);
+    if (dt === 0) return;
+    this.gpuSeconds += dt;
+    for (const limiter of LIMITERS) {
+      const share = lost[limiter] ?? 0;
+      if (share <= 0) continue;
+      this.lost.set(limiter, (this.lost.get(limiter) ?? 0) + share * dt);
+      if (powerW !== null) this.energy.set(limiter, (this.energy.get(limiter) ?? 0) + share * dt * powerW);
+    }
+  }
+
+  view(pricePerGpuHour: number | null): Waste {
+    const byCause = [...this.lost.entries()]
+      .map(([cause, seconds]): WasteEntry => ({
+        cause,
+        gpu_seconds: round(seconds, 1),
+        share: this.gpuSeconds > 0 ? round(seconds / this.gpuSeconds, 4) : 0,
+        energy_j: this.energy.has(cause) ? Math.round(this.energy.get(cause)!) : null,
+      }))
+      .sort((a, b) => b.gpu_seconds - a.gpu_seconds);
+    const lost = [...this.lost.values()].reduce((a, b) => a + b, 0);
+    return {
+      gpu_seconds: round(this.gpuSeconds, 1),
+      lost_gpu_seconds: round(lost, 1),
+      lost_share: this.gpuSeconds > 0 ? round(lost / this.gpuSeconds, 4) : null,
+      by_cause: byCause,
+      price_per_gpu_hour: pricePerGpuHour,
+      lost_cost: pricePerGpuHour === null ? null : round((lost / 3600) * pricePerGpuHour, 2),
+    };
+  }
+
+  dump(): WasteDump {
+    return { gpuSeconds: this.gpuSeconds, lost: [...this.lost.entries()], energy: [...this.energy.entries()] };
+  }
+
+  static load(dump: WasteDump | undefined): WasteLedger {
+    const ledger = new WasteLedger();
+    if (!dump) return ledger;
+    ledger.gpuSeconds = dump.gpuSeconds;
+    for (const [limiter, seconds] of dump.lost) ledger.lost.set(limiter, seconds);
+    for (const [limiter, joules] of dump.energy) ledger.energy.set(limiter, joules);
+    return ledger;
+  }
+}
+
+/** The cause of a waste entry in words, for a summary's first sentence and the viewer. */
+export const WASTE_WORDS: Record<Limiter, string> = {
+  input: 'input starvation',
+  transfer: 'host-to-device copies',
+  host: 'work outside the phases',
+  communication: 'waiting in collectives',
+  throttle: 'low GPU clocks',
+};

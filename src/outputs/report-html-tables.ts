@@ -1,0 +1,72 @@
+import type { Summary } from '../analysis/summary.js';
+import { h, num, pct, table, withCause } from './report-html-text.js';
+
+/** The report's tables: ranks, GPUs, the job's earlier runs, what to do, the environment. Pure. */
+
+export function ranks(s: Summary): string {
+  const rows = s.ranks.map((r) => [
+    String(r.rank),
+    h(r.host),
+    String(r.steps),
+    num(r.step_ms.p50, 2),
+    num(r.step_ms.p90, 2),
+    pct(r.breakdown.data),
+    pct(r.breakdown.h2d),
+    pct(r.breakdown.compute),
+    pct(r.breakdown.other),
+    h(withCause(r.verdict, r.cause)),
+    r.straggler ? 'straggler' : '',
+  ]);
+  const straggler = s.straggler ? `<p class="note">Straggler: ${h(s.straggler.text)} (for ${num(s.straggler.seconds, 0)} s).</p>` : '';
+  return `<section id="ranks"><h2>Ranks</h2>${straggler}${table(['rank', 'host', 'steps', 'p50 ms', 'p90 ms', 'data', 'h2d', 'compute', 'other', 'verdict', ''], rows, [0, 2, 3, 4, 5, 6, 7, 8], (i) => (s.ranks[i]!.straggler ? 'straggler' : ''))}</section>`;
+}
+
+export function gpus(s: Summary): string {
+  if (s.gpus.length === 0) return '<section id="gpus"><h2>GPUs</h2><p class="note">No GPU counters were matched to this job (see the sidecar\'s --gpu-source).</p></section>';
+  const rows = s.gpus.map((g) => [
+    String(g.index),
+    h(g.name ?? 'n/a'),
+    g.ranks.join(', '),
+    g.util_mean === null ? 'n/a' : `${num(g.util_mean, 0)}%`,
+    `${pct(g.sm_clock_frac_mean)} of ${g.sm_clock_max_mhz ?? 'n/a'} MHz`,
+    h(Object.entries(g.throttle_share).map(([name, share]) => `${name} ${pct(share)}`).join(', ') || 'none'),
+    g.temp_c_max === null ? 'n/a' : `${g.temp_c_max} °C`,
+    `${pct(g.power_frac_mean)} of ${g.power_limit_w ?? 'n/a'} W`,
+    g.mem_peak_mib === null ? 'n/a' : `${g.mem_peak_mib} / ${g.mem_total_mib ?? 'n/a'} MiB`,
+  ]);
+  return `<section id="gpus"><h2>GPUs</h2>${table(['gpu', 'name', 'ranks', 'util', 'SM clock', 'throttle reasons', 'temp max', 'power', 'memory peak'], rows, [0])}</section>`;
+}
+
+export function history(s: Summary): string {
+  if (!s.history || s.history.length === 0) return '';
+  const rows = s.history.map((r) => [
+    h(r.ended_at.replace('T', ' ').slice(0, 16)),
+    String(r.run),
+    h(r.gpu_name ?? 'n/a'),
+    String(r.world_size),
+    num(r.samples_per_s),
+    r.ms_per_sample === null ? 'n/a' : r.ms_per_sample.toFixed(3),
+    num(r.step_ms_mean, 2),
+    h(withCause(r.verdict, r.cause)),
+    r.change_pct === null ? '' : `${r.change_pct >= 0 ? '+' : ''}${r.change_pct}%${r.regression ? ' (regression)' : ''}`,
+  ]);
+  return `<section id="history"><h2>This job's earlier runs</h2>${table(['ended (UTC)', 'run', 'GPU', 'ranks', 'samples/s', 'ms a sample', 'step ms', 'verdict', 'vs its reference'], rows, [1, 3, 4, 5, 6])}</section>`;
+}
+
+export function advice(s: Summary): string {
+  const items = s.recommendations.map((r) => `<li>${h(r.text)}</li>`).join('');
+  const evidence = s.evidence
+    ? `<h3 style="margin-top:12px">Evidence</h3><p>${h(s.evidence.rule)}.</p><pre>${h(
+        Object.entries(s.evidence.figures)
+          .filter(([, v]) => v !== null)
+          .map(([k, v]) => `${k}=${typeof v === 'number' ? Number(v.toFixed(4)) : v}`)
+          .join(' '),
+      )}</pre>`
+    : '';
+  return `<section id="advice"><h2>What to do</h2>${items ? `<ol>${items}</ol>` : '<p>Nothing to recommend.</p>'}${evidence}</section>`;
+}
+
+export function environment(s: Summary): string {
+  const rows = Object.entries(s.env).map(([k, v]) => [h(k), h(typeof v === 'string' ? v : JSON.stringify(v))]);
+  return rows.length ? `<section id="env"><h2>Environment</h2>${table(['key', 'value'], rows)}</section>` : '';
+}

@@ -1,0 +1,121 @@
+import { Type, type Static } from '@sinclair/typebox';
+import { SUMMARY_SCHEMA, type Summary } from '../analysis/summary.js';
+import { THROTTLE_REASON_NAMES } from '../model/gpu.js';
+import { EnvSchema } from '../protocol/hook-schema.js';
+import { RunRecordSchema } from '../protocol/runs.js';
+import { Bool, Count, Keys, Nullable, Num, NumOrNull, OptionalKeys, Str, StrOrNull, Time } from '../protocol/schema.js';
+import { BreakdownSchema, CauseSchema, ComparisonSchema, EvidenceSchema, PHASES, RecommendationSchema, StragglerSchema, TimelineSegmentSchema, VerdictSchema, WasteSchema } from '../protocol/state.js';
+
+/**
+ * summary.json as read back (`stepscope report`, `compare`, `--baseline`, the run history): one
+ * schema, checked whole, whose type is the Summary the sidecar writes (asserted at the bottom).
+ * Fields added after the first version are optional, so that older summaries still read.
+ */
+
+const StepMsSchema = Type.Object({ mean: NumOrNull('mean, ms'), p50: NumOrNull('median, ms'), p90: NumOrNull('90th percentile, ms'), p99: NumOrNull('99th percentile, ms') });
+const Values = (description: string) => Type.Array(Nullable(Type.Number()), { description: `${description}; null where nothing was measured` });
+
+export const SeriesSchema = Type.Object(
+  {
+    from: Time('start of the first slice'),
+    slice_s: Num('length of a slice, s'),
+    steps: Type.Array(Type.Integer({ minimum: 0 }), { description: 'steps that ended in each slice' }),
+    step_ms: Values('mean step time, ms'),
+    phase_ms: Keys(PHASES, Values('mean ms a step')),
+    samples_per_s: Values('samples a second, all ranks'),
+    ranks: Type.Array(Type.Object({ rank: Count('the rank'), step_ms: Values('its mean step time, ms') })),
+    ranks_total: Count('ranks in the run (the series may show fewer)'),
+    gpus: Type.Array(
+      Type.Object({
+        index: Num('GPU index'),
+        uuid: StrOrNull('GPU UUID'),
+        name: StrOrNull('product name'),
+        util_pct: Values('mean utilization, percent'),
+        sm_clock_pct: Values('mean SM clock, percent of its maximum'),
+        power_w: Values('mean power draw, W'),
+        temp_c_max: Values('highest temperature, °C'),
+        mem_used_mib_max: Values('most memory used, MiB'),
+        throttled: Values('share of samples with a thermal, power or hardware slowdown reason'),
+      }),
+    ),
+  },
+  { description: 'the run over time, in at most 360 slices' },
+);
+
+export const RegressionSchema = Type.Object({
+  change_pct: Num('per-sample time against the reference, percent'),
+  threshold_pct: Num('the threshold it passed'),
+  against: Str('the reference, in words'),
+  since_s: NumOrNull("when the live comparison passed the threshold and held, s from the run's start"),
+  text: Str("the comparison's first line"),
+});
+
+const RankSummarySchema = Type.Object({
+  rank: Count('rank'),
+  local_rank: Count('local rank'),
+  host: Str('host'),
+  steps: Count('steps'),
+  breakdown: BreakdownSchema,
+  step_ms: StepMsSchema,
+  verdict: VerdictSchema,
+  cause: CauseSchema,
+  straggler: Bool('the job\'s straggler'),
+});
+
+const GpuSummarySchema = Type.Object({
+  index: Num('GPU index'),
+  uuid: StrOrNull('GPU UUID'),
+  name: StrOrNull('product name'),
+  ranks: Type.Array(Type.Number()),
+  samples: Count('samples'),
+  util_mean: NumOrNull('mean utilization, percent'),
+  sm_clock_frac_mean: NumOrNull('mean SM clock, share of max'),
+  sm_clock_max_mhz: NumOrNull('max SM clock, MHz'),
+  throttle_share: OptionalKeys(THROTTLE_REASON_NAMES, Type.Number()),
+  temp_c_max: NumOrNull('highest temperature, °C'),
+  power_frac_mean: NumOrNull('mean power, share of the limit'),
+  power_limit_w: NumOrNull('power limit, W'),
+  mem_peak_mib: NumOrNull('most memory used, MiB'),
+  mem_total_mib: NumOrNull('memory, MiB'),
+});
+
+export const SummaryFileSchema = Type.Object({
+  schema: Type.Literal(SUMMARY_SCHEMA),
+  job: Str('the job'),
+  started_at: Time('first step'),
+  ended_at: Time('last step'),
+  end_reason: StrOrNull('why it ended'),
+  headline: Str('the verdict in one sentence'),
+  verdict: VerdictSchema,
+  cause: CauseSchema,
+  verdict_share: NumOrNull('share of the active time the verdict held'),
+  steps: Count('steps'),
+  lost: Count('records the hooks dropped'),
+  duplicates: Count('records received twice'),
+  duration_s: Num('seconds'),
+  world_size: Type.Integer({ minimum: 1 }),
+  breakdown: BreakdownSchema,
+  gpu_breakdown: Nullable(Type.Object({ h2d: Type.Number(), compute: Type.Number(), idle: Type.Number() })),
+  step_ms: StepMsSchema,
+  samples_per_s: NumOrNull('samples a second'),
+  ranks: Type.Array(RankSummarySchema),
+  straggler: Nullable(Type.Composite([StragglerSchema, Type.Object({ seconds: Num('seconds it was the straggler') })])),
+  timeline: Type.Array(TimelineSegmentSchema),
+  gpus: Type.Array(GpuSummarySchema),
+  env: EnvSchema,
+  recommendations: Type.Array(RecommendationSchema),
+  evidence: Nullable(EvidenceSchema),
+  baseline: Type.Optional(ComparisonSchema),
+  samples_per_step: Type.Optional(NumOrNull('samples a step')),
+  series: Type.Optional(SeriesSchema),
+  regression: Type.Optional(RegressionSchema),
+  history: Type.Optional(Type.Array(RunRecordSchema)),
+  waste: Type.Optional(WasteSchema),
+});
+
+export type SummaryFile = Static<typeof SummaryFileSchema>;
+
+// The schema and the Summary the sidecar writes are one shape: each must be the other.
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+const sameShape: Same<Summary, SummaryFile> = true;
+void sameShape;

@@ -1,0 +1,24 @@
+#!/usr/bin/env node
+// A stand-in for kubectl in the viewer's tests: `get pods` prints FAKE_KUBECTL_PODS; `port-forward
+// pod/NAME :PORT` says it forwards to the local port FAKE_KUBECTL_PORTS[NAME] (a sidecar the test
+// started), writes its pid to FAKE_KUBECTL_DIR/NAME.pid, and stays up until killed, as kubectl does.
+import { writeFileSync } from 'node:fs';
+import path from 'node:path';
+
+const [command, target] = process.argv.slice(2);
+if (command === 'get') {
+  process.stdout.write(process.env.FAKE_KUBECTL_PODS ?? '{"items":[]}');
+} else if (command === 'port-forward') {
+  const name = target.replace(/^pod\//, '');
+  const port = JSON.parse(process.env.FAKE_KUBECTL_PORTS ?? '{}')[name];
+  if (!port) {
+    process.stderr.write(`error: pods "${name}" not found\n`);
+    process.exit(1);
+  }
+  writeFileSync(path.join(process.env.FAKE_KUBECTL_DIR, `${name}.pid`), String(process.pid));
+  process.stdout.write(`Forwarding from 127.0.0.1:${port} -> 9477\n`);
+  setInterval(() => undefined, 60_000);
+} else {
+  process.stderr.write(`fake kubectl: ${command}?\n`);
+  process.exit(1);
+}
