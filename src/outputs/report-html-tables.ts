@@ -1,24 +1,13 @@
 import type { Summary } from '../analysis/summary.js';
 import { h, num, pct, table, withCause } from './report-html-text.js';
+import { RANK_COLUMNS, rankCells } from './summary-text.js';
 
 /** The report's tables: ranks, GPUs, the job's earlier runs, what to do, the environment. Pure. */
 
 export function ranks(s: Summary): string {
-  const rows = s.ranks.map((r) => [
-    String(r.rank),
-    h(r.host),
-    String(r.steps),
-    num(r.step_ms.p50, 2),
-    num(r.step_ms.p90, 2),
-    pct(r.breakdown.data),
-    pct(r.breakdown.h2d),
-    pct(r.breakdown.compute),
-    pct(r.breakdown.other),
-    h(withCause(r.verdict, r.cause)),
-    r.straggler ? 'straggler' : '',
-  ]);
+  const rows = s.ranks.map((r) => rankCells(r, 'straggler').map(h));
   const straggler = s.straggler ? `<p class="note">Straggler: ${h(s.straggler.text)} (for ${num(s.straggler.seconds, 0)} s).</p>` : '';
-  return `<section id="ranks"><h2>Ranks</h2>${straggler}${table(['rank', 'host', 'steps', 'p50 ms', 'p90 ms', 'data', 'h2d', 'compute', 'other', 'verdict', ''], rows, [0, 2, 3, 4, 5, 6, 7, 8], (i) => (s.ranks[i]!.straggler ? 'straggler' : ''))}</section>`;
+  return `<section id="ranks"><h2>Ranks</h2>${straggler}${table([...RANK_COLUMNS.slice(0, -1), ''], rows, [0, 2, 3, 4, 5, 6, 7, 8], (i) => (s.ranks[i]!.straggler ? 'straggler' : ''))}</section>`;
 }
 
 export function gpus(s: Summary): string {

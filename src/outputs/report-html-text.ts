@@ -11,9 +11,7 @@ export const scriptText = (text: string) => {
   return text;
 };
 
-export const pct = (x: number | null | undefined) => (x === null || x === undefined ? 'n/a' : `${Math.round(x * 100)}%`);
-export const num = (x: number | null | undefined, digits = 1) => (x === null || x === undefined ? 'n/a' : x.toFixed(digits));
-export const withCause = (verdict: string, cause: string | null) => (cause ? `${verdict} (${cause})` : verdict);
+export { num, pct, withCause } from './summary-text.js';
 
 export function duration(seconds: number): string {
   const s = Math.round(seconds);

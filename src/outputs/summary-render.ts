@@ -4,9 +4,7 @@ import { wasteSentence, type Summary } from '../analysis/summary.js';
 
 export type SummaryFormat = 'text' | 'md';
 
-const pct = (x: number | null | undefined) => (x === null || x === undefined ? 'n/a' : `${Math.round(x * 100)}%`);
-const num = (x: number | null | undefined, digits = 1) => (x === null || x === undefined ? 'n/a' : x.toFixed(digits));
-const withCause = (verdict: string, cause: string | null) => (cause ? `${verdict} (${cause})` : verdict);
+import { num, pct, RANK_COLUMNS, rankCells, withCause } from './summary-text.js';
 
 function table(format: SummaryFormat, header: string[], rows: string[][]): string[] {
   if (format === 'md') {
@@ -67,20 +65,8 @@ export function renderSummary(summary: Summary, format: SummaryFormat = 'text'):
   out.push(
     ...table(
       format,
-      ['rank', 'host', 'steps', 'p50 ms', 'p90 ms', 'data', 'h2d', 'compute', 'other', 'verdict', 'straggler'],
-      summary.ranks.map((r) => [
-        String(r.rank),
-        r.host,
-        String(r.steps),
-        num(r.step_ms.p50, 2),
-        num(r.step_ms.p90, 2),
-        pct(r.breakdown.data),
-        pct(r.breakdown.h2d),
-        pct(r.breakdown.compute),
-        pct(r.breakdown.other),
-        withCause(r.verdict, r.cause),
-        r.straggler ? 'yes' : '',
-      ]),
+      [...RANK_COLUMNS],
+      summary.ranks.map((r) => rankCells(r, 'yes')),
     ),
   );
 
