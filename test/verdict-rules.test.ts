@@ -322,3 +322,15 @@ describe('whose CPU, and host memory', () => {
     expect([judgement.verdict, judgement.cause]).toEqual(['input-bound', 'memory-pressure']);
   });
 });
+
+describe('a cause that cannot be told yet', () => {
+  it('names no input cause in a container with a CPU quota until its throttling has a rate', () => {
+    const process = (share: number | null) => ({
+      process: { seconds: share === null ? 0 : 1, cpu_main_cores: 0.2, cpu_workers_cores: null, workers: 0, rss_bytes: 1e8, cgroup_quota_cores: 0.2, cgroup_usage_cores: null, cgroup_throttled_share: share, cgroup_throttled_s_per_s: null },
+    });
+    const pending = judge(window({ data: 0.6 }, process(null)), context({ current: 'compute-bound' }));
+    expect([pending.verdict, pending.cause]).toEqual(['compute-bound', null]);
+    expect(pending.evidence.rule).toMatch(/needs a second process sample/);
+    expect(judge(window({ data: 0.6 }, process(0.9)), context({ current: 'compute-bound' })).cause).toBe('cgroup-throttled');
+  });
+});

@@ -208,6 +208,12 @@ export function judge(window: RankWindow, context: RankContext): Judgement {
   const top = candidates[0];
 
   if (top === 'input') {
+    // A container with a CPU quota whose throttling has no rate yet (one process sample): the first
+    // cause to check cannot be ruled out, so no cause is named before the second sample.
+    const quota = window.process?.cgroup_quota_cores ?? null;
+    if (quota !== null && window.process?.cgroup_throttled_share == null && context.current !== 'input-bound') {
+      return done(context.current ?? 'warming-up', null, `input-bound pending: the container's CPU quota (${quota} cores) needs a second process sample to rule out throttling`, lost);
+    }
     const { cause, why } = inputCause(window, context);
     const measured = idle === null ? 'waiting for data' : 'with the GPU idle waiting for data';
     return done('input-bound', cause, `${pct(lost.input)} of step time ${measured} (≥ ${pct(THRESHOLDS.input)}); ${why}`, lost);
