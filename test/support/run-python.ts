@@ -23,38 +23,7 @@ export function fixture(name: string): string {
  * it is killed at the end of the file at the latest.
  */
 export function runPython(python: string, script: string, args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 120_000): Promise<PythonRun> {
-  return new Promise((resolve, reject) => {
-    const child = track(
-      spawn(python, [script, ...args], {
-        env: { ...process.env, PYTHONPATH: path.join(ROOT, 'python-hook'), PYTHONUNBUFFERED: '1', ...env },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      }),
-      `${path.basename(python)} ${path.basename(script)}`,
-    );
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
-    child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
-    child.once('error', (error) => {
-      clearTimeout(timer);
-      reject(new Error(`${python} ${script} could not be started: ${error.message}`));
-    });
-    const timer = setTimeout(() => {
-      killTree(child);
-      reject(new Error(`${script} ran past ${timeoutMs} ms; stderr: ${stderr}`));
-    }, timeoutMs);
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      const last = stdout.trim().split('\n').at(-1) ?? '';
-      let result: unknown = null;
-      try {
-        result = JSON.parse(last);
-      } catch {
-        result = null;
-      }
-      resolve({ code, stdout, stderr, result });
-    });
-  });
+  return runProcess(python, [script, ...args], env, timeoutMs, `${path.basename(python)} ${path.basename(script)}`);
 }
 
 /**
