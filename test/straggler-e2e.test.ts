@@ -92,9 +92,10 @@ describe.skipIf(!torch.python)(`straggler in a real torch.distributed job${torch
     const [r0, r1] = summary.ranks;
     expect(Math.abs(r0.step_ms.mean - r1.step_ms.mean) / r1.step_ms.mean).toBeLessThan(0.05);
     // Rank 1's own delay is its data wait; rank 0's wait for it lands in its compute.
-    expect(r1.breakdown.data).toBeGreaterThan(0.6);
+    // Nominally 30 of ~36 ms; the bounds leave room for a loaded machine stretching the all-reduce.
+    expect(r1.breakdown.data).toBeGreaterThan(Math.max(0.4, 4 * r0.breakdown.data));
     expect(r0.breakdown.data).toBeLessThan(0.15);
-    expect(r0.breakdown.compute).toBeGreaterThan(0.7);
+    expect(r0.breakdown.compute).toBeGreaterThan(0.6);
 
     expect(summary.straggler, summary.headline).toMatchObject({ rank: 1, reason: 'data' });
     expect(summary.straggler.excess_ms).toBeGreaterThan(20);

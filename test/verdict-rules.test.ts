@@ -153,6 +153,14 @@ describe('the verdict rules', () => {
     expect(judge(window({ data: 0.1 }), context({ current: 'input-bound' })).verdict).toBe('compute-bound');
   });
 
+  it('quotes the bar the figure passed: a held verdict never reads "17% (≥ 20%)"', () => {
+    const held = judge(window({ data: 0.17 }), context({ current: 'input-bound' })).evidence.rule;
+    expect(held).toMatch(/^17% of step time .*\(held: ≥ 15% while in force, 20% to enter\)/);
+    expect(held).not.toContain('(≥ 20%)');
+    const entered = judge(window({ data: 0.3 }), context({ current: 'input-bound' })).evidence.rule;
+    expect(entered).toMatch(/^30% of step time .*\(≥ 20%\)/);
+  });
+
   it('says warming-up for the first steps and idle when steps stop', () => {
     expect(judge(window({ data: 0.5 }), context({ totalSteps: 5 })).verdict).toBe('warming-up');
     expect(judge(window({ data: 0.5 }), context({ sinceLastStepMs: 30_000 })).verdict).toBe('idle');

@@ -205,6 +205,10 @@ export function judge(window: RankWindow, context: RankContext): Judgement {
     return true;
   };
   const candidates = (Object.keys(lost) as Limiter[]).filter(over).sort((a, b) => lost[b] - lost[a]);
+  // The bar the headline quotes is the one the figure passed: a verdict held in force below its
+  // entry threshold says so, so that "18% (≥ 20%)" is never written.
+  const bar = (limiter: Limiter) =>
+    lost[limiter] >= threshold[limiter] ? `≥ ${pct(threshold[limiter])}` : `held: ≥ ${pct(threshold[limiter] * THRESHOLDS.stickiness)} while in force, ${pct(threshold[limiter])} to enter`;
   const top = candidates[0];
 
   if (top === 'input') {
@@ -216,18 +220,18 @@ export function judge(window: RankWindow, context: RankContext): Judgement {
     }
     const { cause, why } = inputCause(window, context);
     const measured = idle === null ? 'waiting for data' : 'with the GPU idle waiting for data';
-    return done('input-bound', cause, `${pct(lost.input)} of step time ${measured} (≥ ${pct(THRESHOLDS.input)}); ${why}`, lost);
+    return done('input-bound', cause, `${pct(lost.input)} of step time ${measured} (${bar('input')}); ${why}`, lost);
   }
   if (top === 'throttle') {
     const gpu = window.gpu!;
     const reasons = Object.entries(gpu.throttle_share).map(([name, share]) => `${name} ${pct(share)}`).join(', ') || 'no reason reported';
     return done('throttled', throttle!.cause, `SM clock at ${pct(gpu.sm_clock_frac_mean!)} of its maximum while busy (${reasons}); ${pct(lost.throttle)} of step time lost`, lost);
   }
-  if (top === 'transfer') return done('transfer-bound', null, `${pct(lost.transfer)} of step time in host-to-device copies (≥ ${pct(THRESHOLDS.transfer)})`, lost);
-  if (top === 'host') return done('host-bound', 'outside-phases', `${pct(lost.host)} of step time outside data, copy and compute (≥ ${pct(THRESHOLDS.host)})`, lost);
+  if (top === 'transfer') return done('transfer-bound', null, `${pct(lost.transfer)} of step time in host-to-device copies (${bar('transfer')})`, lost);
+  if (top === 'host') return done('host-bound', 'outside-phases', `${pct(lost.host)} of step time outside data, copy and compute (${bar('host')})`, lost);
   if (top === 'communication') {
     const { cause, why } = commCause(window, context);
-    return done('communication-bound', cause, `${pct(lost.communication)} of step time waiting in collectives (≥ ${pct(THRESHOLDS.communication)}); ${why}`, lost);
+    return done('communication-bound', cause, `${pct(lost.communication)} of step time waiting in collectives (${bar('communication')}); ${why}`, lost);
   }
   const memory = memoryCause(window);
   if (memory) return done('memory-bound', memory.cause, memory.why, lost);
