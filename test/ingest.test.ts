@@ -1,16 +1,29 @@
 import { encode } from '../src/protocol/codec.js';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { hello, range, row, steps, TestHook } from './support/hook-client.js';
-import { startSidecar, tempDir, waitFor, type RunningSidecar } from './support/sidecar.js';
+import { inProcess, type InProcess } from './support/in-process.js';
+import { capturedLogger } from './support/logger.js';
+import { startSidecar, tempDir, waitFor, type LogLine } from './support/sidecar.js';
 
+/** The ingest over a real websocket to the sidecar assembled in this process, on the real clock (the hook's rows carry it). */
 describe('ingest over a real websocket', () => {
-  let sidecar: RunningSidecar;
+  let side: InProcess;
+  let logs: LogLine[];
+  const sidecar = {
+    ingestUrl: '',
+    state: async () => (await side.app.inject({ method: 'GET', url: '/v1/state' })).json(),
+    waitForLog: (predicate: (line: LogLine) => boolean) => waitFor(() => logs.find(predicate)),
+  };
   beforeEach(async () => {
-    // A fixed GPU source: `auto` answers differently on a machine with nvidia-smi.
-    sidecar = await startSidecar(['--gpu-source', 'none']);
+    const captured = capturedLogger();
+    logs = captured.lines;
+    side = await inProcess({ now: Date.now, log: captured.log });
+    await side.app.listen({ host: '127.0.0.1', port: 0 });
+    const address = side.app.server.address();
+    sidecar.ingestUrl = `ws://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}/v1/ingest`;
   });
   afterEach(async () => {
-    await sidecar.stop();
+    await side.app.close();
   });
 
   it('acknowledges step records and shows them per rank in /v1/state', async () => {

@@ -7,7 +7,7 @@ import { Ingest } from '../../src/ingest/ingest.js';
 import type { IngestLimits } from '../../src/ingest/limits.js';
 import { Recorder } from '../../src/journal/recorder.js';
 import type { Wal } from '../../src/journal/wal.js';
-import { createLogger } from '../../src/log/log.js';
+import { createLogger, type Logger } from '../../src/log/log.js';
 import type { StreamOptions } from '../../src/outputs/stream.js';
 import { buildServer } from '../../src/server.js';
 
@@ -40,11 +40,13 @@ export async function inProcess(
     token?: string;
     /** A real clock instead of the simulated one (for a real hook on the other end). */
     now?: () => number;
+    /** Where log lines go (silent unless given, e.g. a capturedLogger's). */
+    log?: Logger;
   } = {},
 ): Promise<InProcess> {
   let simulated = options.at ?? Date.parse('2026-12-01T12:00:00Z');
   const clock = options.now ?? (() => simulated);
-  const log = createLogger('silent');
+  const log = options.log ?? createLogger('silent');
   const engine = new Engine();
   const recorder = new Recorder(engine, options.wal ?? null, { checkpointBytes: 1 << 20, checkpointMs: 60_000, samplesGiveUpShare: 0.75, now: clock, log });
   const listeners = new Set<(snapshot: EngineSnapshot) => void>();
