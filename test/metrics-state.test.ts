@@ -5,24 +5,14 @@ import { toRow } from '../src/engine/entries.js';
 import { verdictStateSet } from '../src/outputs/metrics-verdicts.js';
 import type { Hello, StepRecord } from '../src/protocol/messages.js';
 import { parseExposition, valueOf } from './fixtures/metrics/exposition.js';
+import { rankHello } from './support/entries.js';
 import { inProcess } from './support/in-process.js';
 
 /** /metrics and /readyz of sidecars built in this process around a store filled by hand. */
 
 const T0 = 1_800_000_000_000;
 
-const hello = (rank: number, job = 'job-a'): Hello => ({
-  type: 'hello',
-  job,
-  rank,
-  local_rank: rank,
-  world_size: 2,
-  session: `${job}-${rank}`,
-  pid: 100 + rank,
-  host: 'node-1',
-  clock: { wall_ms: T0, mono_ns: 0 },
-  env: {},
-});
+const hello = (rank: number, job = 'job-a'): Hello => rankHello(job, rank, T0);
 
 /** `count` steps of 20 ms, 5 of them waiting for data, ending every 20 ms from T0. */
 const records = (count: number): StepRecord[] =>

@@ -15,6 +15,7 @@ import { ComparisonSchema, SidecarStateSchema, STATE_SCHEMA, type SidecarState }
 import { SnapshotFrameSchema, StreamFrameSchema, type SnapshotFrame } from '../src/protocol/stream.js';
 import { FrameError, parseFrame } from '../src/viewer/model/frames.js';
 import { startWatch } from '../src/viewer/watch.js';
+import { rankHello } from './support/entries.js';
 import { inProcess, type InProcess } from './support/in-process.js';
 import { BEGIN, END, protocolTables } from './support/protocol-doc.js';
 import { ROOT, waitFor } from './support/sidecar.js';
@@ -41,18 +42,7 @@ function undeclared(schema: TSchema, value: unknown): string[] {
   return [...Value.Diff(cleaned, value)].map((edit) => `${edit.type} ${edit.path}`);
 }
 
-const hello = (job: string, rank: number, env: Env = {}): Hello => ({
-  type: 'hello',
-  job,
-  rank,
-  local_rank: rank,
-  world_size: 2,
-  session: `${job}-${rank}`,
-  pid: 100 + rank,
-  host: 'node-1',
-  clock: { wall_ms: T0, mono_ns: 0 },
-  env,
-});
+const hello = (job: string, rank: number, env: Env = {}): Hello => rankHello(job, rank, T0, { env });
 
 /** `count` steps of `durMs`, `dataMs` of it waiting for data, ending one after another from T0. */
 const records = (count: number, durMs: number, dataMs: number): StepRecord[] =>

@@ -25,6 +25,21 @@ export const hello = (session: string, overrides: Partial<Hello> = {}, at = 0): 
   },
 });
 
+/** A rank's hello as the ingest takes it: rank `rank` of a 2-rank `job` on node-1, said at `wallMs`. */
+export const rankHello = (job: string, rank: number, wallMs: number, overrides: Partial<Hello> = {}): Hello => ({
+  type: 'hello',
+  job,
+  rank,
+  local_rank: rank,
+  world_size: 2,
+  session: `${job}-${rank}`,
+  pid: 100 + rank,
+  host: 'node-1',
+  clock: { wall_ms: wallMs, mono_ns: 0 },
+  env: {},
+  ...overrides,
+});
+
 export interface Phases {
   data?: number;
   h2d?: number;
