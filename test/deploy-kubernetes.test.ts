@@ -134,12 +134,14 @@ const restricted = (container: Container) => {
 };
 
 describe('Kubernetes manifests', () => {
-  it('parse as YAML: training Jobs, a PodMonitor and the dcgm-exporter counters', () => {
+  it('parse as YAML: training Jobs, a PodMonitor, the Prometheus rules and the dcgm-exporter counters', () => {
     expect(SERVE_ENV.size).toBeGreaterThan(10);
     expect(jobs.length).toBeGreaterThanOrEqual(3);
     expect(podMonitors).toHaveLength(1);
+    // Its groups are checked against deploy/prometheus/stepscope-rules.yml by test/prometheus-rules.test.ts.
+    expect(manifests.filter((m) => m.kind === 'PrometheusRule').map((m) => m.file)).toEqual(['prometheus-rules.yaml']);
     expect(configMaps.map((m) => m.file)).toEqual(['dcgm-exporter-counters.yaml']);
-    for (const m of manifests) expect(`${m.apiVersion} ${m.kind}`, m.file).toMatch(/^(batch\/v1 Job|monitoring\.coreos\.com\/v1 PodMonitor|v1 ConfigMap)$/);
+    for (const m of manifests) expect(`${m.apiVersion} ${m.kind}`, m.file).toMatch(/^(batch\/v1 Job|monitoring\.coreos\.com\/v1 (PodMonitor|PrometheusRule)|v1 ConfigMap)$/);
     // The token's Secret is created out of band (README.md): no value of it is kept here.
     expect(manifests.filter((m) => m.kind === 'Secret')).toEqual([]);
   });

@@ -149,13 +149,31 @@ describe('live comparisons', () => {
     expect(first.changes).toEqual([]);
     expect(decorate(T + 34_000).changes).toEqual([]);
     const begun = decorate(T + 35_000).changes;
-    expect(begun).toEqual([{ job: 'detector-week1', run: 2, at: T + 35_000, regressed: true, changePct: 30, text: expect.stringMatching(/^30% slower per sample/) }]);
+    // It began when the run passed the threshold and stayed past it, 30 s before it was called.
+    expect(begun).toEqual([
+      {
+        job: 'detector-week1',
+        run: 2,
+        at: T + 35_000,
+        regressed: true,
+        changePct: 30,
+        text: expect.stringMatching(/^30% slower per sample/),
+        startedAt: T + 5_000,
+        endedAt: null,
+        reference: { kind: 'history', label: medianReference([reference])!.label },
+        thresholdPct: 10,
+      },
+    ]);
+    expect(decorate(T + 35_000).snapshot.regressionChanges).toBeUndefined();
     expect(live.regressions()).toEqual([{ job: 'detector-week1', regressed: true, change_pct: 30 }]);
     expect(decorate(T + 35_500).snapshot.regressions).toEqual(live.regressions());
     // The run's end keeps when it began.
     stepMs = 100;
     expect(decorate(T + 40_000).changes).toEqual([]);
-    expect(decorate(T + 70_000).changes).toMatchObject([{ regressed: false, changePct: 0 }]);
+    const over = decorate(T + 70_000);
+    expect(over.changes).toMatchObject([{ regressed: false, changePct: 0, startedAt: T + 5_000, endedAt: T + 40_000 }]);
+    // The decorated snapshot carries them to the stream (src/outputs/stream-events.ts).
+    expect(over.snapshot.regressionChanges).toEqual(over.changes);
   });
 
   it('gives the final figures at the end, with when the live regression began, and shows them for the ended run', () => {

@@ -1,50 +1,21 @@
-import { readFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { collectDefaultMetrics, Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
 import { VERDICT_CODES } from '../src/outputs/metrics-verdicts.js';
+import { parse, stringify } from 'yaml';
+import { exposed, GOLDEN as golden, metricNames, PROMTOOL, WITHOUT_PROMTOOL } from './support/promql.js';
 import { ROOT } from './support/sidecar.js';
+import { useTempDirs } from './support/temp-dirs.js';
 
 /**
- * The Grafana dashboard and docs/metrics.md against what /metrics exposes: the golden exposition
- * (test/fixtures/metrics/sidecar.prom, checked against a real sidecar by metrics-sidecar.test.ts,
- * with a series in every family) plus prom-client's default process metrics, which it leaves out.
+ * The Grafana dashboards and docs/metrics.md against what /metrics exposes (test/support/promql.ts):
+ * every query selects metrics that are there.
  */
 
-const golden = readFileSync(path.join(ROOT, 'test', 'fixtures', 'metrics', 'sidecar.prom'), 'utf8');
 const dashboard = JSON.parse(readFileSync(path.join(ROOT, 'deploy', 'grafana', 'stepscope.json'), 'utf8'));
 const docs = readFileSync(path.join(ROOT, 'docs', 'metrics.md'), 'utf8');
-
-async function exposedNames(): Promise<Set<string>> {
-  const registry = new Registry();
-  collectDefaultMetrics({ register: registry, prefix: 'stepscope_' });
-  const text = golden + (await registry.metrics());
-  const names = new Set<string>();
-  for (const [, name, type] of text.matchAll(/^# TYPE (\S+) (\S+)$/gm)) {
-    names.add(name!);
-    if (type === 'histogram') for (const suffix of ['_bucket', '_sum', '_count']) names.add(name! + suffix);
-  }
-  return names;
-}
-
-const KEYWORDS = new Set(['and', 'or', 'unless', 'by', 'without', 'on', 'ignoring', 'group_left', 'group_right', 'bool', 'offset', 'inf', 'nan']);
-
-/**
- * The metric names a PromQL expression selects: identifiers left once strings, label matchers,
- * range selectors and label lists are gone, other than keywords and function or aggregation calls.
- */
-function metricNames(expr: string): string[] {
-  const bare = expr
-    .replace(/"(?:[^"\\]|\\.)*"/g, '""')
-    .replace(/\{[^}]*\}/g, '')
-    .replace(/\[[^\]]*\]/g, '')
-    .replace(/\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)/g, '$1');
-  const names = new Set<string>();
-  for (const match of bare.matchAll(/(?<![\w$.])([a-zA-Z_:][a-zA-Z0-9_:]*)(?![\w:])(?!\s*(?:\(|\b(?:by|without)\b))/g)) {
-    if (!KEYWORDS.has(match[1]!.toLowerCase())) names.add(match[1]!);
-  }
-  return [...names];
-}
+const exposedNames = async () => (await exposed()).names;
 
 interface Panel {
   id: number;
@@ -111,6 +82,81 @@ describe('the Grafana dashboard', () => {
       expect(used.has(name), name).toBe(true);
     }
     expect(allPanels.find((panel) => panel.targets?.some((t) => t.expr.includes('stepscope_rank_verdict_code')))?.type).toBe('state-timeline');
+  });
+});
+
+describe('the job view', () => {
+  const row = dashboard.panels.findIndex((panel: Panel) => panel.type === 'row' && /job across its pods/.test(panel.title));
+  const next = dashboard.panels.findIndex((panel: Panel, i: number) => i > row && panel.type === 'row');
+  const view: Panel[] = dashboard.panels.slice(row + 1, next);
+  const exprs = view.flatMap((panel) => (panel.targets ?? []).map((t) => t.expr));
+
+  it('comes first and shows the job as one: its verdict, the straggler across nodes, the run history, the waste, GPUs per node', () => {
+    expect(row).toBe(0);
+    const used = new Set(exprs.flatMap(metricNames));
+    for (const name of [
+      'stepscope_rank_verdict',
+      'stepscope_rank_verdict_code',
+      'stepscope_step_duration_seconds_sum',
+      'stepscope_phase_seconds_total',
+      'stepscope_job_slowdown_ratio',
+      'stepscope_job_regression',
+      'stepscope_wasted_gpu_seconds_total',
+      'stepscope_gpu_utilization_ratio',
+      'stepscope_gpu_sm_clock_hertz',
+    ]) {
+      expect(used.has(name), name).toBe(true);
+    }
+    // Across pods: every query is for the chosen job, and none keeps to one rank or one pod.
+    for (const expr of exprs) {
+      expect(expr).toContain('training_job="$training_job"');
+      expect(expr).not.toMatch(/\$rank|instance=/);
+    }
+    expect(view.find((panel) => panel.targets?.some((t) => t.expr.includes('stepscope_rank_verdict_code')))?.type).toBe('state-timeline');
+  });
+
+  const tempDir = useTempDirs('stepscope-dashboard-');
+  const variables = (expr: string, job = 'train') => expr.replaceAll('$training_job', job).replaceAll('$rank', '.*').replaceAll('$__rate_interval', '1m');
+
+  it('finds the job verdict and the straggler across pods as the recording rules do, on their unit tests\' series (promtool)', (context) => {
+    if (!PROMTOOL) return context.skip(WITHOUT_PROMTOOL);
+    const unit = parse(readFileSync(path.join(ROOT, 'deploy', 'prometheus', 'stepscope-rules.test.yml'), 'utf8')) as { tests: Array<{ input_series: unknown[] }> };
+    const query = (title: RegExp) => view.find((panel) => title.test(panel.title))!.targets![0]!.expr;
+    const verdict = query(/^Job verdict/);
+    const straggler = query(/^Straggler across nodes/);
+    // The same figures as training_job:stepscope_verdict_code:most_ranks and
+    // training_job_rank:stepscope_straggler_excess_seconds:mean5m in stepscope-rules.test.yml.
+    const tests = {
+      tests: [
+        {
+          interval: '1m',
+          input_series: unit.tests[0]!.input_series,
+          promql_expr_test: [
+            { expr: variables(verdict), eval_time: '10m', exp_samples: [{ labels: '{}', value: 1 }] },
+            { expr: variables(verdict, 'tie'), eval_time: '10m', exp_samples: [{ labels: '{}', value: 4 }] },
+            {
+              expr: `round((${variables(straggler)}) * 1000)`,
+              eval_time: '10m',
+              exp_samples: [0, 0, 125, 0].map((value, rank) => ({ labels: `{rank="${rank}"}`, value })),
+            },
+          ],
+        },
+      ],
+    };
+    const file = `${tempDir()}/dashboard.test.yml`;
+    writeFileSync(file, stringify(tests));
+    const tested = spawnSync(PROMTOOL, ['test', 'rules', file], { encoding: 'utf8', timeout: 60_000 });
+    expect(tested.status, tested.stdout + tested.stderr).toBe(0);
+  });
+
+  it('has queries Prometheus parses, the variables put in (promtool)', (context) => {
+    if (!PROMTOOL) return context.skip(WITHOUT_PROMTOOL);
+    const rules = queries.filter(({ expr }) => !expr.startsWith('label_values(')).map(({ expr }, i) => ({ record: `dashboard:query:q${i}`, expr: variables(expr) }));
+    const file = `${tempDir()}/dashboard.yml`;
+    writeFileSync(file, stringify({ groups: [{ name: 'dashboard', rules }] }));
+    const checked = spawnSync(PROMTOOL, ['check', 'rules', file], { encoding: 'utf8', timeout: 60_000 });
+    expect(checked.status, checked.stdout + checked.stderr).toBe(0);
+    expect(checked.stdout).toContain(`SUCCESS: ${rules.length} rules found`);
   });
 });
 

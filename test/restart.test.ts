@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine/engine.js';
 import type { JournalEntry } from '../src/engine/entries.js';
+import type { EngineSnapshot } from '../src/engine/snapshot.js';
 import { Recorder } from '../src/journal/recorder.js';
 import { replayJournal } from '../src/journal/replay.js';
 import { Wal } from '../src/journal/wal.js';
@@ -10,7 +11,8 @@ import { useTempDirs } from './support/temp-dirs.js';
 
 /**
  * A sidecar killed mid-job and started again on its --out ends up where an uninterrupted one does:
- * the same verdicts, timeline, straggler and summary, with or without a checkpoint before the kill.
+ * the same verdicts, timeline, straggler and summary, with or without a checkpoint before the kill;
+ * for a run longer than the step buckets keep, the summary's series (the report's charts) too.
  */
 
 const tempDir = useTempDirs('stepscope-restart-');
@@ -87,6 +89,40 @@ describe('a sidecar killed mid-job and started again', () => {
     expect(restarted.ended[0]!.summary.straggler).toMatchObject({ rank: 1, reason: 'data' });
     expect(restarted.jobs[0]!.timeline).toEqual(ended!.jobs[0]!.timeline);
     expect(restarted.jobs[0]!.ranks.map((r) => r.verdict)).toEqual(ended!.jobs[0]!.ranks.map((r) => r.verdict));
+    await second.close();
+  });
+
+  it('keeps the series of a run longer than the step buckets hold: the report after a restart from a checkpoint starts where the run did', async () => {
+    // 12 minutes of 500 ms steps, one tick every 2 s: the buckets keep the last 10, so by the kill
+    // (at 11 min) the first minute is only in the series, and from there in the checkpoint.
+    const steps = run('a', 0, 12 * 60, { data: 100, compute: 400 });
+    const entries: JournalEntry[] = [
+      { t: 'start', at: T0, config },
+      hello('a'),
+      { t: 'connect', at: T0, session: 'a' },
+      ...steps.entries.filter((e) => e.t !== 'tick' || (e.at - T0) % 2_000 === 0),
+      { t: 'end', at: T0 + 12 * 60_000 + 50, session: 'a', reason: 'close' },
+      { t: 'tick', at: T0 + 12 * 60_000 + 250 },
+    ];
+    const uninterrupted = new Engine();
+    let ended: EngineSnapshot | null = null;
+    for (const entry of entries) ended = uninterrupted.apply(entry)?.ended.length ? uninterrupted.snapshot() : ended;
+    const whole = ended!.ended[0]!.summary;
+    expect(Date.parse(whole.series!.from)).toBeLessThanOrEqual(T0);
+
+    const dir = tempDir();
+    const clock = { now: T0 };
+    const kill = entries.findIndex((e) => e.at >= T0 + 11 * 60_000);
+    const first = await recorderOn(dir, new Engine(), clock);
+    await feed(first, clock, entries.slice(0, kill));
+    await first.checkpoint();
+    const { engine } = await replayJournal(dir);
+    const second = await recorderOn(dir, engine, clock);
+    const restartAt = entries[kill]!.at;
+    await feed(second, clock, [{ t: 'start', at: restartAt, config }, { t: 'connect', at: restartAt, session: 'a' }, ...entries.slice(kill)]);
+    const summary = engine.snapshot().ended[0]!.summary;
+    expect(summary.series).toEqual(whole.series);
+    expect(summary).toEqual(whole);
     await second.close();
   });
 });

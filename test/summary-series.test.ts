@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { SERIES_MAX_RANKS, SERIES_MAX_SLICES, sig3 } from '../src/analysis/summary-series.js';
+import { RunSeries, SERIES_MAX_RANKS, SERIES_MAX_SLICES, sig3 } from '../src/analysis/summary-series.js';
 import { emptyGpuSample, ThrottleReason } from '../src/counters/types.js';
 import { Engine } from '../src/engine/engine.js';
 import type { JournalEntry } from '../src/engine/entries.js';
@@ -84,7 +84,7 @@ describe("the summary's series", () => {
     replayed.replaying = true;
     feed(replayed, entries);
     expect(replayed.publishNow().ended[0]!.summary.series).toEqual(live.series);
-    // Killed half way: the engine from its checkpoint rebuilds the series from the step buckets.
+    // Killed half way: the engine from its checkpoint takes the series on from there.
     const half = entries.findIndex((e) => e.at >= T0 + 12_000);
     const before = new Engine();
     feed(before, entries.slice(0, half));
@@ -122,6 +122,28 @@ describe("the summary's series", () => {
     expect(shown).toContain(0);
     expect(shown).toContain(ranks - 1);
     expect(JSON.stringify(series).length).toBeLessThan(100_000);
+    // In the checkpoint, as bounded: its slices, every rank's sums in each (not only the 16 shown).
+    const dump = engine.toCheckpoint().analyses[0]!.series!;
+    expect(dump.slices.length).toBeLessThanOrEqual(SERIES_MAX_SLICES);
+    expect(new Set(dump.slices.flatMap((slice) => slice.ranks.map(([rank]) => rank))).size).toBe(ranks);
+    expect(JSON.stringify(dump).length).toBeLessThan(1_000_000);
+    expect(RunSeries.load(JSON.parse(JSON.stringify(dump)))!.describe(T0 + hours * 3_600_000, 7)).toEqual(engine.analyst.all()[0]!.series!.describe(T0 + hours * 3_600_000, 7));
+  });
+
+  it('comes back from a checkpoint only whole: a dump that does not validate is left out, and the series rebuilt from the step buckets', () => {
+    const entries = story();
+    const half = entries.findIndex((e) => e.at >= T0 + 12_000);
+    const before = new Engine();
+    feed(before, entries.slice(0, half));
+    const checkpoint = JSON.parse(JSON.stringify(before.toCheckpoint()));
+    const dump = checkpoint.analyses[0].series;
+    expect(RunSeries.load(dump)).not.toBeNull();
+    expect(RunSeries.load({ ...dump, slices: Array.from({ length: SERIES_MAX_SLICES + 1 }, () => dump.slices[0]) })).toBeNull();
+    expect(RunSeries.load({ ...dump, slices: [{ ...dump.slices[0], sums: { ...dump.slices[0].sums, durNs: 'x' } }] })).toBeNull();
+    // A checkpoint of a version before the series was in it: rebuilt from the buckets, which hold this short run whole.
+    delete checkpoint.analyses[0].series;
+    const live = feed(new Engine(), entries)!.ended[0]!.summary;
+    expect(feed(Engine.fromCheckpoint(checkpoint), entries.slice(half))!.ended[0]!.summary.series).toEqual(live.series);
   });
 
   it('rounds to three significant digits', () => {

@@ -1,4 +1,5 @@
 import { findStraggler, type Straggler } from '../model/straggler.js';
+import { RunSeries, type SeriesDump } from './summary-series.js';
 import { VerdictTracker, type TrackerDump, type VerdictChange } from './tracker.js';
 import { judge, VERDICTS, type Cause, type Judgement, type RankContext, type Verdict } from './verdict.js';
 import { WasteLedger, type Waste, type WasteDump } from './waste.js';
@@ -44,6 +45,8 @@ export interface AnalysisDump {
   lastAt: number | null;
   /** Absent in checkpoints written before the ledger existed. */
   waste?: WasteDump;
+  /** The run's series (absent before checkpoints held it, or before its first tick: rebuilt from the step buckets then). */
+  series?: SeriesDump;
 }
 
 /** Verdict changes kept per timeline (the job's, each rank's); a job that flaps for days keeps its latest. */
@@ -62,6 +65,11 @@ export class JobAnalysis {
   private stragglerSeconds = new Map<number, { seconds: number; latest: Straggler }>();
   private lastAt: number | null = null;
   private waste = new WasteLedger();
+  /**
+   * The run's figures over time for its report's charts, made by the Analyst beside the verdicts
+   * and kept here so that a checkpoint holds them with the rest of the run's analysis.
+   */
+  series: RunSeries | null = null;
 
   constructor(
     readonly jobId: string,
@@ -89,6 +97,7 @@ export class JobAnalysis {
       stragglerSeconds: [...this.stragglerSeconds.entries()],
       lastAt: this.lastAt,
       waste: this.waste.dump(),
+      ...(this.series ? { series: this.series.dump() } : {}),
     };
   }
 
@@ -103,6 +112,8 @@ export class JobAnalysis {
     analysis.stragglerSeconds = new Map(dump.stragglerSeconds);
     analysis.lastAt = dump.lastAt;
     analysis.waste = WasteLedger.load(dump.waste);
+    const series = dump.series === undefined ? null : RunSeries.load(dump.series);
+    analysis.series = series && series.run === dump.run ? series : null;
     return analysis;
   }
 

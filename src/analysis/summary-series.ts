@@ -1,4 +1,7 @@
+import { Type, type Static } from '@sinclair/typebox';
 import type { CounterStore, KnownGpu } from '../counters/counter-store.js';
+import { InputError, parseInput } from '../protocol/parse.js';
+import { Keys, Nullable } from '../protocol/schema.js';
 import type { RankView } from '../store/job-store.js';
 import { emptySums, mergeSums, type StepSums } from '../store/step-buckets.js';
 import { addGpuSample, describeGpuSlice, emptyGpuSlice, mergeGpuSlice, type GpuSlice } from './series-gpu.js';
@@ -83,6 +86,45 @@ function cloneSlice(slice: Slice): Slice {
 }
 
 
+// The series in a checkpoint (docs/journal.md): a long run's early slices are no longer in the step
+// buckets a restart would rebuild it from. Bounded as the series is: SERIES_MAX_SLICES slices, each
+// with the job's ranks (--max-ranks) and GPUs.
+const SUM_FIELDS = ['steps', 'durNs', 'dataNs', 'h2dNs', 'computeNs', 'otherNs', 'samples', 'samplesSteps', 'gpuIdleNs', 'gpuIdleSteps', 'gpuTimedSteps', 'gpuH2dNs', 'gpuComputeNs', 'commSteps', 'commNs', 'commWaitNs', 'commBytes'] as const;
+// Fails to compile when StepSums gains a field that is not listed above.
+type UnlistedSum = Exclude<keyof StepSums, (typeof SUM_FIELDS)[number]>;
+const everySumListed: [UnlistedSum] extends [never] ? true : UnlistedSum = true;
+void everySumListed;
+
+const Float = Type.Number();
+const SumSchema = Type.Object({ total: Float, n: Type.Integer({ minimum: 0 }) });
+const GpuSliceSchema = Type.Object({
+  util: SumSchema,
+  clockPct: SumSchema,
+  powerW: SumSchema,
+  tempMaxC: Nullable(Float),
+  memMaxMiB: Nullable(Float),
+  reasonSamples: Type.Integer({ minimum: 0 }),
+  harmful: Type.Integer({ minimum: 0 }),
+});
+export const SeriesDumpSchema = Type.Object({
+  run: Type.Integer({ minimum: 1 }),
+  sliceMs: Type.Integer({ minimum: FIRST_SLICE_MS }),
+  first: Nullable(Type.Integer()),
+  accountedTo: Float,
+  startedAt: Float,
+  gpus: Type.Array(Type.Object({ key: Type.String(), index: Type.Integer({ minimum: 0 }), uuid: Nullable(Type.String()), name: Nullable(Type.String()) })),
+  slices: Type.Array(
+    Type.Object({
+      sums: Keys(SUM_FIELDS, Float),
+      ranks: Type.Array(Type.Tuple([Type.Integer({ minimum: 0 }), Type.Integer({ minimum: 0 }), Float])),
+      gpus: Type.Array(Type.Tuple([Type.String(), GpuSliceSchema])),
+    }),
+    { maxItems: SERIES_MAX_SLICES },
+  ),
+});
+export type SeriesDump = Static<typeof SeriesDumpSchema>;
+
+
 export class RunSeries {
   sliceMs = FIRST_SLICE_MS;
   /** Index (time / sliceMs) of slices[0]; null before the first slice. */
@@ -143,6 +185,45 @@ export class RunSeries {
       this.accountedTo = Math.min(this.accountedTo, at);
       this.startedAt = this.accountedTo;
     }
+  }
+
+  /** As plain data, for a checkpoint. */
+  dump(): SeriesDump {
+    return {
+      run: this.run,
+      sliceMs: this.sliceMs,
+      first: this.first,
+      accountedTo: this.accountedTo,
+      startedAt: this.startedAt,
+      gpus: [...this.gpus.values()].map(({ key, index, uuid, name }) => ({ key, index, uuid, name })),
+      slices: this.slices.map((slice) => ({
+        sums: { ...slice.sums },
+        ranks: [...slice.ranks].map(([rank, r]): [number, number, number] => [rank, r.steps, r.durNs]),
+        gpus: [...slice.gpus].map(([key, g]): [string, GpuSlice] => [key, { ...g, util: { ...g.util }, clockPct: { ...g.clockPct }, powerW: { ...g.powerW } }]),
+      })),
+    };
+  }
+
+  /** A series from a checkpoint; null where the dump does not validate (the series is then rebuilt from the step buckets, as before checkpoints held it). */
+  static load(value: unknown): RunSeries | null {
+    let dump: SeriesDump;
+    try {
+      dump = parseInput(SeriesDumpSchema, value, 'series');
+    } catch (error) {
+      if (error instanceof InputError) return null;
+      throw error;
+    }
+    const series = new RunSeries(dump.run, dump.accountedTo);
+    series.startedAt = dump.startedAt;
+    series.sliceMs = dump.sliceMs;
+    series.first = dump.first;
+    series.slices = dump.slices.map((slice) => ({
+      sums: { ...emptySums(), ...slice.sums },
+      ranks: new Map(slice.ranks.map(([rank, steps, durNs]) => [rank, { steps, durNs }])),
+      gpus: new Map(slice.gpus.map(([key, g]) => [key, { ...emptyGpuSlice(), ...g }])),
+    }));
+    for (const gpu of dump.gpus) series.gpus.set(gpu.key, gpu);
+    return series;
   }
 
   /** A copy, to count a run's last steps for a summary without moving this series on. */

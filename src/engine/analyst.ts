@@ -22,8 +22,6 @@ export type Windows = Map<string, Map<number, RankWindow>>;
 /** Runs the verdict rules over every live job at each tick, and writes up a job's summary. */
 export class Analyst {
   private readonly analyses = new Map<string, JobAnalysis>();
-  /** Each live run's figures over time, for its summary's charts (not checkpointed: rebuilt from the step buckets). */
-  private readonly series = new Map<string, RunSeries>();
 
   constructor(
     private readonly world: World,
@@ -33,7 +31,6 @@ export class Analyst {
   tick(at: number, windows: Windows): VerdictEvent[] {
     const events: VerdictEvent[] = [];
     for (const job of this.analyses.keys()) if (this.world.jobs.runOf(job) === null) this.analyses.delete(job);
-    for (const job of this.series.keys()) if (this.world.jobs.runOf(job) === null) this.series.delete(job);
     for (const job of this.world.jobs.liveJobs()) {
       events.push(...this.analysisOf(job)!.evaluate(this.rankInputs(job, at, windows.get(job) ?? new Map()), at));
       this.seriesOf(job)?.advance(at - SERIES_LAG_MS, this.world.jobs.rankViews(job), this.jobGpus(job), this.world.counters);
@@ -41,17 +38,17 @@ export class Analyst {
     return events;
   }
 
-  /** The series of the job's current run (a new run starts a new one, from the run's start). */
+  /**
+   * The series of the job's current run, for its summary's charts (a new run starts a new one, from
+   * the run's start). Held by the run's analysis, so that it is checkpointed with it.
+   */
   private seriesOf(jobId: string): RunSeries | null {
     const job = this.world.jobs.job(jobId);
-    if (!job) return null;
-    let series = this.series.get(jobId);
-    if (!series || series.run !== job.run) {
-      series = new RunSeries(job.run, jobStart(job));
-      this.series.set(jobId, series);
-    }
-    series.startNoLaterThan(jobStart(job));
-    return series;
+    const analysis = this.analysisOf(jobId);
+    if (!job || !analysis) return null;
+    analysis.series ??= new RunSeries(job.run, jobStart(job));
+    analysis.series.startNoLaterThan(jobStart(job));
+    return analysis.series;
   }
 
   /** The GPUs the job's ranks run on, each once. */

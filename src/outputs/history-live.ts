@@ -33,13 +33,23 @@ export interface RegressionChange {
   regressed: boolean;
   changePct: number | null;
   text: string;
+  /** When the regression began: when the run passed the threshold and then stayed past it. */
+  startedAt: number;
+  /** When it came back within the threshold; null while it holds. */
+  endedAt: number | null;
+  reference: { kind: Reference['kind']; label: string } | null;
+  thresholdPct: number;
 }
+
+/** A snapshot decorated with the live comparisons: the regressions that began or ended at it, for the stream. */
+export type LiveSnapshot = EngineSnapshot & { readonly regressionChanges?: readonly RegressionChange[] };
 
 interface Tracked {
   run: number;
   startedAt: number;
   comparedAt: number;
   comparison: Comparison | null;
+  reference: RegressionChange['reference'];
   /** Since when the comparison has been past the threshold (or, while regressed, under it). */
   crossedAt: number | null;
   /** Since when the regression holds; null while none does. */
@@ -57,7 +67,7 @@ export class LiveComparisons {
   ) {}
 
   /** The snapshot with each job's comparison in `baseline`, and the regressions that began or ended at it. */
-  decorate(snapshot: EngineSnapshot, liveSummary: (job: string) => Summary | null): { snapshot: EngineSnapshot; changes: RegressionChange[] } {
+  decorate(snapshot: EngineSnapshot, liveSummary: (job: string) => Summary | null): { snapshot: LiveSnapshot; changes: RegressionChange[] } {
     const changes: RegressionChange[] = [];
     const jobs = snapshot.jobs.map((job): JobState => {
       if (job.ended) {
@@ -73,8 +83,9 @@ export class LiveComparisons {
     // An ended run's tracker waits for `finish`, which reads when its regression began.
     for (const job of this.tracked.keys()) if (!snapshot.jobs.some((j) => j.job === job)) this.tracked.delete(job);
     const regressions = this.regressions();
-    const same = regressions.length === 0 && jobs.every((job, i) => job === snapshot.jobs[i]);
-    return { snapshot: same ? snapshot : freeze({ ...snapshot, jobs, regressions }), changes };
+    const same = regressions.length === 0 && changes.length === 0 && jobs.every((job, i) => job === snapshot.jobs[i]);
+    const decorated: LiveSnapshot = same ? snapshot : freeze({ ...snapshot, jobs, regressions, ...(changes.length ? { regressionChanges: changes } : {}) });
+    return { snapshot: decorated, changes };
   }
 
   /**
@@ -100,7 +111,7 @@ export class LiveComparisons {
   private track(job: JobState, at: number, liveSummary: (job: string) => Summary | null, changes: RegressionChange[]): Tracked {
     let tracked = this.tracked.get(job.job);
     if (!tracked || tracked.run !== job.run) {
-      tracked = { run: job.run, startedAt: Date.parse(job.started_at), comparedAt: -Infinity, comparison: null, crossedAt: null, since: null };
+      tracked = { run: job.run, startedAt: Date.parse(job.started_at), comparedAt: -Infinity, comparison: null, reference: null, crossedAt: null, since: null };
       this.tracked.set(job.job, tracked);
     }
     if (at - tracked.comparedAt < this.options.everyMs || !this.references.has(job.job)) return tracked;
@@ -108,6 +119,7 @@ export class LiveComparisons {
     const reference = summary ? this.references.choose(summary) : null;
     tracked.comparedAt = at;
     tracked.comparison = summary && reference ? judgeRun(reference, summary, this.options.thresholdPct, null).comparison : null;
+    tracked.reference = reference ? { kind: reference.kind, label: reference.label } : null;
     // Warm-up steps (compilation, caches filling) are slow by nature: no regression is called in them.
     const judged = job.verdict !== null && job.verdict.verdict !== 'warming-up';
     const change = tracked.comparison?.change_pct ?? null;
@@ -118,11 +130,18 @@ export class LiveComparisons {
     } else {
       tracked.crossedAt ??= at;
       if (at - tracked.crossedAt >= this.options.holdMs) {
+        const began = past ? tracked.crossedAt : tracked.since!;
+        changes.push(this.change(job.job, tracked, at, past, began, past ? null : tracked.crossedAt));
         tracked.since = past ? tracked.crossedAt : null;
         tracked.crossedAt = null;
-        changes.push({ job: job.job, run: job.run, at, regressed: past, changePct: change, text: tracked.comparison?.text.split('\n')[0] ?? '' });
       }
     }
     return tracked;
+  }
+
+  private change(job: string, tracked: Tracked, at: number, regressed: boolean, startedAt: number, endedAt: number | null): RegressionChange {
+    const text = tracked.comparison?.text.split('\n')[0] ?? '';
+    const changePct = tracked.comparison?.change_pct ?? null;
+    return { job, run: tracked.run, at, regressed, changePct, text, startedAt, endedAt, reference: tracked.reference, thresholdPct: this.options.thresholdPct };
   }
 }

@@ -7,7 +7,7 @@ import { gaugeFamily } from './metrics-family.js';
  * how much slower per sample it is, and whether that is a regression (past --regression-threshold
  * and held past warm-up). Read from the snapshot the run history decorates (history-live.ts).
  */
-export function registerRegressionFamilies(registry: Registry, snapshot: () => EngineSnapshot): void {
+export function registerRegressionFamilies(registry: Registry, snapshot: () => Pick<EngineSnapshot, 'regressions'>): void {
   const regressions = () => snapshot().regressions ?? [];
   gaugeFamily(registry, {
     name: 'stepscope_job_slowdown_ratio',

@@ -5,7 +5,7 @@ import type { EndedRun, EngineSnapshot } from '../engine/snapshot.js';
 import type { Logger } from '../log/log.js';
 import { RUNS_SCHEMA, type RunsResponse } from '../protocol/runs.js';
 import { chooseReference, DEFAULT_HISTORY_KEEP, DEFAULT_REGRESSION_THRESHOLD_PCT, describeReference, runRecord } from './history.js';
-import { LIVE_DEFAULTS, LiveComparisons, type LiveOptions } from './history-live.js';
+import { LIVE_DEFAULTS, LiveComparisons, type LiveOptions, type LiveSnapshot } from './history-live.js';
 import { HistoryStore } from './history-store.js';
 
 /**
@@ -28,8 +28,11 @@ export interface SidecarHistoryOptions {
 }
 
 export interface SidecarHistory {
-  /** The engine's snapshot with each live job's comparison (the same object back for the same snapshot). */
-  decorate(snapshot: EngineSnapshot): EngineSnapshot;
+  /**
+   * The engine's snapshot with each live job's comparison, and the regressions that began or ended
+   * at it (the same object back for the same snapshot, so each change goes out once).
+   */
+  decorate(snapshot: EngineSnapshot): LiveSnapshot;
   /** A run that ended: its summary completed, and kept in the history. */
   finish(ended: EndedRun): Promise<Summary>;
   route(app: FastifyInstance): void;
@@ -56,7 +59,7 @@ export function sidecarHistory(options: SidecarHistoryOptions): SidecarHistory {
     },
     { ...LIVE_DEFAULTS, ...options.live, thresholdPct },
   );
-  const decorated = new WeakMap<EngineSnapshot, EngineSnapshot>();
+  const decorated = new WeakMap<EngineSnapshot, LiveSnapshot>();
 
   return {
     decorate(snapshot) {

@@ -3,8 +3,10 @@ import type { Logger } from 'pino';
 import type { VerdictEvent } from '../analysis/job-analysis.js';
 import type { EngineSnapshot, HistorySeries } from '../engine/snapshot.js';
 import type { SidecarState } from '../protocol/state.js';
-import { STREAM_VERSION, StreamCloseCode, type SnapshotFrame, type StreamHistory, type UpdateFrame, type VerdictFrame } from '../protocol/stream.js';
+import { STREAM_VERSION, StreamCloseCode, type StreamHistory, type VerdictFrame } from '../protocol/stream.js';
+import type { LiveSnapshot } from './history-live.js';
 import { DEFAULT_STREAM_LIMITS, StreamViewer, type FrameKind, type StreamLimits } from './stream-viewer.js';
+import { encode, optedIn, RegressionEvents } from './stream-events.js';
 
 export const DEFAULT_STREAM_RATE_HZ = 4;
 const SHUTDOWN_GRACE_MS = 1_000;
@@ -16,8 +18,8 @@ export interface StreamOptions {
   state: () => SidecarState;
   /** The engine's latest snapshot (its sparkline history and time). */
   snapshot: () => EngineSnapshot;
-  /** Each new snapshot: its verdict changes go out at once, and a state frame at most `rateHz` a second. */
-  onSnapshot: Subscribe<EngineSnapshot>;
+  /** Each new snapshot: its verdict and regression changes go out at once, and a state frame at most `rateHz` a second. */
+  onSnapshot: Subscribe<LiveSnapshot>;
   rateHz?: number;
   limits?: Partial<StreamLimits>;
   log: Logger;
@@ -39,8 +41,6 @@ export function historyTail(history: HistorySeries, at: number, slices: number |
     gpus: history.gpus.map((g) => ({ ...g, util: g.util.slice(skip), sm_clock_pct: g.sm_clock_pct.slice(skip) })),
   };
 }
-
-const encode = (frame: SnapshotFrame | UpdateFrame | VerdictFrame) => Buffer.from(JSON.stringify(frame));
 
 function verdictFrame(event: VerdictEvent): VerdictFrame {
   return {
@@ -71,9 +71,10 @@ export function registerStream(app: FastifyInstance, options: StreamOptions): St
   // An update's history covers the slices a tick can have touched since the previous one.
   const tailSlices = (history: HistorySeries) => Math.ceil(tickMs / history.sliceMs) + 2;
   const viewers = new Set<StreamViewer>();
+  const regressions = new RegressionEvents();
   let seq = 0;
   /** The state read at a tick, and its frames once encoded. */
-  type Tick = { at: number; state: SidecarState; history: HistorySeries; update: Buffer | null; snapshot: Buffer | null };
+  type Tick = { at: number; state: SidecarState; history: HistorySeries; regressions: EngineSnapshot['regressions']; update: Buffer | null; snapshot: Buffer | null };
   let current: Tick | null = null;
 
   const snapshotOf = (tick: Tick) =>
@@ -97,11 +98,13 @@ export function registerStream(app: FastifyInstance, options: StreamOptions): St
     }));
   const readState = (): Tick => {
     const snapshot = options.snapshot();
-    return { at: snapshot.at, state: options.state(), history: snapshot.history, update: null, snapshot: null };
+    return { at: snapshot.at, state: options.state(), history: snapshot.history, regressions: snapshot.regressions, update: null, snapshot: null };
   };
   const send = (viewer: StreamViewer, tick: Tick) => {
     const kind: FrameKind = viewer.needsSnapshot ? 'snapshot' : 'update';
     viewer.offer(kind === 'snapshot' ? snapshotOf(tick) : updateOf(tick), kind, tick.at);
+    // After a snapshot (on connect, or once a viewer that fell behind catches up), the regressions holding.
+    if (kind === 'snapshot' && !viewer.needsSnapshot) regressions.resync(viewer, tick.at, tick.regressions);
   };
 
   const tick = () => {
@@ -118,6 +121,7 @@ export function registerStream(app: FastifyInstance, options: StreamOptions): St
   // step one engine tick after it arrived, not a tick of the stream's own later.
   let lastTickAt = Number.NEGATIVE_INFINITY;
   const unsubscribe = options.onSnapshot((snapshot) => {
+    regressions.publish(snapshot);
     if (viewers.size === 0) return;
     for (const event of snapshot.events) {
       const frame = encode(verdictFrame(event));
@@ -128,11 +132,13 @@ export function registerStream(app: FastifyInstance, options: StreamOptions): St
     tick();
   });
 
-  app.get('/v1/stream', { websocket: true }, (socket, request) => {
+  app.get<{ Querystring: { events?: unknown } }>('/v1/stream', { websocket: true }, (socket, request) => {
     const log = options.log.child({ viewer: `${request.socket.remoteAddress}:${request.socket.remotePort}` });
-    const viewer = new StreamViewer(socket, limits, log, (gone) => viewers.delete(gone));
+    const viewer = new StreamViewer(socket, limits, log, (gone) => (viewers.delete(gone), regressions.viewers.delete(gone)));
     viewers.add(viewer);
-    log.debug({ viewers: viewers.size }, 'viewer connected');
+    const events = optedIn(request.query.events);
+    if (events.has('regression')) regressions.viewers.add(viewer);
+    log.debug({ viewers: viewers.size, events: [...events] }, 'viewer connected');
     // Viewers that connect between two ticks share the state read for the first of them.
     current ??= readState();
     send(viewer, current);

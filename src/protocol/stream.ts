@@ -1,5 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { Count, Described, Nullable, Num, Str, StrOrNull, Time } from './schema.js';
+import { Count, Described, Names, Nullable, Num, NumOrNull, Str, StrOrNull, Time } from './schema.js';
 import { CauseSchema, SidecarStateSchema, VerdictSchema } from './state.js';
 
 /**
@@ -84,12 +84,46 @@ export const VerdictFrameSchema = Type.Object(
   { description: 'a verdict change, sent as soon as the sidecar decides it' },
 );
 
+export const RegressionFrameSchema = Type.Object(
+  {
+    v: Version,
+    type: Type.Literal('regression', { description: 'the frame type' }),
+    at: Time('when the sidecar decided'),
+    job: Str('the job'),
+    run: Type.Integer({ minimum: 1, description: 'its run number on this sidecar' }),
+    status: Names(['started', 'ended', 'ongoing'] as const, {
+      description: 'it began; it is over (back within the threshold); or it holds, sent right after each snapshot a viewer gets',
+    }),
+    change_pct: NumOrNull("time per sample against the reference, percent, at `at`; null where the run has no figures yet"),
+    threshold_pct: Num('the threshold (--regression-threshold), percent'),
+    started_at: Time('when the run passed the threshold and stayed past it'),
+    ended_at: Nullable(Time('when it came back within the threshold'), { description: "when it came back within the threshold; null unless `status` is 'ended'" }),
+    reference: Nullable(
+      Type.Object({
+        kind: Names(['baseline', 'history'] as const, { description: 'a pinned --baseline, or the median of recent comparable runs' }),
+        label: Str('the reference in words, as /v1/runs names it'),
+      }),
+      { description: 'what the run is compared with; null where it no longer has one' },
+    ),
+    text: Str("the comparison's first line: how much slower, where the time went, what changed since"),
+  },
+  {
+    description:
+      "a job's run passing its regression threshold (held 30 s past warm-up) or coming back within it; sent only to viewers that ask for it with `?events=regression`",
+  },
+);
+
+/** The frames every viewer gets. */
 export const StreamFrameSchema = Type.Union([SnapshotFrameSchema, UpdateFrameSchema, VerdictFrameSchema]);
+/** Frames a viewer gets only when it names them in `?events=` (a viewer of an older build would refuse an unknown type). */
+export const STREAM_EVENTS = ['regression'] as const;
+export type StreamEvent = (typeof STREAM_EVENTS)[number];
 
 export type StreamHistory = Static<typeof StreamHistorySchema>;
 export type SnapshotFrame = Static<typeof SnapshotFrameSchema>;
 export type UpdateFrame = Static<typeof UpdateFrameSchema>;
 export type VerdictFrame = Static<typeof VerdictFrameSchema>;
+export type RegressionFrame = Static<typeof RegressionFrameSchema>;
 export type StreamFrame = Static<typeof StreamFrameSchema>;
 
 /** Close codes of the stream beyond the standard ones. */

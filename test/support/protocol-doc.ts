@@ -2,10 +2,11 @@ import { Kind, OptionalKind, type TSchema } from '@sinclair/typebox';
 import { CAUSES, VERDICTS } from '../../src/model/verdict.js';
 import { THROTTLE_REASON_NAMES } from '../../src/model/gpu.js';
 import { SidecarStateSchema } from '../../src/protocol/state.js';
-import { SnapshotFrameSchema, StreamHistorySchema, UpdateFrameSchema, VerdictFrameSchema } from '../../src/protocol/stream.js';
+import { RunsResponseSchema } from '../../src/protocol/runs.js';
+import { RegressionFrameSchema, SnapshotFrameSchema, StreamHistorySchema, UpdateFrameSchema, VerdictFrameSchema } from '../../src/protocol/stream.js';
 
 /**
- * The field tables of docs/protocol.md ("State" and the stream's frames), made from the schemas'
+ * The field tables of docs/protocol.md ("State", the stream's frames, the run history), made from the schemas'
  * descriptions, so that the document says what the validator checks. protocol-state.test.ts checks
  * the document holds them; STEPSCOPE_WRITE_DOCS=1 makes it write them.
  */
@@ -167,6 +168,14 @@ export function protocolTables(): string {
     '#### `verdict`',
     '',
     table(rows(VerdictFrameSchema as Schema, '', new Map())),
+    '',
+    '#### `regression` (with `?events=regression`)',
+    '',
+    table(rows(RegressionFrameSchema as Schema, '', new Map())),
+    '',
+    '#### Runs (`GET /v1/runs?job=NAME`)',
+    '',
+    table(rows(RunsResponseSchema as Schema, '', new Map())),
     '',
     END,
   ].join('\n');
