@@ -25,8 +25,48 @@ describe('compare against a baseline', () => {
     expect(c.verdict).toEqual({ baseline: 'compute-bound', current: 'input-bound', baseline_cause: null, current_cause: 'cpu-saturated' });
   });
 
-  it('lists what changed in the environment, and not the noise (host, pid)', () => {
-    expect(compare(baseline, current).env_changes).toEqual([{ key: 'torch', baseline: '2.1.2', current: '2.2.0' }]);
+  it('lists what changed in the environment, and not the noise (host, pid), with its usual effect', () => {
+    expect(compare(baseline, current).env_changes).toEqual([
+      { key: 'torch', baseline: '2.1.2', current: '2.2.0', effect: 'medium', direction: 'either', reason: 'PyTorch 2.1.2 → 2.2.0: a new version may have taken a slower path (kernels, defaults)' },
+    ]);
+  });
+
+  // The same job after someone "cleaned up" the training script: AMP gone, TF32 gone, fewer workers, a new torch.
+  type Flags = Record<string, string | number | boolean>;
+  const withStack = (summary: Summary, stack: Flags, loader: Flags = {}, env: Flags = {}): Summary => ({
+    ...summary,
+    env: { ...summary.env, ...env, loader: { ...(summary.env.loader as Flags), ...loader }, stack: { cudnn_benchmark: true, cudnn_tf32: true, ...stack } },
+  });
+  const before = withStack(baseline, { amp: 'bfloat16', matmul_precision: 'high' });
+  const after = withStack({ ...baseline, step_ms: { ...baseline.step_ms, mean: 560 } }, { amp: 'off', matmul_precision: 'highest' }, { num_workers: 2 }, { torch: '2.2.0' });
+
+  it('orders what changed by its usual effect on speed, and names the largest first in the headline', () => {
+    const c = compare(before, after);
+    expect(c.change_pct).toBe(100);
+    expect(c.env_changes.map((e) => [e.key, e.effect])).toEqual([
+      ['stack.amp', 'large'],
+      ['stack.matmul_precision', 'large'],
+      ['loader.num_workers', 'medium'],
+      ['torch', 'medium'],
+    ]);
+    expect(c.text.split('\n')[0]).toMatch(/; changed since: stack\.amp bfloat16→off, stack\.matmul_precision high→highest, loader\.num_workers 4→2 and 1 more\.$/);
+    expect(c.text).toMatch(/stack\.amp: "bfloat16" → "off" \(large: mixed precision off/);
+  });
+
+  it('ranks first what goes the way the run went: a faster run leads with AMP turned on', () => {
+    const faster = compare(after, { ...before, step_ms: { ...before.step_ms, mean: 140 } });
+    expect(faster.env_changes[0]).toMatchObject({ key: 'stack.amp', direction: 'faster' });
+    // Slower though AMP came on: the workers it lost explain it better than the AMP it gained.
+    const slower = compare(withStack(baseline, { amp: 'off' }), withStack({ ...baseline, step_ms: { ...baseline.step_ms, mean: 400 } }, { amp: 'bfloat16' }, { num_workers: 1 }));
+    expect(slower.env_changes.map((e) => e.key)).toEqual(['loader.num_workers', 'stack.amp']);
+  });
+
+  it('takes the node inventories where the summaries have them, ranked with the env', () => {
+    const node = { cpu_model: 'AMD EPYC 7313', cpu_cores: 32, cpu_physical_cores: 16, memory_bytes: 256 * 2 ** 30, gpu_models: ['NVIDIA A10'], gpu_count: 2, driver_version: '535.104.05', cuda_version: '12.2', cores_per_gpu: 16 };
+    const c = compare(baseline, current, { baseline: node, current: { ...node, cores_per_gpu: 8, gpu_count: 4 } });
+    expect(c.env_changes.map((e) => e.key)).toEqual(['node.cores_per_gpu', 'torch', 'node.gpu_count']);
+    expect(c.env_changes[0]!.reason).toMatch(/^8 cores per GPU, the baseline 16/);
+    expect(compare(baseline, current, { baseline: node }).env_changes.map((e) => e.key)).toEqual(['torch']);
   });
 
   it('stepscope compare prints the human text, and --json the object', () => {

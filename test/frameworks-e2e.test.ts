@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { recompileCause } from '../src/analysis/stack.js';
 import { findVenvPython } from './support/python.js';
 import { fixture, runProcess } from './support/run-python.js';
 import { ROOT } from './support/sidecar.js';
@@ -12,7 +13,8 @@ import { runWithSidecar, stepSeconds } from './support/torch-runs.js';
  * zero-code path (STEPSCOPE_AUTO=1, as the Kubernetes manifests run it), a Lightning run with
  * stepscope's Callback and a Hugging Face Trainer run with its TrainerCallback. Each is checked for
  * the exact step count, step times that add up to the wall time the script measured itself, and the
- * verdict (compute-bound: their data is a few percent of the step, the bar is 20%).
+ * verdict (compute-bound: their data is a few percent of the step, the bar is 20%). And the software
+ * stack fingerprint of an unmodified loop on torch.compile and bf16 autocast whose shapes change.
  */
 
 /** Heavier than the rest of `npm test` (Lightning and Transformers take seconds of CPU to import):
@@ -87,5 +89,28 @@ describe.skipIf(!venv.python)(`real frameworks on current PyTorch${venv.python ?
     expect([summary.verdict, rank.verdict], summary.headline).toEqual(['compute-bound', 'compute-bound']);
     expect(summary.env.instrumentation).toBe('transformers');
   }, TIMEOUT);
-});
 
+  it.concurrent('torch.compile with changing shapes and bf16 autocast, unmodified: the stack fingerprint names the dtype and counts the recompiles', async () => {
+    const { summary, runs } = await runWithSidecar((url) =>
+      Promise.all([runProcess(venv.python!, [fixture('frameworks/compiled_amp.py'), '--steps', '48', '--lengths', '12'], { ...zeroCodeEnv, STEPSCOPE_URL: url, STEPSCOPE_JOB: 'compiled' }, 200_000, 'compiled_amp.py')]),
+    );
+    const [script] = runs.map((r) => r.result);
+    expect(script.steps).toBe(48);
+    expect(summary).toMatchObject({ job: 'compiled', steps: 48 });
+    const { stack, compile, nccl } = summary.env;
+    // Autocast is entered inside the step, around the compiled model: seen through autocast.__enter__.
+    expect(stack).toMatchObject({ amp: 'bfloat16', matmul_precision: 'high', cuda_in_use: false, deterministic_algorithms: false });
+    expect(nccl, "PyPI's torch is a CUDA build: NCCL's version, read without initialising CUDA").toMatch(/^\d+\.\d+\.\d+/);
+    // Two compiled functions see 12 sequence lengths with static shapes: each recompiles up to dynamo's limit of 8.
+    expect(script.frames.total).toBeGreaterThanOrEqual(16);
+    expect(compile).toMatchObject({ in_use: true, graph_breaks: 0 });
+    expect(compile.recompiles).toBeGreaterThanOrEqual(14);
+    expect(compile.recompiles).toBeLessThan(script.frames.total);
+    expect(compile.recompiles_1m).toBe(compile.recompiles);
+    expect(compile.recompile_s_1m).toBeGreaterThan(0);
+    expect(recompileCause(summary.env)).toMatchObject({ cause: 'recompiles', why: expect.stringMatching(/recompiled \d+ times in the last minute/) });
+    // Advice fits the job: nothing asks for what it already does (autocast, torch.compile) or cannot use (pinned memory without a GPU).
+    const advice = summary.recommendations.map((r: { text: string }) => r.text).join('\n');
+    expect(advice).not.toMatch(/torch\.compile|mixed precision \(bf16\)|autocast|pin_memory/);
+  }, TIMEOUT);
+});

@@ -51,6 +51,9 @@ describe.skipIf(!venv.python)(`zero-code path on current PyTorch${venv.python ? 
     expect(summary.samples_per_s).toBeGreaterThan(0);
     expect(summary.env).toMatchObject({ instrumentation: 'auto', loader: { batch_size: 4, num_workers: 0 } });
     expect(summary.env.torch).toMatch(/^2\./);
+    // The stack fingerprint of a plain fp32 loop on the CPU: steps ran without autocast, nothing compiled, no CUDA.
+    expect(summary.env.stack).toMatchObject({ amp: 'off', matmul_precision: 'highest', cuda_in_use: false, deterministic_algorithms: false });
+    expect(summary.env.compile).toBeUndefined();
   }, TIMEOUT);
 
   it.concurrent('`python -m stepscope run` an ImageNet-style loop with a slow transform: input-bound, the data share it measured', async () => {
@@ -77,6 +80,10 @@ describe.skipIf(!venv.python)(`zero-code path on current PyTorch${venv.python ? 
     expect(measured).toBeGreaterThan(0.3); // ~0.85 on an idle machine; the verdict's bar is 0.2
     expect(Math.abs(rank.breakdown.data - measured)).toBeLessThanOrEqual(0.1 * measured);
     expect([summary.verdict, rank.verdict], summary.headline).toEqual(['input-bound', 'input-bound']);
-    expect(summary.env).toMatchObject({ instrumentation: 'auto', loader: { batch_size: 16, num_workers: 0 } });
+    expect(summary.env).toMatchObject({ instrumentation: 'auto', loader: { batch_size: 16, num_workers: 0, pin_memory: false } });
+    // Advice that fits the job (whichever cause the machine's load makes it): no prefetch or persistent
+    // workers without workers, no pinned memory without a GPU.
+    const ids = summary.recommendations.map((r: { id: string }) => r.id);
+    expect(ids.filter((id: string) => ['pin-memory', 'prefetch', 'persistent-workers'].includes(id))).toEqual([]);
   }, TIMEOUT);
 });

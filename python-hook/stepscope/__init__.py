@@ -21,7 +21,7 @@ import sys
 import threading
 import weakref
 
-from . import _comm, _env, _log, _ws
+from . import _comm, _env, _log, _stack, _ws
 from ._scope import PHASES, CloseResult, Scope
 
 __all__ = ["init", "watch_ddp", "Scope", "CloseResult", "PHASES", "DEFAULT_URL", "__version__"]
@@ -104,6 +104,9 @@ def init(
             _log.warn_once(_log.USAGE + topic, problem + "; not sending: steps are still timed here")
             scope = Scope(None, buffer_size=int(buffer_size), disabled=problem)
         else:
+            torch = sys.modules.get("torch")
+            if torch is not None:
+                _stack.install(torch)  # before the first step: autocast is seen from it on
             connection = {
                 "url": url,
                 "identity": identity,

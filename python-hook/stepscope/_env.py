@@ -164,6 +164,17 @@ def fingerprint(version: str) -> dict:
     if torch is not None:
         env.update(_torch_versions(torch))
         env.update(gpu_fingerprint(torch))
+        try:
+            from . import _stack
+
+            nccl = _stack.nccl_version(torch)
+            if nccl is not None:
+                env["nccl"] = nccl
+            stack = _stack.settings(torch)
+            if stack:
+                env["stack"] = stack
+        except Exception:
+            pass
     return env
 
 

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from . import _cuda, _env, _log
+from . import _cuda, _env, _log, _stack
 from ._sender import Sender
 
 __all__ = ["Scope", "PHASES", "CloseResult"]
@@ -229,7 +229,9 @@ class Scope:
         self._id = next(_scope_ids)
         self._disabled = disabled if connection is None else None
         self._on_close = None  # the zero-code path ends the step it holds back (stepscope._auto)
+        self._stack_watcher = None  # the stack and compile groups, polled by the sender thread
         if connection is not None:
+            self._stack_watcher = _stack.Watcher(connection.get("env") or {})
             self._sender = Sender(self._queue, self._wake, tick=self._background_tick, **connection)
             self._sender.start()
 
@@ -428,13 +430,26 @@ class Scope:
     # --- other threads ----------------------------------------------------
 
     def _background_tick(self):
-        """Sender thread: notice CUDA coming into use after the first h2d/compute lookup."""
+        """Sender thread: notice CUDA coming into use after the first h2d/compute lookup; send the
+        stack and compile groups when they change (at most once per _stack.INTERVAL_S)."""
+        self._poll_stack(False)
         if self._gpu_mode == "waiting":
             torch = sys.modules.get("torch")
             if torch is not None and torch.cuda.is_initialized():
                 self._gpu_mode = "recheck"
                 self._phases.pop("h2d", None)
                 self._phases.pop("compute", None)
+
+    def _poll_stack(self, force: bool) -> None:
+        watcher = self._stack_watcher
+        if watcher is None or self._sender is None:
+            return
+        try:
+            update = watcher.poll(time.monotonic(), self._seq, force)
+        except Exception:
+            update = None
+        if update:
+            self._sender.add_env(update)
 
     def _close(self, reason: str, timeout: float) -> CloseResult:
         try:
@@ -447,6 +462,7 @@ class Scope:
             if self._batch_in_step:
                 self._batch_in_step = False
                 self._end_step(_now(), None)
+            self._poll_stack(True)  # the final state, whatever the interval: what the summary keeps
             sender = self._sender
             if sender is not None:
                 sender.close(reason, timeout)
@@ -510,6 +526,7 @@ class Scope:
         self._queue = collections.deque(maxlen=1)
         self._wake = threading.Event()  # the parent's sender thread may have held its lock
         self._gpu = None
+        self._stack_watcher = None
         self._h2d.timer = None
         self._compute.timer = None
         self._gpu_mode = "off"

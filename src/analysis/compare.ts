@@ -1,3 +1,4 @@
+import { envDrifts, nodeDrifts, rankDrifts, type Drift, type NodeInventory } from './stack.js';
 import type { Summary } from './summary.js';
 
 /**
@@ -15,10 +16,16 @@ type Phase = (typeof PHASES)[number];
 
 const PHASE_WORDS: Record<Phase, string> = { data: 'data wait', h2d: 'host-to-device copies', compute: 'compute', other: 'time outside the phases' };
 
-export interface EnvChange {
-  key: string;
-  baseline: unknown;
-  current: unknown;
+/**
+ * A change of the environment, with its usual effect on speed and why (src/analysis/stack.ts); the
+ * effect and reason are optional because comparisons kept in summaries written before them lack them.
+ */
+export type EnvChange = Pick<Drift, 'key' | 'baseline' | 'current'> & Partial<Pick<Drift, 'effect' | 'direction' | 'reason'>>;
+
+/** The node inventories of the two runs, where the summaries have them. */
+export interface NodePair {
+  baseline?: NodeInventory | null;
+  current?: NodeInventory | null;
 }
 
 export interface Comparison {
@@ -35,6 +42,7 @@ export interface Comparison {
     sm_clock_frac_mean: { baseline: number | null; current: number | null };
   };
   verdict: { baseline: string; current: string; baseline_cause: string | null; current_cause: string | null };
+  /** What changed in the environment (and on the node), the change most likely to explain the difference first. */
   env_changes: EnvChange[];
   text: string;
 }
@@ -103,36 +111,17 @@ function meanOver(summary: Summary, pick: (gpu: Summary['gpus'][number]) => numb
   return values.length ? round(values.reduce((a, b) => a + b, 0) / values.length, 4) : null;
 }
 
-/** Env keys flattened one level (loader.num_workers), the ones that say what ran and how. */
-function flatEnv(env: Record<string, unknown>): Map<string, unknown> {
-  const flat = new Map<string, unknown>();
-  for (const [key, value] of Object.entries(env)) {
-    if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
-      for (const [inner, v] of Object.entries(value as Record<string, unknown>)) flat.set(`${key}.${inner}`, v);
-    } else {
-      flat.set(key, value);
-    }
-  }
-  return flat;
+export function compare(baseline: Summary, current: Summary, nodes?: NodePair): Comparison {
+  return compareTo(referenceOf(baseline), current, nodes);
 }
 
-/** Keys that differ between any two runs and say nothing about the environment. */
-const NOISE = new Set(['pid', 'host', 'session', 'hook', 'gpu_uuid', 'gpu_index', 'cuda_visible_devices']);
-
-export function envChanges(baseline: Record<string, unknown>, current: Record<string, unknown>): EnvChange[] {
-  const a = flatEnv(baseline);
-  const b = flatEnv(current);
-  const keys = [...new Set([...a.keys(), ...b.keys()])].filter((key) => !NOISE.has(key)).sort();
-  return keys
-    .filter((key) => JSON.stringify(a.get(key) ?? null) !== JSON.stringify(b.get(key) ?? null))
-    .map((key) => ({ key, baseline: a.get(key) ?? null, current: b.get(key) ?? null }));
+/** Environment and node drifts, ranked by their usual effect, those going the way the runs went first. */
+function changesOf(reference: Reference, current: Summary, changePct: number | null, nodes?: NodePair): Drift[] {
+  const observed = changePct === null ? null : changePct > 2 ? 'slower' : changePct < -2 ? 'faster' : null;
+  return rankDrifts([...envDrifts(reference.env, current.env), ...nodeDrifts(nodes?.baseline, nodes?.current)], observed);
 }
 
-export function compare(baseline: Summary, current: Summary): Comparison {
-  return compareTo(referenceOf(baseline), current);
-}
-
-export function compareTo(reference: Reference, current: Summary): Comparison {
+export function compareTo(reference: Reference, current: Summary, nodes?: NodePair): Comparison {
   const base = reference.summary;
   const { scale, perSample } = batchScale(base, current);
   const before = phaseMs(base, scale);
@@ -156,7 +145,7 @@ export function compareTo(reference: Reference, current: Summary): Comparison {
       sm_clock_frac_mean: { baseline: meanOver(base, (g) => g.sm_clock_frac_mean), current: meanOver(current, (g) => g.sm_clock_frac_mean) },
     },
     verdict: { baseline: base.verdict, current: current.verdict, baseline_cause: base.cause, current_cause: current.cause },
-    env_changes: envChanges(reference.env, current.env),
+    env_changes: changesOf(reference, current, changePct, nodes),
   };
   return { ...comparison, text: [headline(comparison, reference.label, perSample), ...describeComparison(comparison)].join('\n') };
 }
@@ -210,10 +199,13 @@ function describeComparison(c: Omit<Comparison, 'text'>): string[] {
     lines.push(`GPU utilization ${busy(util.baseline)} → ${busy(util.current)}; SM clock ${pct(clock.baseline)} → ${pct(clock.current)} of its maximum.`);
   }
   if (c.env_changes.length) {
-    lines.push('What changed in the environment:');
-    for (const change of c.env_changes) lines.push(`  ${change.key}: ${JSON.stringify(change.baseline)} → ${JSON.stringify(change.current)}`);
+    lines.push('What changed in the environment, the likeliest to matter first:');
+    for (const change of c.env_changes) {
+      const why = change.effect && change.reason ? ` (${change.effect}: ${change.reason})` : '';
+      lines.push(`  ${change.key}: ${JSON.stringify(change.baseline)} → ${JSON.stringify(change.current)}${why}`);
+    }
   } else {
-    lines.push('No change in the environment fingerprint (Python, torch, CUDA, cuDNN, GPU, loader settings).');
+    lines.push('No change in the environment fingerprint (Python, torch, CUDA, cuDNN, NCCL, GPU, loader, precision and compile settings).');
   }
   return lines;
 }

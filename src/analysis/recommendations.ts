@@ -2,7 +2,19 @@ import type { Env } from '../protocol/messages.js';
 import type { Cause, Verdict } from './verdict.js';
 import type { RankWindow } from './window.js';
 
-/** What to do about a verdict, most useful first: the checklist an experienced engineer works through. */
+/**
+ * What to do about a verdict: the checklist an experienced engineer works through, fitted to the job.
+ *
+ * Fitted: nothing the job's own setup contradicts (prefetch_factor or persistent_workers while
+ * num_workers=0: workers come first; pin_memory on a CPU-only job; more workers than the cores the
+ * rank can use; mixed precision, TF32 or torch.compile where they are already on).
+ *
+ * Ordered by expected gain, within each verdict: first what removes the named cause (its limiter
+ * is the share of the step the verdict measured), then settings found off whose usual effect is
+ * large (loading in the training process, fp32 math on tensor cores: 2× and more), then those of
+ * medium effect (pinned memory, more workers, compile: 10–50%), then small ones (prefetch depth,
+ * workers restarted each epoch: felt once per epoch), and general advice last.
+ */
 
 export interface Recommendation {
   id: string;
@@ -15,34 +27,152 @@ interface Context {
   hostCores: number | null;
 }
 
-function loader(env: Env): Record<string, unknown> {
-  return (env.loader as Record<string, unknown> | undefined) ?? {};
-}
+type Group = Record<string, unknown>;
+const group = (env: Env, name: string): Group => {
+  const value = env[name];
+  return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Group) : {};
+};
+const loader = (env: Env) => group(env, 'loader');
+const num = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : null);
 
 const r = (id: string, text: string): Recommendation => ({ id, text });
 
-function raiseWorkers({ env, hostCores }: Context): Recommendation {
-  const workers = loader(env).num_workers;
-  const now = typeof workers === 'number' ? ` (now ${workers})` : '';
-  const room = hostCores ? `; this host has ${hostCores} cores to share among its GPUs` : '';
-  return r('raise-num-workers', `Raise DataLoader num_workers${now} so that loading runs in parallel with the step${room}.`);
+/** What the job's setup says, where the hook told: null where it did not. */
+interface Setup {
+  workers: number | null;
+  /** Mixed precision seen in the steps: its dtype; 'off' when steps ran without; null unknown. */
+  amp: string | null;
+  /** TF32 allowed for fp32 matmuls (float32_matmul_precision high/medium); null unknown. */
+  matmulTf32: boolean | null;
+  cudnnTf32: boolean | null;
+  compiled: boolean | null;
+  /** The job uses no GPU: a CPU build of torch, or CUDA never initialised, and no GPU seen. */
+  cpuOnly: boolean;
+  /** Loader workers this rank can run beside its training process; null unknown. */
+  workerRoom: number | null;
+  /** The cores that bound it, in words, and which bound it is. */
+  coresWhy: string | null;
+  tightBy: 'host' | 'quota' | 'affinity' | null;
+  ranks: number;
+  workersWait: boolean;
 }
 
-function loaderSettings({ env }: Context): Recommendation[] {
-  const l = loader(env);
+const REDUCED = /float16|bfloat16|half|bf16|fp16/;
+
+function setup({ env, window, hostCores }: Context): Setup {
+  const stack = group(env, 'stack');
+  const compile = group(env, 'compile');
+  const ampValue = typeof stack.amp === 'string' ? stack.amp : null;
+  const precision = typeof stack.matmul_precision === 'string' ? stack.matmul_precision : null;
+  const gpuSeen = window.gpu !== null || env.gpu_name != null || env.gpu_index != null;
+  const noCuda = env.cuda === undefined || env.cuda === null || stack.cuda_in_use === false;
+  // Cores the rank may use: the fewest of the host's, its container's quota and its CPU affinity, shared by the host's ranks.
+  type Bound = { cores: number | null; why: string; by: 'host' | 'quota' | 'affinity' };
+  const quota = num(window.process?.cgroup_quota_cores ?? null);
+  const affinity = num(stack.cpu_affinity);
+  const bounds: Bound[] = [
+    { cores: hostCores, why: `the host's ${hostCores} cores`, by: 'host' },
+    { cores: quota, why: `the container's CPU limit of ${quota} cores`, by: 'quota' },
+    { cores: affinity, why: `the ${affinity} CPUs the process may run on`, by: 'affinity' },
+  ];
+  const tightest = bounds.filter((b) => b.cores !== null && b.cores > 0).sort((a, b) => a.cores! - b.cores!)[0] ?? null;
+  const workers = num(loader(env).num_workers);
+  const busy = num(window.process?.cpu_workers_cores ?? null);
+  const ranks = Math.max(1, num(stack.local_world_size) ?? 1);
+  const cores = tightest ? Math.floor(tightest.cores! / ranks) : null;
+  return {
+    workers,
+    amp: ampValue,
+    matmulTf32: precision === null ? null : precision !== 'highest',
+    cudnnTf32: typeof stack.cudnn_tf32 === 'boolean' ? stack.cudnn_tf32 : null,
+    compiled: typeof compile.in_use === 'boolean' ? compile.in_use : Object.keys(stack).length ? false : null,
+    cpuOnly: !gpuSeen && (('torch' in env && noCuda) || stack.cuda_in_use === false),
+    // One core stays with the training process.
+    workerRoom: cores === null ? null : Math.max(0, cores - 1),
+    coresWhy: tightest === null ? null : ranks > 1 ? `${tightest.why} shared by ${ranks} ranks` : tightest.why,
+    tightBy: tightest?.by ?? null,
+    ranks,
+    // Workers measured mostly waiting (on storage, a remote service) use little CPU: the cores do not bound them.
+    workersWait: workers !== null && workers > 0 && busy !== null && busy < 0.5 * workers,
+  };
+}
+
+const ampOn = (s: Setup) => s.amp !== null && REDUCED.test(s.amp);
+
+/** More workers, up to what the rank's cores allow; null at that bound (more would only contend). */
+function raiseWorkers(s: Setup, hostCores: number | null): Recommendation | null {
+  const now = s.workers === null ? '' : ` (now ${s.workers})`;
+  const text = `Raise DataLoader num_workers${now} so that loading runs in parallel with the step`;
+  if (s.workersWait) return r('raise-num-workers', `${text}: the workers wait more than they compute, so they may outnumber the cores.`);
+  if (s.workers !== null && s.workerRoom !== null && s.workers >= s.workerRoom) return null;
+  // Bound by the host alone, the host's cores say it; a tighter bound (quota, affinity, ranks sharing the host) is named with its figure.
+  if (s.workerRoom === null || (s.tightBy === 'host' && s.ranks === 1)) return r('raise-num-workers', `${text}${hostCores ? `; this host has ${hostCores} cores to share among its GPUs` : ''}.`);
+  return r('raise-num-workers', `${text}: up to ${Math.max(1, s.workerRoom)}, ${s.coresWhy} less one for the training loop.`);
+}
+
+/** At the cores' bound: cheaper samples or more CPU, not more workers. */
+function workersAtBound(s: Setup): Recommendation | null {
+  if (s.workersWait || s.workerRoom === null || s.workers === null || s.workers < s.workerRoom || s.workers === 0) return null;
+  return r('cores-at-bound', `num_workers=${s.workers} already uses ${s.coresWhy} (less one for the training loop): more workers would only contend; make each sample cheaper, or give the rank more CPU.`);
+}
+
+/** Settings of a loader that has workers, by expected gain: pinned copies, then prefetch depth, then restarts per epoch. */
+function loaderSettings(context: Context, s: Setup): Recommendation[] {
+  const l = loader(context.env);
   const out: Recommendation[] = [];
-  if (l.persistent_workers === false) out.push(r('persistent-workers', 'Set persistent_workers=True so workers are not restarted every epoch.'));
-  if (l.num_workers !== 0 && typeof l.prefetch_factor === 'number' && l.prefetch_factor < 4) {
-    out.push(r('prefetch', `Raise prefetch_factor (now ${l.prefetch_factor}) so workers keep more batches ready.`));
+  if (l.pin_memory === false && !s.cpuOnly) out.push(r('pin-memory', 'Turn on pin_memory=True and copy with .to(device, non_blocking=True).'));
+  // Prefetching and persistence are properties of worker processes: with num_workers=0 there are none.
+  if (s.workers !== null && s.workers > 0) {
+    if (typeof l.prefetch_factor === 'number' && l.prefetch_factor < 4) out.push(r('prefetch', `Raise prefetch_factor (now ${l.prefetch_factor}) so workers keep more batches ready.`));
+    if (l.persistent_workers === false) out.push(r('persistent-workers', 'Set persistent_workers=True so workers are not restarted every epoch.'));
   }
-  if (l.pin_memory === false) out.push(r('pin-memory', 'Turn on pin_memory=True and copy with .to(device, non_blocking=True).'));
   return out;
 }
+
+/** The loader advice of an input-bound rank: workers (or why not more), then the other settings. */
+function loaderAdvice(context: Context, s: Setup): Recommendation[] {
+  return present([raiseWorkers(s, context.hostCores), workersAtBound(s), ...loaderSettings(context, s)]);
+}
+
+const present = (list: Array<Recommendation | null>): Recommendation[] => list.filter((x): x is Recommendation => x !== null);
 
 const OFFLINE = r('cache-or-offline-augmentation', 'Cache decoded samples, and move heavy augmentation offline (precompute it) or onto the GPU.');
 const CHANGED = r('what-changed', 'Compare with the last good run (stepscope compare): a new driver, CUDA, PyTorch or data pipeline may have taken a slower path.');
 
+/** Faster math on the tensor cores, by expected gain: bf16 autocast (2× and more), then TF32 for what stays fp32. */
+function precisionAdvice(s: Setup): Recommendation[] {
+  const out: Recommendation[] = [];
+  if (s.cpuOnly) return out;
+  if (s.amp === 'off') out.push(r('use-bf16-autocast', 'Mixed precision is off: run the forward pass under torch.autocast("cuda", dtype=torch.bfloat16) (Ampere and newer; float16 with a GradScaler before them).'));
+  const tf32Off = [s.matmulTf32 === false ? 'torch.backends.cuda.matmul.allow_tf32 = True (or torch.set_float32_matmul_precision("high"))' : null, s.cudnnTf32 === false ? 'torch.backends.cudnn.allow_tf32 = True' : null].filter(Boolean);
+  if (tf32Off.length) out.push(r('allow-tf32', `TF32 is off for fp32 ${s.matmulTf32 === false ? 'matmuls' : 'convolutions'}: set ${tf32Off.join(' and ')} to run them on the tensor cores.`));
+  return out;
+}
+
+/** The healthy state's advice, without what the job already does. */
+function fasterCompute(s: Setup): Recommendation {
+  const ways = [ampOn(s) || s.cpuOnly ? null : 'mixed precision (bf16)', s.compiled ? null : 'torch.compile', 'fused kernels', 'a larger batch'].filter(Boolean);
+  return r('faster-compute', `Compute-bound, the healthy state: to go faster, use ${ways.slice(0, -1).join(', ')} or ${ways.at(-1)}.`);
+}
+
+function tensorCoresIdle(s: Setup): Recommendation[] {
+  const fit = precisionAdvice(s);
+  if (fit.length) return fit;
+  if (ampOn(s)) {
+    return [r('use-tensor-cores', `Mixed precision is on (${s.amp}) yet the tensor cores sit idle: check that the heavy layers run inside autocast, and that matmul dimensions (hidden sizes, batch × sequence) are multiples of 8.`)];
+  }
+  return [r('use-tensor-cores', 'The tensor cores sit idle: train in bf16/fp16 with torch.autocast, or at least allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True, cudnn.allow_tf32 = True).')];
+}
+
+/** What to do about frequent torch.compile recompiles (stack.ts recompileCause), most effective first. */
+export const RECOMPILE_ADVICE: readonly Recommendation[] = [
+  r('mark-dynamic', 'torch.compile recompiles for new input shapes: mark the varying dimensions dynamic (torch._dynamo.mark_dynamic(x, dim)) or compile with dynamic=True; TORCH_LOGS=recompiles names the guard that fails.'),
+  r('pad-shapes', 'Or pad inputs to a few fixed sizes (bucket sequence lengths to multiples of 64, drop_last=True for the last batch) so that a handful of graphs serve every step.'),
+  r('guarded-values', 'If the guard is a Python value (a step counter, a flag, a float learning rate passed in), pass it as a tensor or keep it out of the compiled function.'),
+];
+
 export function recommendationsFor(verdict: Verdict, cause: Cause, context: Context): Recommendation[] {
+  const s = setup(context);
   switch (verdict) {
     case 'input-bound':
       switch (cause) {
@@ -55,14 +185,13 @@ export function recommendationsFor(verdict: Verdict, cause: Cause, context: Cont
         case 'io-wait':
           return [
             r('faster-storage', 'The loader waits on storage: stage the data set on local NVMe or in memory, or read it as large sequential shards (WebDataset, TFRecord).'),
-            raiseWorkers(context),
-            ...loaderSettings(context),
+            ...loaderAdvice(context, s),
           ];
         case 'contention':
-          return [
+          return present([
             r('find-neighbour', 'Something other than this job uses most of the node\'s CPU: find it (top, or the node\'s pods in your cluster tools) and move it or this job; give this pod CPU requests that match its loaders.'),
-            raiseWorkers(context),
-          ];
+            raiseWorkers(s, context.hostCores),
+          ]);
         case 'memory-pressure':
           return [
             r('host-memory', 'The host is short of memory: loaders stall on page reclaim and swap-in. Lower the loaders\' memory (fewer prefetched batches, smaller shuffle buffers), or give the pod more memory.'),
@@ -72,24 +201,24 @@ export function recommendationsFor(verdict: Verdict, cause: Cause, context: Cont
           return [
             OFFLINE,
             r('cpu-balanced-instance', 'The host CPU is at its limit: choose an instance with more CPU per GPU rather than a bigger GPU.'),
-            raiseWorkers(context),
-            ...loaderSettings(context),
+            ...present([raiseWorkers(s, context.hostCores)]),
+            ...loaderSettings(context, s),
           ];
         case 'few-workers':
-          return [raiseWorkers(context), ...loaderSettings(context), OFFLINE];
+          return [...loaderAdvice(context, s), OFFLINE];
         default:
-          return [raiseWorkers(context), ...loaderSettings(context), OFFLINE, r('check-storage', 'If the data is remote, measure its read latency: remote storage stalls without showing I/O wait.'), CHANGED];
+          return [...loaderAdvice(context, s), OFFLINE, r('check-storage', 'If the data is remote, measure its read latency: remote storage stalls without showing I/O wait.'), CHANGED];
       }
     case 'transfer-bound':
-      return [
-        r('pin-memory', 'Turn on pin_memory=True in the DataLoader: copies from pageable memory are staged and serialized.'),
+      return present([
+        loader(context.env).pin_memory === true || s.cpuOnly ? null : r('pin-memory', 'Turn on pin_memory=True in the DataLoader: copies from pageable memory are staged and serialized.'),
         r('non-blocking-copies', 'Copy with .to(device, non_blocking=True) from pinned memory so the copy overlaps compute; prefetch the next batch to the GPU on a side stream.'),
         r('smaller-transfers', 'Send less: uint8 images instead of float32, decode and normalise on the GPU.'),
-      ];
+      ]);
     case 'host-bound':
       if (cause === 'gpu-idle-in-compute') {
         return [
-          r('launch-overhead', 'The GPU is mostly idle during compute: the model is bound by Python and kernel launches. Try torch.compile or CUDA graphs, larger batches, fused optimizers.'),
+          r('launch-overhead', `The GPU is mostly idle during compute: the model is bound by Python and kernel launches. Try ${s.compiled ? "CUDA graphs (torch.compile(mode='reduce-overhead'))" : 'torch.compile or CUDA graphs'}, larger batches, fused optimizers.`),
           r('avoid-syncs', 'Avoid .item(), .cpu() and printing tensors inside the step: each one waits for the GPU.'),
           CHANGED,
         ];
@@ -136,11 +265,11 @@ export function recommendationsFor(verdict: Verdict, cause: Cause, context: Cont
         case 'fragmentation':
           return [
             r('expandable-segments', 'The allocator\'s cache is cut into pieces too small to reuse: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb), and keep tensor shapes steady (pad variable lengths to buckets).'),
-            r('free-memory', 'Lower the peak: a smaller batch with gradient accumulation, activation checkpointing, or bf16.'),
+            r('free-memory', `Lower the peak: a smaller batch with gradient accumulation, activation checkpointing${ampOn(s) ? '' : ', or bf16'}.`),
           ];
         case 'near-capacity':
           return [
-            r('free-memory', 'The GPU\'s memory is almost full: lower the peak with a smaller batch and gradient accumulation, activation checkpointing, bf16, or a sharded optimizer.'),
+            r('free-memory', `The GPU's memory is almost full: lower the peak with a smaller batch and gradient accumulation, activation checkpointing, ${ampOn(s) ? '' : 'bf16, '}or a sharded optimizer.`),
             r('find-growth', 'If memory grows over time (see the forecast), look for tensors kept across steps: losses appended without .item(), growing caches, graphs kept alive.'),
           ];
         default:
@@ -152,21 +281,17 @@ export function recommendationsFor(verdict: Verdict, cause: Cause, context: Cont
       switch (cause) {
         case 'launch-bound':
           return [
-            r('launch-overhead', 'The GPU is busy but its SMs are mostly idle: many tiny kernels. Fuse them with torch.compile or capture the step in CUDA graphs, and use larger batches.'),
+            r('launch-overhead', `The GPU is busy but its SMs are mostly idle: many tiny kernels. ${s.compiled ? "Capture the step in CUDA graphs (torch.compile(mode='reduce-overhead'))" : 'Fuse them with torch.compile or capture the step in CUDA graphs'}, and use larger batches.`),
             r('avoid-syncs', 'Avoid .item(), .cpu() and printing tensors inside the step: each one waits for the GPU.'),
           ];
         case 'memory-bandwidth':
           return [
-            r('bandwidth-bound', 'The kernels wait on GPU memory bandwidth: fuse element-wise operations (torch.compile), use bf16 to halve the bytes, and prefer fused optimizers and attention kernels.'),
+            r('bandwidth-bound', `The kernels wait on GPU memory bandwidth: fuse element-wise operations${s.compiled ? '' : ' (torch.compile)'}, ${ampOn(s) ? '' : 'use bf16 to halve the bytes, '}and prefer fused optimizers and attention kernels.`),
           ];
         case 'tensor-cores-idle':
-          return [
-            r('use-tensor-cores', 'The tensor cores sit idle: train in bf16/fp16 with torch.autocast, or at least allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True, cudnn.allow_tf32 = True).'),
-          ];
+          return tensorCoresIdle(s);
         default:
-          return [
-            r('faster-compute', 'Compute-bound, the healthy state: to go faster, use mixed precision (bf16), torch.compile, fused kernels or a larger batch.'),
-          ];
+          return [...precisionAdvice(s), fasterCompute(s)];
       }
     default:
       return [];
