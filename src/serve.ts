@@ -1,8 +1,10 @@
 import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import type { Summary } from './analysis/summary.js';
+import type { ComputeApp } from './counters/compute-apps.js';
 import { DcgmCollector } from './counters/dcgm.js';
 import { HostCollector } from './counters/host.js';
+import { readInventory } from './counters/inventory.js';
 import { NvidiaSmiCollector } from './counters/nvidia-smi.js';
 import { GpuSourceError, startGpuSource, type GpuSourceChoice, type GpuSourceOption } from './counters/registry.js';
 import { SimCollector } from './counters/sim.js';
@@ -114,9 +116,9 @@ async function openJournal(options: ServeOptions, baseline: Summary | null, log:
   return { engine, recorder };
 }
 
-function collectorFactories(options: ServeOptions, log: Logger) {
+function collectorFactories(options: ServeOptions, log: Logger, onApps: (apps: ComputeApp[]) => void) {
   return {
-    'nvidia-smi': () => new NvidiaSmiCollector({ binary: options.nvidiaSmi, intervalMs: options.gpuIntervalMs, log }),
+    'nvidia-smi': () => new NvidiaSmiCollector({ binary: options.nvidiaSmi, intervalMs: options.gpuIntervalMs, log, onApps }),
     dcgm: options.dcgmUrl
       ? () =>
           new DcgmCollector({
@@ -128,6 +130,23 @@ function collectorFactories(options: ServeOptions, log: Logger) {
       : null,
     sim: () => new SimCollector({ scenarioFile: options.simScenario, intervalMs: options.gpuIntervalMs }),
   };
+}
+
+/**
+ * Beside DCGM, the node's own nvidia-smi where it has one: its readings fill the throttle signals
+ * the exporter lacks (matched by GPU UUID) and it lists the GPUs' processes. None where it cannot run.
+ */
+async function startFiller(options: ServeOptions, log: Logger, recorder: Recorder, onApps: (apps: ComputeApp[]) => void): Promise<NvidiaSmiCollector | null> {
+  const collector = new NvidiaSmiCollector({ binary: options.nvidiaSmi, intervalMs: Math.max(options.gpuIntervalMs, 1000), log, onApps });
+  try {
+    await collector.start((samples) => void recorder.record({ t: 'gpu', at: Date.now(), samples, fill: 'nvidia-smi' }).catch(() => undefined));
+    log.info('nvidia-smi runs beside the DCGM exporter: its throttle signals fill those the exporter lacks');
+    return collector;
+  } catch (error) {
+    await collector.stop().catch(() => undefined);
+    log.info({ reason: (error as Error).message }, 'no nvidia-smi beside the DCGM exporter; throttle signals it lacks come from the hooks\' NVML readings, if any');
+    return null;
+  }
 }
 
 /** Refuses, before anything starts, a sidecar reachable from other machines that anyone could feed. */
@@ -156,6 +175,8 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
   });
   const config = { windowMs: options.windowS * 1000, holdMs: options.holdS * 1000, endGraceMs: options.endGraceS * 1000, gpuHourPrice: options.gpuHourPrice ?? null };
   await recorder.record({ t: 'start', at: Date.now(), config }).catch(() => undefined);
+  // Journaled, so a replayed summary names the node the live one did.
+  await recorder.record({ t: 'node', at: Date.now(), node: await readInventory({ nvidiaSmi: options.nvidiaSmi, log }) }).catch(() => undefined);
   const ingest = new Ingest(engine, recorder, { gpuIntervalMs: options.gpuIntervalMs, limits: options.limits });
   const fail = (what: string) => (error: Error) => log.error({ err: error.message }, `${what} not recorded`);
 
@@ -176,9 +197,11 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
   // Runs that ended before a crash, their summaries never written.
   void writeUpAll(engine.unsummarized(Date.now()));
 
+  // Journaled like every input, so a replay shows the same other processes on the GPUs.
+  const onApps = (apps: ComputeApp[]) => void recorder.record({ t: 'apps', at: Date.now(), apps }).catch(fail('GPU processes'));
   let gpu: GpuSourceChoice;
   try {
-    gpu = await startGpuSource(options.gpuSource, collectorFactories(options, log), (samples) => void ingest.gpuSamples(samples).catch(fail('GPU samples')), log);
+    gpu = await startGpuSource(options.gpuSource, collectorFactories(options, log, onApps), (samples) => void ingest.gpuSamples(samples).catch(fail('GPU samples')), log);
   } catch (error) {
     await recorder.close();
     if (error instanceof GpuSourceError) throw new Error(`--gpu-source ${options.gpuSource}: ${error.message}`);
@@ -186,7 +209,9 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
   }
   // Journaled: hook-forwarded GPU readings count only when they are the source, in a replay too.
   await recorder.record({ t: 'source', at: Date.now(), gpu: gpu.source, reason: gpu.reason }).catch(() => undefined);
-  ingest.wants.nvml = engine.world.hookGpu;
+  // Under DCGM the hooks' NVML readings fill the throttle signals the exporter's default counters lack.
+  ingest.wants.nvml = engine.world.hookGpu || gpu.source === 'dcgm';
+  const filler = gpu.source === 'dcgm' ? await startFiller(options, log, recorder, onApps) : null;
 
   const host = new HostCollector({ intervalMs: options.hostIntervalMs, procRoot: options.procRoot, log });
   await host.start((sample) => void ingest.hostSample(sample).catch(fail('host sample')));
@@ -242,7 +267,7 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
       const last = await recorder.record({ t: 'stop', at: Date.now() }).catch(() => null);
       if (last) void writeUpAll(last.ended);
       await writing;
-      await Promise.allSettled([gpu.collector?.stop(), host.stop()]);
+      await Promise.allSettled([gpu.collector?.stop(), filler?.stop(), host.stop()]);
       await app.close();
       await recorder.close();
       resolveStopped(0);

@@ -62,11 +62,11 @@ describe('compare against a baseline', () => {
   });
 
   it('takes the node inventories where the summaries have them, ranked with the env', () => {
-    const node = { cpu_model: 'AMD EPYC 7313', cpu_cores: 32, cpu_physical_cores: 16, memory_bytes: 256 * 2 ** 30, gpu_models: ['NVIDIA A10'], gpu_count: 2, driver_version: '535.104.05', cuda_version: '12.2', cores_per_gpu: 16 };
-    const c = compare(baseline, current, { baseline: node, current: { ...node, cores_per_gpu: 8, gpu_count: 4 } });
+    const node = { cpu_model: 'AMD EPYC 7313', cores_logical: 32, cores_physical: 16, memory_bytes: 256 * 2 ** 30, gpu_models: [{ name: 'NVIDIA A10', count: 2 }], gpu_count: 2, driver_version: '535.104.05', cuda_version: '12.2', cores_per_gpu: 16 };
+    const c = compare({ ...baseline, node }, { ...current, node: { ...node, cores_per_gpu: 8, gpu_count: 4 } });
     expect(c.env_changes.map((e) => e.key)).toEqual(['node.cores_per_gpu', 'torch', 'node.gpu_count']);
     expect(c.env_changes[0]!.reason).toMatch(/^8 cores per GPU, the baseline 16/);
-    expect(compare(baseline, current, { baseline: node }).env_changes.map((e) => e.key)).toEqual(['torch']);
+    expect(compare({ ...baseline, node }, current).env_changes.map((e) => e.key)).toEqual(['torch']);
   });
 
   it('stepscope compare prints the human text, and --json the object', () => {

@@ -23,7 +23,9 @@ describe.skipIf(!plain.python)('GPU counters matched to ranks, with a stand-in n
     const dropAt = t0 + 4_000;
     const { env } = fakeNvidiaSmiEnv({
       t0,
-      gpus: 2,
+      // GPU 0 is the H100 of a literal --query-compute-apps capture, which it answers with.
+      gpus: [{ uuid: 'GPU-00000000-0000-0000-0000-000000000000' }, {}],
+      computeApps: path.join(ROOT, 'test/fixtures/nvidia-smi/h100-80gb-hbm3_590.48.01_compute-apps_load.csv'),
       timeline: [
         { at: 4, gpu: 1, set: { 'clocks.sm': 1100, 'clocks_event_reasons.active': 0x40, 'temperature.gpu': 91 } },
         { at: 7, gpu: 1, set: { 'clocks.sm': 1980, 'clocks_event_reasons.active': 0, 'temperature.gpu': 78 } },
@@ -50,6 +52,11 @@ describe.skipIf(!plain.python)('GPU counters matched to ranks, with a stand-in n
     expect(Date.parse(hot.latest.at) - dropAt).toBeLessThanOrEqual(2 * INTERVAL_MS);
     const cool = rankWindow(dropped, 0).gpu;
     expect(cool).toMatchObject({ index: 0, sm_clock_frac_min: 1, throttle_share: {} });
+    // The capture's processes share GPU 0; none is a rank (their pids are the capture's), and the window says so.
+    const shared = await waitFor(async () => rankWindow(await sidecar.state(), 0)?.gpu?.other_processes ?? null, 15_000, 100);
+    expect(shared).toMatchObject({ scope: 'gpu', job_pid_seen: false, used_mib: 2566 + 1542 + 15690 });
+    expect(shared.processes.map((p: any) => p.name)).toEqual(['./gpu_burn', '/root/tools/memhog', '/root/tools/memhog']);
+    expect(rankWindow(await sidecar.state(), 1).gpu.other_processes).toEqual({ scope: 'gpu', job_pid_seen: false, processes: [], used_mib: null });
     expect(rankWindow(dropped, 1).steps).toBeGreaterThan(0);
 
     await waitFor(async () => rankWindow(await sidecar.state(), 1)?.gpu?.latest.sm_clock_mhz === 1980, 15_000, 100);

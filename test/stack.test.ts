@@ -142,14 +142,14 @@ describe('what changed in the software stack, ranked by its usual effect on spee
 });
 
 describe('what changed on the node', () => {
-  const node: NodeInventory = { cpu_model: 'AMD EPYC 7763', cpu_cores: 128, cpu_physical_cores: 64, memory_bytes: 1024 * 2 ** 30, gpu_models: ['NVIDIA A100-SXM4-80GB'], gpu_count: 8, driver_version: '550.54.15', cuda_version: '12.4', cores_per_gpu: 16 };
+  const node: NodeInventory = { cpu_model: 'AMD EPYC 7763', cores_logical: 128, cores_physical: 64, memory_bytes: 1024 * 2 ** 30, gpu_models: [{ name: 'NVIDIA A100-SXM4-80GB', count: 8 }], gpu_count: 8, driver_version: '550.54.15', cuda_version: '12.4', cores_per_gpu: 16 };
 
   it('says "8 cores per GPU, the baseline 16", first, as a large slowdown', () => {
-    const drifts = nodeDrifts(node, { ...node, cpu_cores: 64, cores_per_gpu: 8, driver_version: '560.35.03' }, 'slower');
+    const drifts = nodeDrifts(node, { ...node, cores_logical: 64, cores_per_gpu: 8, driver_version: '560.35.03' }, 'slower');
     expect(drifts.map((d) => [d.key, d.effect])).toEqual([
       ['node.cores_per_gpu', 'large'],
       ['node.driver_version', 'medium'],
-      ['node.cpu_cores', 'small'],
+      ['node.cores_logical', 'small'],
     ]);
     expect(drifts[0]!.reason).toBe("8 cores per GPU, the baseline 16: less CPU to feed each GPU's loader");
   });
@@ -161,7 +161,7 @@ describe('what changed on the node', () => {
   });
 
   it('merges with the env drifts into one ranking', () => {
-    const merged = rankDrifts([...envDrifts(BASE, env((e) => (e.torch = '2.6.0'))), ...nodeDrifts(node, { ...node, gpu_models: ['NVIDIA H100 80GB HBM3'] })], 'slower');
+    const merged = rankDrifts([...envDrifts(BASE, env((e) => (e.torch = '2.6.0'))), ...nodeDrifts(node, { ...node, gpu_models: [{ name: 'NVIDIA H100 80GB HBM3', count: 8 }] })], 'slower');
     expect(keys(merged)).toEqual(['node.gpu_models', 'torch']);
   });
 });

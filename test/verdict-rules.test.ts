@@ -30,6 +30,8 @@ const gpu = (over: Partial<GpuWindow> = {}): GpuWindow => ({
   sm_occupancy_mean: null,
   tensor_active_mean: null,
   dram_active_mean: null,
+  throttle_filled: null,
+  other_processes: null,
   latest: { at: '', util: 95, sm_clock_mhz: 1695, temp_c: 70, throttle_reasons: [] },
   ...over,
 });
@@ -51,7 +53,7 @@ const window = (shares: { data?: number; h2d?: number; compute?: number; other?:
     breakdown: { data, h2d, compute, other },
     gpu_idle_share: null,
     gpu: gpu(),
-    host: { samples: 4, cpu_pct_mean: 30, iowait_pct_mean: 0, steal_pct_mean: 0, load1: 1, mem_used_frac: 0.3, cpu_pressure_pct: null, memory_pressure_pct: null },
+    host: { samples: 4, cpu_pct_mean: 30, iowait_pct_mean: 0, steal_pct_mean: 0, load1: 1, mem_used_frac: 0.3, cpu_pressure_pct: null, memory_pressure_pct: null, top_consumers: null },
     process: null,
     comm: null,
     memory: null,
@@ -184,7 +186,7 @@ describe('VerdictTracker', () => {
     const tracker = new VerdictTracker(2_000);
     tracker.update(j('compute-bound'), 0);
     const fewWorkers = judge(window({ data: 0.5 }), context({ env: { loader: { num_workers: 0 } } }));
-    const saturated = judge(window({ data: 0.5 }, { host: { samples: 4, cpu_pct_mean: 97, iowait_pct_mean: 0, steal_pct_mean: 0, load1: 9, mem_used_frac: 0.3, cpu_pressure_pct: null, memory_pressure_pct: null } }), context());
+    const saturated = judge(window({ data: 0.5 }, { host: { samples: 4, cpu_pct_mean: 97, iowait_pct_mean: 0, steal_pct_mean: 0, load1: 9, mem_used_frac: 0.3, cpu_pressure_pct: null, memory_pressure_pct: null, top_consumers: null } }), context());
     expect(tracker.update(fewWorkers, 1_000)).toBeNull();
     expect(tracker.update(saturated, 2_000)).toBeNull();
     expect(tracker.update(saturated, 3_000)).toMatchObject({ to: 'input-bound', cause: 'cpu-saturated', since: 1_000 });
@@ -309,7 +311,7 @@ describe('throttling that cannot be checked', () => {
 
 describe('whose CPU, and host memory', () => {
   const busyHost = (over: Partial<NonNullable<RankWindow['host']>> = {}) => ({
-    host: { samples: 4, cpu_pct_mean: 95, iowait_pct_mean: 0, steal_pct_mean: 0, load1: 8, mem_used_frac: 0.5, cpu_pressure_pct: 40, memory_pressure_pct: 0, ...over },
+    host: { samples: 4, cpu_pct_mean: 95, iowait_pct_mean: 0, steal_pct_mean: 0, load1: 8, mem_used_frac: 0.5, cpu_pressure_pct: 40, memory_pressure_pct: 0, top_consumers: null, ...over },
   });
 
   it('tells a neighbour eating the CPU (contention) from the job\'s own loaders using it up', () => {
@@ -340,5 +342,42 @@ describe('a cause that cannot be told yet', () => {
     expect([pending.verdict, pending.cause]).toEqual(['compute-bound', null]);
     expect(pending.evidence.rule).toMatch(/needs a second process sample/);
     expect(judge(window({ data: 0.6 }, process(0.9)), context({ current: 'compute-bound' })).cause).toBe('cgroup-throttled');
+  });
+});
+
+describe('who else and what else slows the step: recompiles, a shared GPU, the busiest neighbours', () => {
+  const compiling = { compile: { in_use: true, recompiles_1m: 12, recompile_s_1m: 3 } };
+
+  it('names torch.compile recompiling again and again before the profiling split, with its advice', () => {
+    const judged = judge(window({ compute: 0.9 }), context({ env: compiling }));
+    expect([judged.verdict, judged.cause]).toEqual(['compute-bound', 'recompiles']);
+    expect(judged.evidence.rule).toMatch(/torch\.compile recompiled 12 times in the last minute/);
+    expect(judged.evidence.figures).toMatchObject({ recompiles_1m: 12, recompile_s_1m: 3 });
+    expect(judged.recommendations.map((r) => r.id)).toContain('mark-dynamic');
+    const outside = judge(window({ other: 0.4, compute: 0.6 }), context({ env: compiling }));
+    expect([outside.verdict, outside.cause]).toEqual(['host-bound', 'recompiles']);
+    // A few recompiles a minute, cheap ones: not a cause.
+    const few = judge(window({ compute: 0.9 }), context({ env: { compile: { in_use: true, recompiles_1m: 3, recompile_s_1m: 0.2 } } }));
+    expect(few.cause).toBeNull();
+  });
+
+  it('names another process holding the GPU, only where the job\'s own pid was seen beside it', () => {
+    const others = (jobPidSeen: boolean) => ({ scope: 'gpu' as const, job_pid_seen: jobPidSeen, processes: [{ pid: 4242, name: 'gpu_burn', used_mib: 7_484 }], used_mib: 7_484 });
+    const shared = judge(window({ compute: 0.9 }, { gpu: gpu({ other_processes: others(true) }) }), context());
+    expect([shared.verdict, shared.cause]).toEqual(['compute-bound', 'gpu-shared']);
+    expect(shared.evidence.rule).toMatch(/gpu_burn \(pid 4242\) 7484 MiB/);
+    expect(shared.recommendations.map((r) => r.id)).toEqual(['gpu-to-itself']);
+    expect(judge(window({ compute: 0.9 }, { gpu: gpu({ other_processes: others(false) }) }), context()).cause).toBeNull();
+    expect(judge(window({ compute: 0.9 }, { gpu: gpu({ other_processes: null }) }), context()).cause).toBeNull();
+  });
+
+  it('lists the busiest other processes under contention, with what could not be seen', () => {
+    const top = { visible: 'pod' as const, truncated: false, job_seen: true, processes: [{ pid: 77, name: 'ffmpeg', cores: 5.1 }] };
+    const judged = judge(
+      window({ data: 0.4 }, { host: { samples: 4, cpu_pct_mean: 95, iowait_pct_mean: 0, steal_pct_mean: 0, load1: 8, mem_used_frac: 0.5, cpu_pressure_pct: 40, memory_pressure_pct: 0, top_consumers: top } }),
+      context({ hostCores: 8, jobCpuCores: 1.5 }),
+    );
+    expect(judged.cause).toBe('contention');
+    expect(judged.evidence.rule).toMatch(/busiest others: ffmpeg \(pid 77\) 5\.1 cores \(only the sidecar's pod is visible\)$/);
   });
 });

@@ -1,4 +1,4 @@
-import { envDrifts, nodeDrifts, rankDrifts, type Drift, type NodeInventory } from './stack.js';
+import { envDrifts, nodeDrifts, rankDrifts, type Drift } from './stack.js';
 import type { Summary } from './summary.js';
 
 /**
@@ -21,12 +21,6 @@ const PHASE_WORDS: Record<Phase, string> = { data: 'data wait', h2d: 'host-to-de
  * effect and reason are optional because comparisons kept in summaries written before them lack them.
  */
 export type EnvChange = Pick<Drift, 'key' | 'baseline' | 'current'> & Partial<Pick<Drift, 'effect' | 'direction' | 'reason'>>;
-
-/** The node inventories of the two runs, where the summaries have them. */
-export interface NodePair {
-  baseline?: NodeInventory | null;
-  current?: NodeInventory | null;
-}
 
 export interface Comparison {
   step_ms: { baseline: number | null; current: number | null };
@@ -56,6 +50,8 @@ export interface Reference {
   summary: Summary;
   /** The environment "what changed since" is read against: the newest run's. */
   env: Summary['env'];
+  /** The node "what changed since" is read against: the newest run's (absent in summaries before the inventory). */
+  node?: Summary['node'];
 }
 
 const round = (x: number, digits = 2) => Math.round(x * 10 ** digits) / 10 ** digits;
@@ -76,7 +72,7 @@ export function msPerSample(summary: Summary): number | null {
 }
 
 export function referenceOf(summary: Summary, kind: Reference['kind'] = 'baseline'): Reference {
-  return { kind, label: `${kind} (run of ${day(summary.ended_at)})`, runs: 1, summary, env: summary.env };
+  return { kind, label: `${kind} (run of ${day(summary.ended_at)})`, runs: 1, summary, env: summary.env, node: summary.node };
 }
 
 /**
@@ -91,7 +87,7 @@ export function medianReference(runs: readonly Summary[]): Reference | null {
   const median = sorted[Math.floor((sorted.length - 1) / 2)]!;
   const newest = measured.at(-1)!;
   const label = measured.length === 1 ? `the previous run (${day(newest.ended_at)})` : `the median of the last ${measured.length} runs (newest ${day(newest.ended_at)})`;
-  return { kind: 'history', label, runs: measured.length, summary: median, env: newest.env };
+  return { kind: 'history', label, runs: measured.length, summary: median, env: newest.env, node: newest.node };
 }
 
 /** How much to scale the reference's per-step figures to this run's samples a step (1 when unknown). */
@@ -111,17 +107,17 @@ function meanOver(summary: Summary, pick: (gpu: Summary['gpus'][number]) => numb
   return values.length ? round(values.reduce((a, b) => a + b, 0) / values.length, 4) : null;
 }
 
-export function compare(baseline: Summary, current: Summary, nodes?: NodePair): Comparison {
-  return compareTo(referenceOf(baseline), current, nodes);
+export function compare(baseline: Summary, current: Summary): Comparison {
+  return compareTo(referenceOf(baseline), current);
 }
 
 /** Environment and node drifts, ranked by their usual effect, those going the way the runs went first. */
-function changesOf(reference: Reference, current: Summary, changePct: number | null, nodes?: NodePair): Drift[] {
+function changesOf(reference: Reference, current: Summary, changePct: number | null): Drift[] {
   const observed = changePct === null ? null : changePct > 2 ? 'slower' : changePct < -2 ? 'faster' : null;
-  return rankDrifts([...envDrifts(reference.env, current.env), ...nodeDrifts(nodes?.baseline, nodes?.current)], observed);
+  return rankDrifts([...envDrifts(reference.env, current.env), ...nodeDrifts(reference.node, current.node)], observed);
 }
 
-export function compareTo(reference: Reference, current: Summary, nodes?: NodePair): Comparison {
+export function compareTo(reference: Reference, current: Summary): Comparison {
   const base = reference.summary;
   const { scale, perSample } = batchScale(base, current);
   const before = phaseMs(base, scale);
@@ -145,7 +141,7 @@ export function compareTo(reference: Reference, current: Summary, nodes?: NodePa
       sm_clock_frac_mean: { baseline: meanOver(base, (g) => g.sm_clock_frac_mean), current: meanOver(current, (g) => g.sm_clock_frac_mean) },
     },
     verdict: { baseline: base.verdict, current: current.verdict, baseline_cause: base.cause, current_cause: current.cause },
-    env_changes: changesOf(reference, current, changePct, nodes),
+    env_changes: changesOf(reference, current, changePct),
   };
   return { ...comparison, text: [headline(comparison, reference.label, perSample), ...describeComparison(comparison)].join('\n') };
 }

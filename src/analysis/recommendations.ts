@@ -171,8 +171,15 @@ export const RECOMPILE_ADVICE: readonly Recommendation[] = [
   r('guarded-values', 'If the guard is a Python value (a step counter, a flag, a float learning rate passed in), pass it as a tensor or keep it out of the compiled function.'),
 ];
 
+const GPU_SHARED = r(
+  'gpu-to-itself',
+  'Another process shares this GPU: give the job the GPU to itself (a dedicated node, or a scheduler that does not time-slice or oversubscribe GPUs), or move the other workload to another GPU or MIG instance; time-sliced CUDA contexts take turns on the SMs.',
+);
+
 export function recommendationsFor(verdict: Verdict, cause: Cause, context: Context): Recommendation[] {
   const s = setup(context);
+  if (cause === 'recompiles') return [...RECOMPILE_ADVICE];
+  if (cause === 'gpu-shared') return [GPU_SHARED];
   switch (verdict) {
     case 'input-bound':
       switch (cause) {

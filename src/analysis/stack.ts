@@ -220,23 +220,28 @@ export function stackDrifts(baseline: Readonly<Record<string, unknown>>, current
 // ---------------------------------------------------------------------------------------------------
 // The node inventory (a summary's `node`): the hardware around the GPUs.
 
+/** The fields of a run's node inventory (src/counters/inventory-parse.ts, in summaries as `node`) that drifts are read from. */
 export interface NodeInventory {
   cpu_model?: string | null;
-  cpu_cores?: number | null;
-  cpu_physical_cores?: number | null;
+  cores_logical?: number | null;
+  cores_physical?: number | null;
   memory_bytes?: number | null;
-  gpu_models?: readonly string[] | null;
+  gpu_models?: ReadonlyArray<{ name: string; count: number }> | null;
   gpu_count?: number | null;
   driver_version?: string | null;
   cuda_version?: string | null;
   cores_per_gpu?: number | null;
 }
 
+/** "8× NVIDIA H100 80GB HBM3, 1× NVIDIA A10" from the inventory's models and counts. */
+const gpuModels = (v: unknown) =>
+  Array.isArray(v) ? v.map((m: { name?: unknown; count?: unknown }) => `${show(m.count)}× ${show(m.name)}`).join(', ') || 'none' : show(v);
+
 type NodeRule = (before: unknown, after: unknown) => Judged | null;
 const GIB = 2 ** 30;
 
 const NODE_RULES: Record<keyof NodeInventory, NodeRule> = {
-  gpu_models: (b, a) => j('large', 'either', `other GPU models (${show(b)} → ${show(a)})`),
+  gpu_models: (b, a) => j('large', 'either', `other GPU models (${gpuModels(b)} → ${gpuModels(a)})`),
   cores_per_gpu: (b, a) => {
     const before = num(b);
     const after = num(a);
@@ -248,13 +253,13 @@ const NODE_RULES: Record<keyof NodeInventory, NodeRule> = {
   driver_version: (b, a) => j('medium', 'either', `NVIDIA driver ${show(b)} → ${show(a)}: may have taken a slower path`),
   cpu_model: (b, a) => j('medium', 'either', `another CPU model (${show(b)} → ${show(a)})`),
   gpu_count: (b, a) => j('medium', 'either', `${show(a)} GPUs on the node, the baseline ${show(b)}: its CPUs, memory and links are shared differently`),
-  cpu_cores: (b, a) => {
+  cores_logical: (b, a) => {
     const before = num(b);
     const after = num(a);
     if (before === null || after === null) return null;
     return j('small', after < before ? 'slower' : 'faster', `${after} CPU cores on the node, the baseline ${before}`);
   },
-  cpu_physical_cores: () => null, // said by cpu_cores and cores_per_gpu
+  cores_physical: () => null, // said by cores_logical and cores_per_gpu
   memory_bytes: (b, a) => {
     const before = num(b);
     const after = num(a);

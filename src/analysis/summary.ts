@@ -1,5 +1,6 @@
 import { WASTE_WORDS, type Waste } from './waste.js';
-import type { GpuOverJob } from '../counters/gpu-aggregate.js';
+import type { GpuOverJob, GpuProcessPeak } from '../counters/gpu-aggregate.js';
+import { coresPerGpu, type NodeInventory } from '../counters/inventory-parse.js';
 import type { Env } from '../protocol/messages.js';
 import { LogHistogram } from '../store/histogram.js';
 import { breakdownOf, type Breakdown, type JobSnapshot, type RankView } from '../store/job-store.js';
@@ -34,11 +35,23 @@ export interface RankSummary {
   straggler: boolean;
 }
 
-export interface GpuSummary extends GpuOverJob {
+export interface GpuSummary extends Omit<GpuOverJob, 'processes'> {
   index: number;
   uuid: string | null;
   name: string | null;
   ranks: number[];
+  /**
+   * Compute processes that shared the GPU (its physical GPU, for a MIG instance) during the run and
+   * are not the job's ranks, the largest first, with the most memory each held. Absent where none
+   * were measured (DCGM, the hook, summaries before it): absent is "not measured", [] is "none".
+   */
+  other_processes?: GpuProcessPeak[];
+}
+
+/** The GPU's processes over the run, less the job's own pids; `processes` (all of them) is not kept. */
+export function withOtherProcesses(gpu: GpuSummary & { processes?: GpuProcessPeak[] }, jobPids: ReadonlySet<number>): GpuSummary {
+  const { processes, ...rest } = gpu;
+  return processes ? { ...rest, other_processes: processes.filter((p) => !jobPids.has(p.pid)) } : rest;
 }
 
 export interface Summary {
@@ -80,6 +93,17 @@ export interface Summary {
   history?: RunRecord[];
   /** GPU time lost, by cause (the waste ledger). Absent in summaries before it. */
   waste?: Waste;
+  /** The node the run ran on, read once at the sidecar's start. Absent where it was not (summaries and recordings before it). */
+  node?: NodeSummary;
+}
+
+/** `cores_per_gpu`: the node's logical cores over the GPUs the job's ranks ran on; null where either is unknown. */
+export type NodeSummary = NodeInventory & { cores_per_gpu: number | null };
+
+/** The summary with the node it ran on; as it was where the inventory is not known, so older recordings replay to what they wrote. */
+export function withNode(summary: Summary, node: NodeInventory | null): Summary {
+  if (node === null) return summary;
+  return { ...summary, node: { ...node, cores_per_gpu: coresPerGpu(node, summary.gpus.length || null) } };
 }
 
 export interface Regression {
@@ -208,7 +232,7 @@ export function buildSummary({ job, views, analysis, gpus, at, gpuHourPrice = nu
     ranks,
     straggler,
     timeline,
-    gpus,
+    gpus: gpus.map((gpu) => withOtherProcesses(gpu, new Set(job.ranks.map((r) => r.pid)))),
     env: (job.ranks[0]?.env as Env | undefined) ?? {},
     recommendations,
     evidence,

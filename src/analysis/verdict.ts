@@ -2,6 +2,8 @@ import type { Env } from '../protocol/messages.js';
 import type { ThrottleReasonName } from '../counters/types.js';
 import type { Cause, CommCause, ComputeCause, Evidence, InputCause, Limiter, MemoryCause, ThrottleCause, Verdict } from '../model/verdict.js';
 import { recommendationsFor, type Recommendation } from './recommendations.js';
+import { gpuSharedCause, topConsumersText } from './neighbours.js';
+import { recompileCause } from './stack.js';
 import type { RankWindow } from './window.js';
 
 /**
@@ -123,7 +125,8 @@ function inputCause(window: RankWindow, context: RankContext): { cause: InputCau
     const busy = context.hostCores === null ? null : (host.cpu_pct_mean / 100) * context.hostCores;
     const own = context.jobCpuCores ?? null;
     if (busy !== null && own !== null && own < THRESHOLDS.contentionJobShare * busy) {
-      return { cause: 'contention', why: `host CPU ${host.cpu_pct_mean.toFixed(0)}% busy, but this job's processes use only ${own.toFixed(1)} of the ${busy.toFixed(1)} busy cores: something else on this node takes the CPU` };
+      const others = topConsumersText(window);
+      return { cause: 'contention', why: `host CPU ${host.cpu_pct_mean.toFixed(0)}% busy, but this job's processes use only ${own.toFixed(1)} of the ${busy.toFixed(1)} busy cores: something else on this node takes the CPU${others ? `; ${others}` : ''}` };
     }
     const whose = own === null || busy === null ? '' : `, ${own.toFixed(1)} of the ${busy.toFixed(1)} busy cores by this job`;
     return { cause: 'cpu-saturated', why: `host CPU ${host.cpu_pct_mean.toFixed(0)}% busy${whose}` };
@@ -228,7 +231,12 @@ export function judge(window: RankWindow, context: RankContext): Judgement {
     return done('throttled', throttle!.cause, `SM clock at ${pct(gpu.sm_clock_frac_mean!)} of its maximum while busy (${reasons}); ${pct(lost.throttle)} of step time lost`, lost);
   }
   if (top === 'transfer') return done('transfer-bound', null, `${pct(lost.transfer)} of step time in host-to-device copies (${bar('transfer')})`, lost);
-  if (top === 'host') return done('host-bound', 'outside-phases', `${pct(lost.host)} of step time outside data, copy and compute (${bar('host')})`, lost);
+  // Frequent recompiles: the step waits for the compiler, in whichever phase the hook counted it.
+  const recompiling = recompileCause(context.env, window);
+  if (top === 'host') {
+    const rule = `${pct(lost.host)} of step time outside data, copy and compute (${bar('host')})`;
+    return recompiling ? done('host-bound', 'recompiles', `${rule}; ${recompiling.why}`, lost) : done('host-bound', 'outside-phases', rule, lost);
+  }
   if (top === 'communication') {
     const { cause, why } = commCause(window, context);
     return done('communication-bound', cause, `${pct(lost.communication)} of step time waiting in collectives (${bar('communication')}); ${why}`, lost);
@@ -238,9 +246,13 @@ export function judge(window: RankWindow, context: RankContext): Judgement {
 
   const gpu = window.gpu;
   if (gpu?.util_mean != null && gpu.util_mean < THRESHOLDS.computeIdleUtil && shares.compute >= THRESHOLDS.computeIdleShare) {
-    return done('host-bound', 'gpu-idle-in-compute', `compute takes ${pct(shares.compute)} of the step but the GPU is only ${gpu.util_mean.toFixed(0)}% busy: the CPU side of the model is the limit`, lost);
+    const rule = `compute takes ${pct(shares.compute)} of the step but the GPU is only ${gpu.util_mean.toFixed(0)}% busy`;
+    if (recompiling) return done('host-bound', 'recompiles', `${rule}; ${recompiling.why}`, lost);
+    return done('host-bound', 'gpu-idle-in-compute', `${rule}: the CPU side of the model is the limit`, lost);
   }
-  const split = computeSplit(window);
+  // Checked before the profiling split: while compiling, those counters describe the compiler, not
+  // the model; and with another process on the GPU, they describe both.
+  const split = recompiling ?? gpuSharedCause(window) ?? computeSplit(window);
   const rule = `compute ${pct(shares.compute)} of step time; no limiter over its threshold`;
   // Never a silent compute-bound where low clocks could not have been seen.
   const unchecked = gpu === null ? null : gpu.throttle_unchecked;
@@ -295,6 +307,12 @@ function computeSplit(window: RankWindow): { cause: ComputeCause | null; why: st
   return { cause: null, why: `SMs ${pct(sm)} active${tensor === null ? '' : `, tensor pipes ${pct(tensor)}`}${dram === null ? '' : `, memory ${pct(dram)}`}: balanced` };
 }
 
+function compileFigure(env: Env, key: 'recompiles_1m' | 'recompile_s_1m'): number | null {
+  const compile = env.compile as Record<string, unknown> | undefined;
+  const value = compile !== null && typeof compile === 'object' ? compile[key] : undefined;
+  return typeof value === 'number' ? value : null;
+}
+
 function evidenceFigures(window: RankWindow, context: RankContext): Record<string, number | string | null> {
   const b = window.breakdown;
   return {
@@ -315,6 +333,8 @@ function evidenceFigures(window: RankWindow, context: RankContext): Record<strin
     cgroup_throttled_share: window.process?.cgroup_throttled_share ?? null,
     loader_workers_cores: window.process?.cpu_workers_cores ?? null,
     num_workers: loaderWorkers(context.env),
+    recompiles_1m: compileFigure(context.env, 'recompiles_1m'),
+    recompile_s_1m: compileFigure(context.env, 'recompile_s_1m'),
     comm_wait_share: window.comm?.wait_share ?? null,
     comm_bytes_per_s: window.comm?.bytes_per_s ?? null,
     mem_reserved_frac: window.memory?.reserved_frac ?? null,
@@ -323,6 +343,7 @@ function evidenceFigures(window: RankWindow, context: RankContext): Record<strin
     sm_active: window.gpu?.sm_active_mean ?? null,
     tensor_active: window.gpu?.tensor_active_mean ?? null,
     throttle_check: window.gpu === null ? 'no GPU counters matched to this rank' : (window.gpu.throttle_unchecked ?? 'checked'),
+    throttle_filled: window.gpu?.throttle_filled ?? null,
     compute_split: window.gpu?.sm_active_mean == null ? 'not measured: no DCGM profiling counters (SM_ACTIVE, PIPE_TENSOR_ACTIVE, DRAM_ACTIVE)' : 'measured',
   };
 }

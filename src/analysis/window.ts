@@ -4,6 +4,9 @@ import { percentile } from '../store/ring.js';
 import type { StepSums } from '../store/step-buckets.js';
 import { throttleReasonNames, ThrottleReason, type GpuSample, type ThrottleReasonName } from '../counters/types.js';
 import type { HostSample } from '../counters/host.js';
+import { largestFirst, type ComputeApp } from '../counters/compute-apps.js';
+import { appOnGpu, type HeldGpuSample } from '../counters/counter-store.js';
+import { filledText } from '../counters/coverage.js';
 import type { MatchedBy } from './gpu-match.js';
 import { round } from '../model/round.js';
 
@@ -20,7 +23,12 @@ export interface WindowInput {
   steps: StepSums;
   /** Durations (ms) of the rank's recent steps that ended in the window. */
   stepMs: number[];
-  gpu: { samples: GpuSample[]; matchedBy: MatchedBy } | null;
+  /** Samples as the store holds them: with the throttle signals a second source filled in, marked. */
+  gpu: { samples: HeldGpuSample[]; matchedBy: MatchedBy } | null;
+  /** The GPUs' compute processes at the window's end (nvidia-smi), null where none were read. */
+  apps?: ComputeApp[] | null;
+  /** The pids of the job's ranks, to tell its processes from the others'. */
+  jobPids?: ReadonlySet<number>;
   host: HostSample[];
   /** Process samples oldest first; the last two at or before `to` give the rates. */
   process: ProcessAt[];
@@ -55,6 +63,8 @@ export interface GpuWindow {
   throttle_share: Partial<Record<ThrottleReasonName, number>>;
   /** Why throttling cannot be judged from these samples (no clock-event reasons and no maximum clock); null when it can. */
   throttle_unchecked: string | null;
+  /** Which throttle signals the GPU source lacked and where they were taken from instead ("… from the sidecar's nvidia-smi"); null where none was. */
+  throttle_filled: string | null;
   power_w_mean: number | null;
   power_limit_w: number | null;
   power_frac_mean: number | null;
@@ -68,6 +78,22 @@ export interface GpuWindow {
   tensor_active_mean: number | null;
   dram_active_mean: number | null;
   latest: { at: string; util: number | null; sm_clock_mhz: number | null; temp_c: number | null; throttle_reasons: ThrottleReasonName[] };
+  /** Compute processes on this GPU that are not the job's ranks; null where not measured (DCGM and the hook list none). */
+  other_processes: OtherProcesses | null;
+}
+
+export interface OtherProcesses {
+  /** `gpu`: listed on this GPU; `physical-gpu`: on the physical GPU of this MIG instance (nvidia-smi does not say which slice). */
+  scope: 'gpu' | 'physical-gpu';
+  /**
+   * Whether a rank's pid was among this GPU's processes. False: the ranks' pids are in another pid
+   * namespace than nvidia-smi's (a container), so the job's own process may be among those listed.
+   */
+  job_pid_seen: boolean;
+  /** The largest first. */
+  processes: Array<{ pid: number; name: string; used_mib: number | null }>;
+  /** What they hold together, MiB; null where the driver does not say for any. */
+  used_mib: number | null;
 }
 
 export interface HostWindow {
@@ -80,7 +106,26 @@ export interface HostWindow {
   /** PSI "some" over the window, percent of time some task waited for CPU / for memory (null without PSI). */
   cpu_pressure_pct: number | null;
   memory_pressure_pct: number | null;
+  /** The busiest processes outside the job's process trees at the window's end; null where the sidecar reads none. */
+  top_consumers: TopConsumers | null;
 }
+
+export interface TopConsumers {
+  /** `node`: every process on the node was visible; `pod`: only the sidecar's pid namespace (its pod), so others on the node are not seen. */
+  visible: 'node' | 'pod';
+  /** Whether procfs held more processes than were read (MAX_PIDS or the time box): a busy one may be missing. */
+  truncated: boolean;
+  /**
+   * Whether the job's own processes were among the busiest read. False for a busy job means its pids
+   * are in another pid namespace than the sidecar's, and those listed may include its own.
+   */
+  job_seen: boolean;
+  /** The busiest first, at most TOP_CONSUMERS_KEPT. */
+  processes: Array<{ pid: number; name: string; cores: number }>;
+}
+
+/** Enough to name the culprits; the rest is in `top`. */
+export const TOP_CONSUMERS_KEPT = 5;
 
 export interface ProcessWindow {
   seconds: number;
@@ -161,8 +206,8 @@ export function rankWindow(input: WindowInput): RankWindow {
         }
       : null,
     gpu_idle_share: steps.gpuIdleSteps ? round(steps.gpuIdleNs / steps.durNs, 4) : null,
-    gpu: input.gpu && input.gpu.samples.length ? gpuWindow(input.gpu.samples, input.gpu.matchedBy) : null,
-    host: input.host.length ? hostWindow(input.host) : null,
+    gpu: input.gpu && input.gpu.samples.length ? gpuWindow(input.gpu.samples, input.gpu.matchedBy, otherProcesses(input.apps ?? null, input.gpu.samples.at(-1)!, input.jobPids ?? new Set())) : null,
+    host: input.host.length ? hostWindow(input.host, input.jobPids ?? new Set()) : null,
     process: processWindow(input.process, input.to),
     comm: commWindow(steps),
     memory: memoryWindow(input.memory, input.from, input.to),
@@ -181,7 +226,25 @@ function commWindow(steps: StepSums): CommWindow | null {
   };
 }
 
-function gpuWindow(samples: GpuSample[], matchedBy: MatchedBy): GpuWindow {
+/** The processes on this GPU (or its physical GPU) that are not the job's own pids. */
+export function otherProcesses(apps: readonly ComputeApp[] | null, gpu: Pick<GpuSample, 'uuid' | 'parentUuid'>, jobPids: ReadonlySet<number>): OtherProcesses | null {
+  if (apps === null) return null;
+  const known = { uuid: gpu.uuid, parentUuid: gpu.parentUuid ?? null };
+  const here = apps.filter((app) => appOnGpu(app.gpuUuid, known) !== null);
+  const others = here
+    .filter((app) => !jobPids.has(app.pid))
+    .map((app) => ({ pid: app.pid, name: app.name, used_mib: app.usedMiB }))
+    .sort(largestFirst((p) => p.used_mib));
+  const sizes = present(others.map((p) => p.used_mib));
+  return {
+    scope: known.parentUuid !== null ? 'physical-gpu' : 'gpu',
+    job_pid_seen: here.some((app) => jobPids.has(app.pid)),
+    processes: others,
+    used_mib: sizes.length ? sizes.reduce((a, b) => a + b, 0) : null,
+  };
+}
+
+function gpuWindow(samples: HeldGpuSample[], matchedBy: MatchedBy, others: OtherProcesses | null): GpuWindow {
   const latest = samples.at(-1)!;
   const clockMax = lastOf(samples, (s) => s.smClockMaxMHz);
   const clockFrac = samples.map((s) => ratio(s.smClockMHz, s.smClockMaxMHz ?? clockMax));
@@ -211,6 +274,7 @@ function gpuWindow(samples: GpuSample[], matchedBy: MatchedBy): GpuWindow {
       withReasons.length > 0 || clockMax !== null
         ? null
         : 'the GPU counters carry neither clock-event (throttle) reasons nor the maximum SM clock (add them to the DCGM exporter\'s counters: deploy/kubernetes)',
+    throttle_filled: filledText(samples.flatMap((s) => s.filled ?? [])),
     power_w_mean: mean(samples.map((s) => s.powerW)),
     power_limit_w: powerLimit,
     power_frac_mean: mean(samples.map((s) => ratio(s.powerW, s.powerLimitW ?? powerLimit))),
@@ -229,10 +293,30 @@ function gpuWindow(samples: GpuSample[], matchedBy: MatchedBy): GpuWindow {
       temp_c: latest.tempC,
       throttle_reasons: throttleReasonNames(latest.throttleReasons),
     },
+    other_processes: others,
   };
 }
 
-function hostWindow(samples: HostSample[]): HostWindow {
+/**
+ * The busiest processes that are not the job's: neither one of its ranks' pids nor below one (its
+ * DataLoader workers, compilers, anything it started).
+ */
+export function topConsumers(samples: readonly HostSample[], jobPids: ReadonlySet<number>): TopConsumers | null {
+  const latest = samples.findLast((s) => s.processes !== undefined && s.processes !== null)?.processes;
+  if (!latest) return null;
+  const mine = (p: { pid: number; ancestors: number[] }) => jobPids.has(p.pid) || p.ancestors.some((a) => jobPids.has(a));
+  return {
+    visible: latest.visible,
+    truncated: latest.truncated,
+    job_seen: latest.top.some(mine),
+    processes: latest.top
+      .filter((p) => !mine(p))
+      .slice(0, TOP_CONSUMERS_KEPT)
+      .map((p) => ({ pid: p.pid, name: p.name, cores: p.cores })),
+  };
+}
+
+function hostWindow(samples: HostSample[], jobPids: ReadonlySet<number>): HostWindow {
   const latest = samples.at(-1)!;
   return {
     samples: samples.length,
@@ -243,6 +327,7 @@ function hostWindow(samples: HostSample[]): HostWindow {
     mem_used_frac: ratio(latest.memUsedBytes, latest.memTotalBytes),
     cpu_pressure_pct: mean(samples.map((s) => s.cpuPressure?.somePct ?? s.cpuPressure?.someAvg10 ?? null)),
     memory_pressure_pct: mean(samples.map((s) => s.memoryPressure?.somePct ?? s.memoryPressure?.someAvg10 ?? null)),
+    top_consumers: topConsumers(samples, jobPids),
   };
 }
 

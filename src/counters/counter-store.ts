@@ -1,5 +1,7 @@
 import { Ring } from '../store/ring.js';
-import { addSample, emptyAggregate, mergeAggregate, type GpuAggregate } from './gpu-aggregate.js';
+import type { ComputeApp } from './compute-apps.js';
+import type { FilledFrom, FillSource } from './coverage.js';
+import { addProcesses, addSample, emptyAggregate, mergeAggregate, type GpuAggregate } from './gpu-aggregate.js';
 import type { GpuSample } from './types.js';
 
 /**
@@ -29,22 +31,113 @@ export interface KnownGpu {
   latest: GpuSample;
 }
 
+/** One `nvidia-smi --query-compute-apps` answer: every GPU's compute processes at `at`. */
+export interface AppsReading {
+  at: number;
+  apps: ComputeApp[];
+}
+
 export interface CountersDump<Host> {
   gpus: Array<{ known: KnownGpu; history: GpuSample[]; slices: Array<[number, GpuAggregate]>; coarse?: Array<[number, GpuAggregate]> }>;
   host: Host[];
+  apps?: AppsReading[];
+  fillers?: Array<[string, Filler]>;
+}
+
+/** A sample as held: for the throttle signals its own source lacked, where they came from instead. */
+export type HeldGpuSample = GpuSample & { filled?: FilledFrom };
+
+/** A reading from a second source, for the signals the GPU source lacks (the default DCGM exporter has no throttle reasons). */
+interface Filler {
+  sample: GpuSample;
+  source: FillSource;
+}
+
+/**
+ * A second source's reading fills a sample at most this far from it in time: clock-event reasons
+ * change within seconds, so an older one would speak of another moment.
+ */
+export const FILL_STALE_MS = 5_000;
+
+/** The physical GPU a sample is of (a MIG instance's parent): clocks, reasons and the power limit are the physical GPU's. */
+const physicalUuid = (sample: Pick<GpuSample, 'uuid'> & Partial<Pick<GpuSample, 'parentUuid'>>) => sample.parentUuid ?? sample.uuid;
+
+/**
+ * `sample` with the throttle signals it lacks taken from `filler` (the same physical GPU, close in
+ * time), each marked with where it came from; the sample itself when nothing is filled.
+ */
+export function fillThrottle(sample: GpuSample, filler: Filler | undefined): HeldGpuSample {
+  if (!filler || Math.abs(filler.sample.at - sample.at) > FILL_STALE_MS) return sample;
+  const filled: FilledFrom = {};
+  const out: HeldGpuSample = { ...sample };
+  if (sample.throttleReasons === null && filler.sample.throttleReasons !== null) {
+    out.throttleReasons = filler.sample.throttleReasons;
+    filled.reasons = filler.source;
+  }
+  if (sample.smClockMaxMHz === null && filler.sample.smClockMaxMHz !== null) {
+    out.smClockMaxMHz = filler.sample.smClockMaxMHz;
+    filled['max-sm-clock'] = filler.source;
+  }
+  if (sample.powerLimitW === null && filler.sample.powerLimitW !== null) {
+    out.powerLimitW = filler.sample.powerLimitW;
+    filled['power-limit'] = filler.source;
+  }
+  return Object.keys(filled).length === 0 ? sample : { ...out, filled };
+}
+
+/** A reading of the processes older than this at a window's end is not shown as current. */
+export const APPS_STALE_MS = 15_000;
+
+/**
+ * Whether a compute process listed under `gpuUuid` runs on `gpu`: on it, or on its physical GPU when
+ * it is a MIG instance (nvidia-smi lists those by the physical GPU's UUID).
+ */
+export function appOnGpu(gpuUuid: string, gpu: Pick<KnownGpu, 'uuid' | 'parentUuid'>): 'gpu' | 'physical-gpu' | null {
+  if (gpu.parentUuid !== null && gpuUuid === gpu.parentUuid) return 'physical-gpu';
+  return gpu.uuid !== null && gpuUuid === gpu.uuid ? 'gpu' : null;
 }
 
 /** Recent counter samples, by GPU and for the host, for matching against steps in time. */
 export class CounterStore<Host extends { at: number } = { at: number }> {
   private readonly gpus = new Map<string, GpuEntry>();
   private readonly host: Ring<Host>;
+  private readonly apps = new Ring<AppsReading>(60);
+  /** By physical GPU UUID, the latest reading of a second source. */
+  private readonly fillers = new Map<string, Filler>();
+
+  /**
+   * Readings of a second source (the sidecar's nvidia-smi beside DCGM, the hooks' NVML): not GPUs of
+   * their own, only what fills the throttle signals the GPU source lacks. A MIG instance's readings
+   * are left out: the physical GPU's carry the same signals.
+   */
+  addFillSamples(samples: readonly GpuSample[], source: FillSource): void {
+    for (const sample of samples) {
+      if (sample.uuid === null || (sample.parentUuid ?? null) !== null) continue;
+      this.fillers.set(sample.uuid, { sample, source });
+    }
+  }
 
   constructor(private readonly historyPerGpu = 1200, hostHistory = 600) {
     this.host = new Ring(hostHistory);
   }
 
+  /** A compute-apps reading: kept for the windows, and each GPU's processes summed into its slice for the summaries. */
+  addApps(reading: AppsReading): void {
+    this.apps.push(reading);
+    for (const entry of this.gpus.values()) {
+      addProcesses(sliceAt(entry, reading.at), reading.apps.filter((app) => appOnGpu(app.gpuUuid, entry.known) !== null));
+    }
+  }
+
+  /** The newest compute-apps reading in [to - APPS_STALE_MS, to]; null where none was read (no nvidia-smi). */
+  appsAt(to: number): AppsReading | null {
+    return this.apps.between(to - APPS_STALE_MS, to, sampleTime).at(-1) ?? null;
+  }
+
   addGpuSamples(samples: readonly GpuSample[]): void {
-    for (const sample of samples) {
+    for (const given of samples) {
+      const physical = physicalUuid(given);
+      const sample = physical === null ? given : fillThrottle(given, this.fillers.get(physical));
       const key = gpuKey(sample);
       let entry = this.gpus.get(key);
       if (!entry) {
@@ -60,14 +153,7 @@ export class CounterStore<Host extends { at: number } = { at: number }> {
       entry.known.index = sample.index;
       entry.known.name = sample.name ?? entry.known.name;
       entry.history.push(sample);
-      const slice = Math.floor(sample.at / SLICE_MS);
-      let sums = entry.slices.get(slice);
-      if (!sums) {
-        sums = emptyAggregate();
-        entry.slices.set(slice, sums);
-        if (entry.slices.size > SLICES_KEPT) fold(entry);
-      }
-      addSample(sums, sample);
+      addSample(sliceAt(entry, sample.at), sample);
     }
   }
 
@@ -76,6 +162,8 @@ export class CounterStore<Host extends { at: number } = { at: number }> {
     return {
       gpus: [...this.gpus.values()].map((entry) => ({ known: entry.known, history: entry.history.toArray(), slices: [...entry.slices.entries()], coarse: [...entry.coarse.entries()] })),
       host: this.host.toArray(),
+      apps: this.apps.toArray(),
+      fillers: [...this.fillers],
     };
   }
 
@@ -87,6 +175,8 @@ export class CounterStore<Host extends { at: number } = { at: number }> {
       store.gpus.set(gpu.known.key, entry);
     }
     for (const sample of dump.host) store.host.push(sample);
+    for (const reading of dump.apps ?? []) store.apps.push(reading);
+    for (const [uuid, filler] of dump.fillers ?? []) store.fillers.set(uuid, filler);
     return store;
   }
 
@@ -125,6 +215,18 @@ export class CounterStore<Host extends { at: number } = { at: number }> {
   latestHost(): Host | null {
     return this.host.toArray().at(-1) ?? null;
   }
+}
+
+/** The sums of the 10 s slice holding `at`, made (folding the oldest away) where there is none yet. */
+function sliceAt(entry: GpuEntry, at: number): GpuAggregate {
+  const slice = Math.floor(at / SLICE_MS);
+  let sums = entry.slices.get(slice);
+  if (!sums) {
+    sums = emptyAggregate();
+    entry.slices.set(slice, sums);
+    if (entry.slices.size > SLICES_KEPT) fold(entry);
+  }
+  return sums;
 }
 
 /** Moves the oldest 10 s slice into its 5 min slice, dropping 5 min slices older than a day. */

@@ -56,6 +56,28 @@ function because(missing: ThrottleSignal[], source: string): string {
   }
 }
 
+/** Where a throttle signal the GPU source lacked was taken from instead. */
+export type FillSource = 'nvidia-smi' | 'hook';
+export type FilledFrom = Partial<Record<ThrottleSignal, FillSource>>;
+
+const FILL_WORDS: Record<FillSource, string> = { 'nvidia-smi': "the sidecar's nvidia-smi", hook: "the hooks' NVML readings" };
+
+/** "the clock-event (throttle) reasons and the maximum SM clock from the sidecar's nvidia-smi", for samples filled so; null where none was. */
+export function filledText(filled: readonly FilledFrom[]): string | null {
+  const bySource = new Map<FillSource, Set<ThrottleSignal>>();
+  for (const one of filled) {
+    for (const [signal, source] of Object.entries(one) as [ThrottleSignal, FillSource][]) {
+      if (!bySource.has(source)) bySource.set(source, new Set());
+      bySource.get(source)!.add(signal);
+    }
+  }
+  if (bySource.size === 0) return null;
+  const order = Object.keys(NAMES) as ThrottleSignal[];
+  return [...bySource]
+    .map(([source, signals]) => `${listed(order.filter((s) => signals.has(s)).map((s) => NAMES[s].words))} from ${FILL_WORDS[source]}`)
+    .join('; ');
+}
+
 export function throttleCoverage(counts: SignalCounts, source: string): ThrottleCoverage {
   if (counts.samples === 0) {
     return { known: [], missing: ['reasons', 'max-sm-clock', 'power-limit'], checkable: false, because: source === 'none' ? because([], source) : 'no GPU counters were read for this GPU' };

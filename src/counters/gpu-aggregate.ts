@@ -1,3 +1,4 @@
+import { largestFirst, type ComputeApp } from './compute-apps.js';
 import { ThrottleReason, type GpuSample, type ThrottleReasonName } from './types.js';
 
 /** Mergeable sums of a GPU's samples, so a job's GPU figures cover all of it in fixed memory. */
@@ -13,7 +14,18 @@ export interface GpuAggregate {
   memTotalMiB: number | null;
   smClockMaxMHz: number | null;
   powerLimitW: number | null;
+  /** Compute processes seen on the GPU (nvidia-smi only), by pid: the most memory each held. Absent where none was read. */
+  processes?: Record<string, GpuProcessPeak>;
 }
+
+export interface GpuProcessPeak {
+  pid: number;
+  name: string;
+  used_mib_max: number | null;
+}
+
+/** Processes an aggregate keeps, the largest first: a GPU shared by hundreds of short runs stays bounded. */
+const PROCESSES_KEPT = 16;
 
 interface Sum {
   total: number;
@@ -59,6 +71,22 @@ export function addSample(agg: GpuAggregate, s: GpuSample): void {
   agg.memPeakMiB = maxOf(agg.memPeakMiB, s.memUsedMiB);
 }
 
+/** One `--query-compute-apps` reading of this GPU's processes. */
+export function addProcesses(agg: GpuAggregate, apps: readonly ComputeApp[]): void {
+  mergeProcesses(agg, Object.fromEntries(apps.map((app) => [String(app.pid), { pid: app.pid, name: app.name, used_mib_max: app.usedMiB }])));
+}
+
+function mergeProcesses(into: GpuAggregate, from: Record<string, GpuProcessPeak>): void {
+  const all = { ...(into.processes ?? {}) };
+  for (const [pid, peak] of Object.entries(from)) {
+    const held = all[pid];
+    all[pid] = held ? { ...peak, used_mib_max: maxOf(held.used_mib_max, peak.used_mib_max) } : peak;
+  }
+  into.processes = Object.fromEntries(biggestFirst(Object.values(all)).slice(0, PROCESSES_KEPT).map((peak) => [String(peak.pid), peak]));
+}
+
+const biggestFirst = (peaks: GpuProcessPeak[]) => peaks.sort(largestFirst((p) => p.used_mib_max));
+
 export function mergeAggregate(into: GpuAggregate, from: GpuAggregate): void {
   into.samples += from.samples;
   for (const key of ['util', 'clockFrac', 'powerFrac'] as const) {
@@ -74,6 +102,7 @@ export function mergeAggregate(into: GpuAggregate, from: GpuAggregate): void {
   into.memTotalMiB = from.memTotalMiB ?? into.memTotalMiB;
   into.smClockMaxMHz = from.smClockMaxMHz ?? into.smClockMaxMHz;
   into.powerLimitW = from.powerLimitW ?? into.powerLimitW;
+  if (from.processes) mergeProcesses(into, from.processes);
 }
 
 const round = (x: number, digits = 4) => Math.round(x * 10 ** digits) / 10 ** digits;
@@ -90,6 +119,8 @@ export interface GpuOverJob {
   power_limit_w: number | null;
   mem_peak_mib: number | null;
   mem_total_mib: number | null;
+  /** Compute processes seen on the GPU over the span, the largest first; absent where none were read (DCGM, the hook). */
+  processes?: GpuProcessPeak[];
 }
 
 export function describeAggregate(agg: GpuAggregate): GpuOverJob {
@@ -106,5 +137,6 @@ export function describeAggregate(agg: GpuAggregate): GpuOverJob {
     power_limit_w: agg.powerLimitW,
     mem_peak_mib: agg.memPeakMiB,
     mem_total_mib: agg.memTotalMiB,
+    ...(agg.processes ? { processes: biggestFirst(Object.values(agg.processes)) } : {}),
   };
 }

@@ -5,7 +5,7 @@
  * network figures, at 15 to 40 times the CPU cost, and reads this same /proc/meminfo for memory
  * (scripts/bench-host.mjs measures both ways).
  */
-import { access, readFile } from 'node:fs/promises';
+import { access, readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { Poller } from './poller.js';
@@ -32,6 +32,7 @@ import {
   type ProcStat,
 } from './host-parse.js';
 import { HealthTracker } from './health.js';
+import { identity, parsePidStat, topProcesses, visibilityOf, type PidStat, type ProcessVisibility, type TopProcess } from './proc-pid.js';
 import type { CollectorHealth } from './types.js';
 
 /** One reading of the host. Rates cover the time since the previous sample, so the first has none. */
@@ -63,7 +64,23 @@ export interface HostSample {
   cpuPressure: HostPressure | null;
   memoryPressure: HostPressure | null;
   ioPressure: HostPressure | null;
+  /** The busiest processes the sidecar can see; absent in samples before it, null where /proc/<pid> is not readable. */
+  processes?: HostProcesses | null;
 }
+
+export interface HostProcesses {
+  /** `node`: the sidecar sees the node's processes; `pod`: only those of its own pid namespace. */
+  visible: ProcessVisibility;
+  /** Processes read this time, and whether there were more than the bound (`MAX_PIDS`) or the time box allowed. */
+  read: number;
+  truncated: boolean;
+  /** The busiest since the previous sample, with their ancestors (to leave out a job's process trees). */
+  top: TopProcess[];
+}
+
+/** At most this many /proc/<pid>/stat a sample, in at most this long: a node with 50,000 processes costs what 2,048 do. */
+export const MAX_PIDS = 2048;
+const PIDS_TIME_BOX_MS = 150;
 
 /**
  * Of the elapsed time, the share in which some task (`some`), or every non-idle task (`full`),
@@ -141,6 +158,7 @@ interface Reading {
   devices: Map<string, boolean> | null;
   pressure: Record<Resource, PressureFile | null>;
   unreadable: ProcFile[];
+  pids: { stats: Map<string, PidStat>; visible: ProcessVisibility; truncated: boolean } | null;
 }
 
 export class HostCollector {
@@ -215,7 +233,28 @@ export class HostCollector {
       devices: nets ? await this.devicesOf(nets.map((net) => net.iface)) : null,
       pressure: { cpu: cpu ?? null, memory: memory ?? null, io: io ?? null },
       unreadable: PROC_FILES.filter((file) => text(file) === null),
+      pids: await this.readPids(),
     };
+  }
+
+  /** Every /proc/<pid>/stat up to the bound, newest pids last; null where procfs lists none. */
+  private async readPids(): Promise<Reading['pids']> {
+    const names = await readdir(this.procRoot).catch(() => [] as string[]);
+    const pids = names.filter((name) => /^\d+$/.test(name)).map(Number).sort((a, b) => a - b);
+    if (pids.length === 0) return null;
+    const started = performance.now();
+    const stats = new Map<string, PidStat>();
+    let truncated = pids.length > MAX_PIDS;
+    for (const pid of pids.slice(0, MAX_PIDS)) {
+      if (performance.now() - started > PIDS_TIME_BOX_MS) {
+        truncated = true;
+        break;
+      }
+      const stat = await readFile(path.join(this.procRoot, String(pid), 'stat'), 'utf8').then(parsePidStat, () => null);
+      if (stat) stats.set(identity(stat), stat);
+    }
+    const comm2 = await readFile(path.join(this.procRoot, '2', 'comm'), 'utf8').catch(() => null);
+    return { stats, visible: visibilityOf(comm2), truncated };
   }
 
   /** `/sys/class/net/<if>/device` exists for an interface on a PCI, virtio or other bus device. */
@@ -297,6 +336,9 @@ function toHostSample(previous: Reading | null, current: Reading): HostSample {
     cpuPressure: pressure('cpu'),
     memoryPressure: pressure('memory'),
     ioPressure: pressure('io'),
+    processes: current.pids
+      ? { visible: current.pids.visible, read: current.pids.stats.size, truncated: current.pids.truncated, top: previous?.pids ? topProcesses(previous.pids.stats, [...current.pids.stats.values()], seconds) : [] }
+      : null,
   };
 }
 

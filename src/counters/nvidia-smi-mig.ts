@@ -31,6 +31,14 @@ const MIG_LINE = /^MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[^)]+)\)$/;
 /** Before R470 the UUID itself said where the instance lies: MIG-<parent UUID>/<gi>/<ci>. */
 const LEGACY_MIG_UUID = /^MIG-GPU-[0-9a-f-]+\/(\d+)\/(\d+)$/i;
 
+/** The physical GPUs in `nvidia-smi -L` output, in its order. */
+export function parseGpuListing(text: string): Array<{ index: number; name: string; uuid: string }> {
+  return text.split('\n').flatMap((raw) => {
+    const gpu = GPU_LINE.exec(raw.trim());
+    return gpu ? [{ index: Number(gpu[1]), name: gpu[2]!, uuid: gpu[3]! }] : [];
+  });
+}
+
 /** The MIG devices in `nvidia-smi -L` output; none for a GPU without MIG. */
 export function parseMigListing(text: string): MigDevice[] {
   const devices: MigDevice[] = [];

@@ -2,6 +2,7 @@ import { execFile, spawn, type ChildProcess, type ExecFileException } from 'node
 import { performance } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
 import type { Logger } from '../log/log.js';
+import { COMPUTE_APPS_FIELDS, parseComputeApps, type ComputeApp } from './compute-apps.js';
 import { anyMigEnabled, parseMigListing, parseMigQuery, withMigInstances, withQueryDetails, type MigDevice } from './nvidia-smi-mig.js';
 import {
   driverWarning,
@@ -37,6 +38,10 @@ export interface NvidiaSmiOptions {
   /** A looping child that delivers no figure for this long is killed and restarted. */
   stallMs?: number;
   backoff?: Backoff;
+  /** Gets the compute processes on every GPU (`--query-compute-apps`) every `appsIntervalMs`. */
+  onApps?: (apps: ComputeApp[]) => void;
+  /** Default 5 s: which processes hold a GPU changes slowly, and each reading is a process spawn. */
+  appsIntervalMs?: number;
 }
 
 /** nvidia-smi is missing or cannot read the GPUs; a registry should try another source. */
@@ -104,6 +109,9 @@ export class NvidiaSmiCollector implements GpuCollector {
   private run: LoopRun | null = null;
   private restartTimer: NodeJS.Timeout | null = null;
   private watchdog: NodeJS.Timeout | null = null;
+  private appsTimer: NodeJS.Timeout | null = null;
+  private readonly onApps: ((apps: ComputeApp[]) => void) | null;
+  private readonly appsIntervalMs: number;
 
   constructor(options: NvidiaSmiOptions) {
     this.binary = options.binary ?? 'nvidia-smi';
@@ -115,6 +123,8 @@ export class NvidiaSmiCollector implements GpuCollector {
     this.stallMs = options.stallMs ?? Math.max(5 * this.intervalMs, 15_000);
     this.backoff = options.backoff ?? DEFAULT_BACKOFF;
     this.warnings = new RateLimitedWarnings(this.log, WARNING_QUIET_MS);
+    this.onApps = options.onApps ?? null;
+    this.appsIntervalMs = options.appsIntervalMs ?? 5_000;
   }
 
   async start(sink: GpuSink): Promise<void> {
@@ -145,6 +155,29 @@ export class NvidiaSmiCollector implements GpuCollector {
     this.spawnLoop();
     this.watchdog = setInterval(() => this.checkStall(), Math.min(this.intervalMs, 1_000));
     this.watchdog.unref();
+    if (this.onApps) void this.readApps();
+  }
+
+  /**
+   * One `--query-compute-apps` reading, then the next after the interval (never two at once). A
+   * reading that fails delivers nothing, so the processes read as not measured, never as none.
+   */
+  private async readApps(): Promise<void> {
+    if (this.stopped) return;
+    const fields = COMPUTE_APPS_FIELDS.join(',');
+    const result = await execOnce(this.binary, [`--query-compute-apps=${fields}`, '--format=csv,noheader,nounits'], { env: this.env, timeoutMs: this.probeTimeoutMs });
+    if (result.ok || exitWarning(result.code) !== null) {
+      try {
+        if (!this.stopped) this.onApps!(parseComputeApps(result.stdout));
+      } catch (error) {
+        this.warnings.warn('apps sink threw', 'the compute-apps consumer threw', { err: (error as Error).message });
+      }
+    } else {
+      this.warnings.warn('compute apps', 'nvidia-smi does not list the compute processes; other processes on the GPUs are not shown', { reason: result.reason });
+    }
+    if (this.stopped) return;
+    this.appsTimer = setTimeout(() => void this.readApps(), this.appsIntervalMs);
+    this.appsTimer.unref();
   }
 
   async stop(): Promise<void> {
@@ -152,6 +185,7 @@ export class NvidiaSmiCollector implements GpuCollector {
     this.state = 'stopped';
     if (this.restartTimer) clearTimeout(this.restartTimer);
     if (this.watchdog) clearInterval(this.watchdog);
+    if (this.appsTimer) clearTimeout(this.appsTimer);
     const run = this.run;
     this.run = null;
     if (run) await terminate(run);
@@ -358,9 +392,9 @@ function queryArgs(fields: readonly string[]): string[] {
   return [`--query-gpu=${fields.join(',')}`, '--format=csv,noheader,nounits'];
 }
 
-type ExecResult = { ok: true; stdout: string } | { ok: false; reason: string; output: string; stdout: string; code: number | null };
+export type ExecResult = { ok: true; stdout: string } | { ok: false; reason: string; output: string; stdout: string; code: number | null };
 
-function execOnce(binary: string, args: string[], options: { env: NodeJS.ProcessEnv | undefined; timeoutMs: number }): Promise<ExecResult> {
+export function execOnce(binary: string, args: string[], options: { env: NodeJS.ProcessEnv | undefined; timeoutMs: number }): Promise<ExecResult> {
   return new Promise((resolve) => {
     execFile(
       binary,

@@ -1,14 +1,16 @@
-import type { Summary } from '../analysis/summary.js';
+import { withNode, type Summary } from '../analysis/summary.js';
+import type { NodeInventory } from '../counters/inventory-parse.js';
 import { deviceHint, matchGpu } from '../analysis/gpu-match.js';
 import { compare } from '../analysis/compare.js';
 import { JobAnalysis, type AnalysisDump } from '../analysis/job-analysis.js';
-import { CounterStore, type CountersDump } from '../counters/counter-store.js';
+import { appOnGpu, CounterStore, type CountersDump, type KnownGpu } from '../counters/counter-store.js';
+import type { ComputeApp } from '../counters/compute-apps.js';
 import type { HostSample } from '../counters/host.js';
 import { JobStore, LimitError, UnknownSessionError, type JobsDump } from '../store/job-store.js';
 import { Analyst, type Windows } from './analyst.js';
 import type { EngineConfig, JournalEntry } from './entries.js';
 import { freeze, historySeries, verdictState, windowFor, type EndedRun, type EngineSnapshot, type JobState, type RankTotals } from './snapshot.js';
-import { applyData, emptyWorld, type World } from './world.js';
+import { addPid, applyData, emptyWorld, type World } from './world.js';
 
 export const CHECKPOINT_FORMAT = 'stepscope.checkpoint/v1';
 
@@ -22,12 +24,20 @@ export interface EngineCheckpoint {
   counters: CountersDump<HostSample>;
   analyses: AnalysisDump[];
   stats: EngineStats;
+  /** Per job, its ranks' pids (absent in checkpoints before them: rebuilt from the jobs held). */
+  pids?: Array<[string, number[]]>;
+  /** The node's inventory as journaled (absent before it). */
+  node?: NodeInventory | null;
 }
 
 export interface EngineLimits {
   maxJobs: number;
   maxRanksPerJob: number;
 }
+
+const NO_PIDS: ReadonlySet<number> = new Set();
+
+const processesOn = (gpu: KnownGpu, apps: ComputeApp[] | null) => (apps === null ? null : apps.filter((app) => appOnGpu(app.gpuUuid, gpu) !== null));
 
 export const DEFAULT_CONFIG: EngineConfig = { windowMs: 4_000, holdMs: 2_000, endGraceMs: 10_000 };
 
@@ -58,6 +68,8 @@ export class Engine {
    */
   replaying = false;
   private source: { gpu: string; reason: string } | null = null;
+  /** The node's inventory, once journaled; null in recordings before it (their summaries have no `node`). */
+  private node: NodeInventory | null = null;
   private latest: EngineSnapshot;
 
   constructor(options: { config?: EngineConfig; baseline?: Summary | null; world?: World; limits?: EngineLimits } = {}) {
@@ -100,6 +112,8 @@ export class Engine {
       counters: this.world.counters.dump(),
       analyses: this.analyst.all().map((analysis) => analysis.dump()),
       stats: this.stats,
+      pids: [...this.world.pids].map(([job, pids]) => [job, [...pids]]),
+      node: this.node,
     };
   }
 
@@ -107,9 +121,13 @@ export class Engine {
   static fromCheckpoint(value: unknown, baseline: Summary | null = null, limits: EngineLimits | null = null): Engine {
     const checkpoint = value as Partial<EngineCheckpoint> | null;
     if (checkpoint?.format !== CHECKPOINT_FORMAT) throw new Error(`not a checkpoint of this version (expected ${CHECKPOINT_FORMAT})`);
-    const world: World = { jobs: JobStore.load(checkpoint.jobs!), counters: CounterStore.load<HostSample>(checkpoint.counters!), hookGpu: checkpoint.hookGpu === true };
+    const jobs = JobStore.load(checkpoint.jobs!);
+    const world: World = { jobs, counters: CounterStore.load<HostSample>(checkpoint.counters!), hookGpu: checkpoint.hookGpu === true, pids: new Map() };
+    if (checkpoint.pids) for (const [job, pids] of checkpoint.pids) for (const pid of pids) addPid(world.pids, job, pid);
+    else for (const job of jobs.snapshot(checkpoint.at ?? 0)) for (const rank of job.ranks) addPid(world.pids, job.job, rank.pid);
     const engine = new Engine({ config: checkpoint.config!, baseline, world, limits: limits ?? undefined });
     engine.source = checkpoint.source ?? null;
+    engine.node = checkpoint.node ?? null;
     engine.stats.applied = checkpoint.stats?.applied ?? 0;
     Object.assign(engine.stats.skipped, checkpoint.stats?.skipped ?? {});
     for (const analysis of checkpoint.analyses ?? []) engine.analyst.restore(JobAnalysis.load(analysis));
@@ -139,6 +157,9 @@ export class Engine {
         this.analyst.options.gpuHourPrice = entry.config.gpuHourPrice ?? null;
         this.world.jobs.restarted(entry.at);
         return null;
+      case 'node':
+        this.node = entry.node;
+        return null;
       case 'source':
         this.source = { gpu: entry.gpu, reason: entry.reason };
         this.world.hookGpu = entry.gpu === 'hook';
@@ -158,7 +179,7 @@ export class Engine {
     for (const view of this.world.jobs.rankViews()) {
       let byRank = windows.get(view.job);
       if (!byRank) windows.set(view.job, (byRank = new Map()));
-      byRank.set(view.rank, windowFor(view, this.world.counters, at, this.config.windowMs));
+      byRank.set(view.rank, windowFor(view, this.world.counters, at, this.config.windowMs, this.world.pids.get(view.job) ?? NO_PIDS));
     }
     return windows;
   }
@@ -202,7 +223,7 @@ export class Engine {
   runSummary(job: string, at: number): EndedRun[] {
     const summary = this.analyst.summary(job, at);
     const run = this.world.jobs.runOf(job);
-    return summary && run !== null ? [{ job, run, summary }] : [];
+    return summary && run !== null ? [{ job, run, summary: withNode(summary, this.node) }] : [];
   }
 
   /** Ended runs whose summaries were never written (the sidecar stopped first), to write them now. */
@@ -250,8 +271,9 @@ export class Engine {
     return freeze({
       at,
       source: this.source,
+      node: this.node,
       jobs: jobStates,
-      gpus: knownGpus.map((known) => ({ known, recent: counters.gpuSamples(known.key, at - this.config.windowMs, at) })),
+      gpus: knownGpus.map((known) => ({ known, recent: counters.gpuSamples(known.key, at - this.config.windowMs, at), processes: processesOn(known, counters.appsAt(at)?.apps ?? null) })),
       host: counters.latestHost(),
       ranks,
       history: historySeries(views, counters, historyFrom, at, HISTORY_SLICE_MS),

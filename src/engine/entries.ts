@@ -1,5 +1,7 @@
 import { Ajv, type ErrorObject } from 'ajv';
+import type { ComputeApp } from '../counters/compute-apps.js';
 import type { HostSample } from '../counters/host.js';
+import type { NodeInventory } from '../counters/inventory-parse.js';
 import type { GpuSample } from '../counters/types.js';
 import type { CounterBatch } from '../protocol/counters.js';
 import { EnvSchema, HelloSchema, ResumeSecret } from '../protocol/hook-schema.js';
@@ -38,8 +40,13 @@ export type JournalEntry =
   | { t: 'steps'; at: number; session: string; dropped: number; rows: StepRow[]; duplicates?: number; refused?: { count: number; through: number } }
   | { t: 'end'; at: number; session: string; reason: string }
   | { t: 'counters'; at: number; session: string; batch: CounterBatch }
-  | { t: 'gpu'; at: number; samples: GpuSample[] }
+  /** `fill`: readings of a second source that only fill the throttle signals the GPU source lacks (nvidia-smi beside DCGM). */
+  | { t: 'gpu'; at: number; samples: GpuSample[]; fill?: 'nvidia-smi' }
   | { t: 'host'; at: number; sample: HostSample }
+  /** The node's static inventory, read once at start: the summaries of runs carry it. */
+  | { t: 'node'; at: number; node: NodeInventory }
+  /** The compute processes on every GPU, as the sidecar's nvidia-smi listed them. */
+  | { t: 'apps'; at: number; apps: ComputeApp[] }
   /** Run the analysis as of `at`: verdicts, job ends, a new snapshot. */
   | { t: 'tick'; at: number }
   /** The sidecar stopped: every running job ends (a hook that comes back resumes its run). */
@@ -122,8 +129,45 @@ const ENTRY_SCHEMAS: Record<EntryType, object> = {
     required: ['session', 'batch'],
     properties: { session: id, batch: { type: 'object', required: ['source', 'samples'], properties: { source: { enum: ['nvml', 'process', 'memory'] }, samples: { type: 'array', items: object } } } },
   },
-  gpu: { required: ['samples'], properties: { samples: { type: 'array', items: { type: 'object', required: ['at', 'index'], properties: { at: time, index: { type: 'integer' } } } } } },
+  gpu: { required: ['samples'], properties: { fill: { enum: ['nvidia-smi'] }, samples: { type: 'array', items: { type: 'object', required: ['at', 'index'], properties: { at: time, index: { type: 'integer' } } } } } },
   host: { required: ['sample'], properties: { sample: { type: 'object', required: ['at'], properties: { at: time } } } },
+  node: {
+    required: ['node'],
+    properties: {
+      node: {
+        type: 'object',
+        required: ['cpu_model', 'cores_logical', 'cores_physical', 'memory_bytes', 'gpu_models', 'gpu_count', 'driver_version', 'cuda_version'],
+        properties: {
+          cpu_model: { type: ['string', 'null'], maxLength: 256 },
+          cores_logical: { type: ['integer', 'null'], minimum: 1 },
+          cores_physical: { type: ['integer', 'null'], minimum: 1 },
+          memory_bytes: { type: ['number', 'null'], minimum: 0 },
+          gpu_models: {
+            type: ['array', 'null'],
+            maxItems: 64,
+            items: { type: 'object', required: ['name', 'count'], properties: { name: { type: 'string', maxLength: 256 }, count: { type: 'integer', minimum: 1 } } },
+          },
+          gpu_count: { type: ['integer', 'null'], minimum: 0 },
+          driver_version: { type: ['string', 'null'], maxLength: 64 },
+          cuda_version: { type: ['string', 'null'], maxLength: 64 },
+        },
+      },
+    },
+  },
+  apps: {
+    required: ['apps'],
+    properties: {
+      apps: {
+        type: 'array',
+        maxItems: 4096,
+        items: {
+          type: 'object',
+          required: ['gpuUuid', 'pid', 'name', 'usedMiB'],
+          properties: { gpuUuid: { type: 'string', maxLength: 128 }, pid: int, name: { type: 'string', maxLength: 4096 }, usedMiB: { type: ['number', 'null'], minimum: 0 } },
+        },
+      },
+    },
+  },
   tick: {},
   stop: {},
   summarized: { required: ['job', 'run'], properties: { job: id, run: { type: 'integer', minimum: 1 } } },

@@ -8,6 +8,8 @@ import { rankWindow, type RankWindow } from '../analysis/window.js';
 import type { Waste } from '../analysis/waste.js';
 import type { Comparison } from '../analysis/compare.js';
 import type { CounterStore, KnownGpu } from '../counters/counter-store.js';
+import { largestFirst, type ComputeApp } from '../counters/compute-apps.js';
+import type { NodeInventory } from '../counters/inventory-parse.js';
 import type { HostSample } from '../counters/host.js';
 import { throttleReasonNames, type GpuSample } from '../counters/types.js';
 import type { DurationCounts } from '../store/duration-counts.js';
@@ -71,8 +73,11 @@ export interface EngineSnapshot {
   at: number;
   /** The GPU counter source as journaled (null before the sidecar chose one). */
   source: { gpu: string; reason: string } | null;
+  /** The node's inventory as journaled at start; null before it is read (and in recordings before it). */
+  node: NodeInventory | null;
   jobs: JobState[];
-  gpus: Array<{ known: KnownGpu; recent: GpuSample[] }>;
+  /** `processes`: its compute processes at the latest nvidia-smi reading (null where none was read). */
+  gpus: Array<{ known: KnownGpu; recent: GpuSample[]; processes: ComputeApp[] | null }>;
   host: HostSample | null;
   ranks: RankTotals[];
   history: HistorySeries;
@@ -104,7 +109,7 @@ const MIN_WINDOW_STEPS = 5;
 const MAX_WINDOW_MS = 60_000;
 
 /** The window of one rank ending at `at`: its steps matched with its GPU's, the host's and its process's counters. */
-export function windowFor(view: RankView, counters: CounterStore<HostSample>, at: number, windowMs: number): RankWindow {
+export function windowFor(view: RankView, counters: CounterStore<HostSample>, at: number, windowMs: number, jobPids: ReadonlySet<number> = new Set()): RankWindow {
   let span = windowMs;
   while (span < MAX_WINDOW_MS && view.buckets.between(at - span, at).steps < MIN_WINDOW_STEPS) span = Math.min(MAX_WINDOW_MS, span * 2);
   const from = at - span;
@@ -118,6 +123,8 @@ export function windowFor(view: RankView, counters: CounterStore<HostSample>, at
       .filter((step) => step.endAt >= from && step.endAt < at)
       .map((step) => step.record.durNs / 1e6),
     gpu: match ? { samples: counters.gpuSamples(match.gpu.key, from, at), matchedBy: match.by } : null,
+    apps: counters.appsAt(at)?.apps ?? null,
+    jobPids,
     host: counters.hostSamples(from, at),
     process: view.process(),
     memory: view.memory(),
@@ -156,6 +163,7 @@ export function historySeries(views: RankView[], counters: CounterStore<HostSamp
     return {
       index: gpu.index,
       uuid: gpu.uuid,
+      key: gpu.key,
       util: meanPerSlice(samples, from, sliceMs, slices, (s) => s.utilGpu),
       sm_clock_pct: meanPerSlice(samples, from, sliceMs, slices, (s) => (s.smClockMHz !== null && s.smClockMaxMHz ? (100 * s.smClockMHz) / s.smClockMaxMHz : null)),
     };
@@ -172,7 +180,8 @@ export function freeze<T>(value: T): T {
   return value;
 }
 
-export function gpuSummary(sample: GpuSample) {
+export function gpuSummary(known: KnownGpu, processes: readonly ComputeApp[] | null) {
+  const sample = known.latest;
   return {
     index: sample.index,
     uuid: sample.uuid,
@@ -192,6 +201,15 @@ export function gpuSummary(sample: GpuSample) {
     throttle_reasons: throttleReasonNames(sample.throttleReasons),
     sm_active: sample.smActive,
     tensor_active: sample.tensorActive,
+    key: known.key,
+    parent_uuid: known.parentUuid,
+    gpu_instance_id: known.gpuInstanceId,
+    compute_instance_id: sample.computeInstanceId ?? null,
+    mig_profile: sample.migProfile ?? null,
+    processes:
+      processes === null
+        ? null
+        : processes.map((app) => ({ pid: app.pid, name: app.name, used_mib: app.usedMiB })).sort(largestFirst((p) => p.used_mib)),
   };
 }
 

@@ -10,9 +10,24 @@ export interface World {
   counters: CounterStore<HostSample>;
   /** Whether GPU samples forwarded by hooks count (only when they are the chosen GPU source). */
   hookGpu: boolean;
+  /**
+   * Per job, the pids its ranks' processes said they had: what is the job's own when the host's and
+   * the GPUs' processes are listed (in the hooks' pid namespace, which may not be the sidecar's).
+   */
+  pids: Map<string, Set<number>>;
 }
 
-export const emptyWorld = (): World => ({ jobs: new JobStore(), counters: new CounterStore<HostSample>(), hookGpu: false });
+export const emptyWorld = (): World => ({ jobs: new JobStore(), counters: new CounterStore<HostSample>(), hookGpu: false, pids: new Map() });
+
+/** Bounded like the sessions a job keeps: a job restarted a thousand times does not grow this for ever. */
+const PIDS_KEPT = 4096;
+
+export function addPid(pids: Map<string, Set<number>>, job: string, pid: number): void {
+  let held = pids.get(job);
+  if (!held) pids.set(job, (held = new Set()));
+  held.add(pid);
+  if (held.size > PIDS_KEPT) held.delete(held.values().next().value!);
+}
 
 /** Applies one data entry to the world; the engine handles the others. Throws on an unknown session. */
 export function applyData(world: World, entry: JournalEntry): void {
@@ -20,6 +35,7 @@ export function applyData(world: World, entry: JournalEntry): void {
   switch (entry.t) {
     case 'hello':
       jobs.hello(entry.hello, entry.at, entry.secret ?? null);
+      addPid(world.pids, entry.hello.job, entry.hello.pid);
       break;
     case 'connect':
       jobs.connected(entry.session);
@@ -43,14 +59,20 @@ export function applyData(world: World, entry: JournalEntry): void {
       break;
     case 'counters': {
       const gpu = jobs.counters(entry.session, entry.batch, entry.at);
+      // Not the GPU source: the hooks' NVML readings still fill the throttle signals the source lacks.
       if (world.hookGpu) counters.addGpuSamples(gpu);
+      else counters.addFillSamples(gpu, 'hook');
       break;
     }
     case 'gpu':
-      counters.addGpuSamples(entry.samples);
+      if (entry.fill) counters.addFillSamples(entry.samples, entry.fill);
+      else counters.addGpuSamples(entry.samples);
       break;
     case 'host':
       counters.addHostSample(entry.sample);
+      break;
+    case 'apps':
+      counters.addApps({ at: entry.at, apps: entry.apps });
       break;
     case 'summarized':
       jobs.summarized(entry.job, entry.run);

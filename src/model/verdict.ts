@@ -17,10 +17,15 @@ export const HOST_CAUSES = ['outside-phases', 'gpu-idle-in-compute'] as const;
 export const COMM_CAUSES = ['slow-rank', 'slow-collective'] as const;
 /** Why a rank is memory-bound (the allocator flushes its cache and synchronises to satisfy requests). */
 export const MEMORY_CAUSES = ['fragmentation', 'near-capacity', 'allocator-thrash'] as const;
-/** What a compute-bound rank's GPU time is made of, where profiling counters tell (null: balanced, or not measured). */
-export const COMPUTE_CAUSES = ['launch-bound', 'memory-bandwidth', 'tensor-cores-idle'] as const;
+/**
+ * What a compute-bound rank's GPU time is made of, where profiling counters tell (null: balanced, or
+ * not measured), or who else takes it: another process on the same GPU.
+ */
+export const COMPUTE_CAUSES = ['launch-bound', 'memory-bandwidth', 'tensor-cores-idle', 'gpu-shared'] as const;
+/** What the software stack does to a host- or compute-bound rank: torch.compile recompiling again and again. */
+export const STACK_CAUSES = ['recompiles'] as const;
 /** Every cause a verdict can carry; a verdict without one has cause `null`. */
-export const CAUSES = [...INPUT_CAUSES, ...THROTTLE_CAUSES, ...HOST_CAUSES, ...COMM_CAUSES, ...MEMORY_CAUSES, ...COMPUTE_CAUSES] as const;
+export const CAUSES = [...INPUT_CAUSES, ...THROTTLE_CAUSES, ...HOST_CAUSES, ...COMM_CAUSES, ...MEMORY_CAUSES, ...COMPUTE_CAUSES, ...STACK_CAUSES] as const;
 
 export type InputCause = (typeof INPUT_CAUSES)[number];
 export type ThrottleCause = (typeof THROTTLE_CAUSES)[number];
@@ -28,7 +33,8 @@ export type HostCause = (typeof HOST_CAUSES)[number];
 export type CommCause = (typeof COMM_CAUSES)[number];
 export type MemoryCause = (typeof MEMORY_CAUSES)[number];
 export type ComputeCause = (typeof COMPUTE_CAUSES)[number];
-export type Cause = InputCause | ThrottleCause | HostCause | CommCause | MemoryCause | ComputeCause | null;
+export type StackCause = (typeof STACK_CAUSES)[number];
+export type Cause = InputCause | ThrottleCause | HostCause | CommCause | MemoryCause | ComputeCause | StackCause | null;
 
 /** What a step's time can be lost to, as the rules weigh it. */
 export const LIMITERS = ['input', 'transfer', 'host', 'communication', 'throttle'] as const;

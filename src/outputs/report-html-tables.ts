@@ -1,6 +1,6 @@
 import type { Summary } from '../analysis/summary.js';
 import { h, num, pct, table, withCause } from './report-html-text.js';
-import { RANK_COLUMNS, rankCells } from './summary-text.js';
+import { nodeLine, otherProcessesLine, RANK_COLUMNS, rankCells } from './summary-text.js';
 
 /** The report's tables: ranks, GPUs, the job's earlier runs, what to do, the environment. Pure. */
 
@@ -23,7 +23,8 @@ export function gpus(s: Summary): string {
     `${pct(g.power_frac_mean)} of ${g.power_limit_w ?? 'n/a'} W`,
     g.mem_peak_mib === null ? 'n/a' : `${g.mem_peak_mib} / ${g.mem_total_mib ?? 'n/a'} MiB`,
   ]);
-  return `<section id="gpus"><h2>GPUs</h2>${table(['gpu', 'name', 'ranks', 'util', 'SM clock', 'throttle reasons', 'temp max', 'power', 'memory peak'], rows, [0])}</section>`;
+  const shared = s.gpus.flatMap((g) => otherProcessesLine(g) ?? []).map((line) => `<p class="note">${h(line)}</p>`);
+  return `<section id="gpus"><h2>GPUs</h2>${table(['gpu', 'name', 'ranks', 'util', 'SM clock', 'throttle reasons', 'temp max', 'power', 'memory peak'], rows, [0])}${shared.join('')}</section>`;
 }
 
 export function history(s: Summary): string {
@@ -57,5 +58,6 @@ export function advice(s: Summary): string {
 
 export function environment(s: Summary): string {
   const rows = Object.entries(s.env).map(([k, v]) => [h(k), h(typeof v === 'string' ? v : JSON.stringify(v))]);
-  return rows.length ? `<section id="env"><h2>Environment</h2>${table(['key', 'value'], rows)}</section>` : '';
+  const node = s.node ? `<p class="note">${h(nodeLine(s.node))}</p>` : '';
+  return rows.length || node ? `<section id="env"><h2>Environment</h2>${node}${rows.length ? table(['key', 'value'], rows) : ''}</section>` : '';
 }

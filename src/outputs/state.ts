@@ -1,3 +1,4 @@
+import { coresPerGpu } from '../counters/inventory-parse.js';
 import type { SourceStatus } from '../counters/status.js';
 import { gpuSummary, hostSummary, type EngineSnapshot } from '../engine/snapshot.js';
 import type { IngestStats } from '../ingest/ingest.js';
@@ -33,9 +34,10 @@ export function sidecarState(input: StateInput): SidecarState {
       gpu_source_reason: input.sources.gpu.reason,
       gpu_health: input.sources.gpu.health,
       host_health: input.sources.host,
-      gpus: snapshot.gpus.map((gpu) => gpuSummary(gpu.known.latest)),
+      gpus: snapshot.gpus.map((gpu) => gpuSummary(gpu.known, gpu.processes)),
       host: hostSummary(snapshot.host),
     },
+    node: snapshot.node === null ? null : { ...snapshot.node, cores_per_gpu: coresPerGpu(snapshot.node, snapshot.node.gpu_count) },
     jobs: snapshot.jobs,
   };
 }

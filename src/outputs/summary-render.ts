@@ -4,7 +4,7 @@ import { wasteSentence, type Summary } from '../analysis/summary.js';
 
 export type SummaryFormat = 'text' | 'md';
 
-import { num, pct, RANK_COLUMNS, rankCells, withCause } from './summary-text.js';
+import { nodeLine, num, otherProcessesLine, pct, RANK_COLUMNS, rankCells, withCause } from './summary-text.js';
 
 function table(format: SummaryFormat, header: string[], rows: string[][]): string[] {
   if (format === 'md') {
@@ -92,6 +92,8 @@ export function renderSummary(summary: Summary, format: SummaryFormat = 'text'):
         ]),
       ),
     );
+    const shared = summary.gpus.flatMap((g) => otherProcessesLine(g) ?? []);
+    if (shared.length) out.push('', ...shared);
   }
 
   if (summary.history?.length) {
@@ -130,6 +132,10 @@ export function renderSummary(summary: Summary, format: SummaryFormat = 'text'):
   if (env.length) {
     out.push('');
     out.push(`Environment: ${env.join(', ')}.`);
+  }
+  if (summary.node) {
+    if (!env.length) out.push('');
+    out.push(nodeLine(summary.node));
   }
   return out.join('\n') + '\n';
 }

@@ -4,7 +4,7 @@ import { THROTTLE_REASON_NAMES } from '../model/gpu.js';
 import { EnvSchema } from '../protocol/hook-schema.js';
 import { RunRecordSchema } from '../protocol/runs.js';
 import { Bool, Count, Keys, Nullable, Num, NumOrNull, OptionalKeys, Str, StrOrNull, Time } from '../protocol/schema.js';
-import { BreakdownSchema, CauseSchema, ComparisonSchema, EvidenceSchema, PHASES, RecommendationSchema, StragglerSchema, TimelineSegmentSchema, VerdictSchema, WasteSchema } from '../protocol/state.js';
+import { NodeInventorySchema, BreakdownSchema, CauseSchema, ComparisonSchema, EvidenceSchema, PHASES, RecommendationSchema, StragglerSchema, TimelineSegmentSchema, VerdictSchema, WasteSchema } from '../protocol/state.js';
 
 /**
  * summary.json as read back (`stepscope report`, `compare`, `--baseline`, the run history): one
@@ -77,6 +77,12 @@ const GpuSummarySchema = Type.Object({
   power_limit_w: NumOrNull('power limit, W'),
   mem_peak_mib: NumOrNull('most memory used, MiB'),
   mem_total_mib: NumOrNull('memory, MiB'),
+  other_processes: Type.Optional(
+    Type.Array(
+      Type.Object({ pid: Count('process id (the sidecar nvidia-smi\'s pid namespace)'), name: Str('process name'), used_mib_max: NumOrNull('most GPU memory it held, MiB') }),
+      { description: "compute processes that shared the GPU (a MIG instance: its physical GPU) and are not the job's ranks; absent: not measured" },
+    ),
+  ),
 });
 
 export const SummaryFileSchema = Type.Object({
@@ -111,6 +117,7 @@ export const SummaryFileSchema = Type.Object({
   regression: Type.Optional(RegressionSchema),
   history: Type.Optional(Type.Array(RunRecordSchema)),
   waste: Type.Optional(WasteSchema),
+  node: Type.Optional(NodeInventorySchema),
 });
 
 export type SummaryFile = Static<typeof SummaryFileSchema>;

@@ -1,4 +1,5 @@
-import type { RankSummary } from '../analysis/summary.js';
+import { processList } from '../analysis/neighbours.js';
+import type { GpuSummary, NodeSummary, RankSummary } from '../analysis/summary.js';
 
 /** The words and figures a summary is shown with, one set for the text, Markdown and HTML renderings. */
 
@@ -23,4 +24,28 @@ export function rankCells(r: RankSummary, straggler: string): string[] {
     withCause(r.verdict, r.cause),
     r.straggler ? straggler : '',
   ];
+}
+
+/** The sentence under a summary's GPU table for a GPU others shared; null where none did or none were measured. */
+export function otherProcessesLine(g: GpuSummary): string | null {
+  if (!g.other_processes?.length) return null;
+  const list = processList(g.other_processes.map((p) => ({ pid: p.pid, name: p.name, figure: p.used_mib_max === null ? null : `${p.used_mib_max} MiB` })));
+  return `Other processes on GPU ${g.index}: ${list}.`;
+}
+
+const gib = (bytes: number) => `${(bytes / 1024 ** 3).toFixed(0)} GiB`;
+
+/** "Node: Intel Xeon …, 224 cores (112 physical), 2048 GiB, 8 × NVIDIA H100 80GB HBM3, driver 590.48.01, CUDA 13.1; 28 cores per GPU." */
+export function nodeLine(node: NodeSummary): string {
+  const cores = node.cores_logical === null ? null : `${node.cores_logical} cores${node.cores_physical === null ? '' : ` (${node.cores_physical} physical)`}`;
+  const parts = [
+    node.cpu_model,
+    cores,
+    node.memory_bytes === null ? null : gib(node.memory_bytes),
+    node.gpu_models?.map((m) => `${m.count} × ${m.name}`).join(', ') || null,
+    node.driver_version === null ? null : `driver ${node.driver_version}`,
+    node.cuda_version === null ? null : `CUDA ${node.cuda_version}`,
+  ].filter((part): part is string => part !== null);
+  const perGpu = node.cores_per_gpu === null ? '' : `; ${node.cores_per_gpu} cores per GPU`;
+  return `Node: ${parts.join(', ') || 'not known'}${perGpu}.`;
 }

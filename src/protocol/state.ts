@@ -108,9 +108,25 @@ export const GpuSummarySchema = Type.Object(
     throttle_reasons: Type.Array(ThrottleReasonNameSchema, { description: 'clock-event (throttle) reasons active now; empty when none or not reported' }),
     sm_active: NumOrNull('share of time SMs were active, 0..1 (DCGM only)'),
     tensor_active: NumOrNull('share of time tensor cores were active, 0..1 (DCGM only)'),
+    key: Str('what tells this device from the others: its UUID, else (a MIG instance DCGM names by its physical GPU) parent UUID and instance ids, else its index'),
+    parent_uuid: StrOrNull("a MIG instance's physical GPU UUID; null for a whole GPU"),
+    gpu_instance_id: NumOrNull("a MIG instance's GPU instance id; null for a whole GPU"),
+    compute_instance_id: NumOrNull("a MIG instance's compute instance id; null for a whole GPU or where the source does not say"),
+    mig_profile: StrOrNull("a MIG instance's profile, such as 3g.40gb; null for a whole GPU or where the source does not say"),
+    processes: Nullable(Type.Array(GpuProcessSchema()), {
+      description: "compute processes on the GPU at the latest nvidia-smi reading (a MIG instance: on its physical GPU), the largest first; null where not measured (DCGM and the hook's NVML list none)",
+    }),
   },
   { description: "a GPU's latest reading" },
 );
+
+function GpuProcessSchema() {
+  return Type.Object({
+    pid: Count('process id, in the pid namespace of the sidecar\'s nvidia-smi'),
+    name: Str('process name as the driver gives it'),
+    used_mib: NumOrNull('GPU memory it holds, MiB; null where the driver does not say'),
+  });
+}
 
 export const HostSummarySchema = Type.Object(
   {
@@ -169,6 +185,9 @@ export const GpuWindowSchema = Type.Object(
       description: "share of the window's samples (0..1) in which each reason was active; reasons never active are left out",
     }),
     throttle_unchecked: StrOrNull('why throttling cannot be judged from these samples (no clock-event reasons, no maximum clock); null when it can'),
+    throttle_filled: StrOrNull(
+      "the throttle signals the GPU source lacked (the default DCGM exporter has no clock-event reasons, maximum SM clock or power limit) and where they were taken from instead: the sidecar's nvidia-smi or the hooks' NVML readings, matched by GPU UUID; null where none was",
+    ),
     power_w_mean: NumOrNull('mean power draw, W'),
     power_limit_w: NumOrNull('power limit, W'),
     power_frac_mean: NumOrNull('mean power draw as a share of the limit, 0..1'),
@@ -190,6 +209,15 @@ export const GpuWindowSchema = Type.Object(
       },
       { description: 'the latest sample in the window' },
     ),
+    other_processes: Nullable(
+      Type.Object({
+        scope: Names(['gpu', 'physical-gpu'] as const, { description: 'gpu: listed on this GPU; physical-gpu: on the physical GPU of this MIG instance (nvidia-smi does not say which slice)' }),
+        job_pid_seen: Bool("whether a rank's pid was among the GPU's processes; false: the ranks' pids are in another pid namespace than nvidia-smi's, so the job's own process may be among those listed"),
+        processes: Type.Array(GpuProcessSchema(), { description: 'the largest first' }),
+        used_mib: NumOrNull('what they hold together, MiB; null where the driver does not say'),
+      }),
+      { description: "compute processes on this GPU that are not the job's ranks (nvidia-smi only); null where not measured (DCGM, the hook)" },
+    ),
   },
   { description: "the rank's GPU over the window" },
 );
@@ -204,6 +232,20 @@ export const HostWindowSchema = Type.Object(
     mem_used_frac: NumOrNull('latest memory used as a share of all, 0..1'),
     cpu_pressure_pct: NumOrNull('PSI: percent of the time some task waited for CPU; null without PSI'),
     memory_pressure_pct: NumOrNull('PSI: percent of the time some task stalled on memory (reclaim, swap-in); null without PSI'),
+    top_consumers: Nullable(
+      Type.Object({
+        visible: Names(['node', 'pod'] as const, {
+          description: "node: the sidecar sees every process on the node; pod: only its own pid namespace's (a pod without hostPID), so others on the node are not seen",
+        }),
+        truncated: Bool('procfs held more processes than were read (at most 2048 a sample, in at most 150 ms): a busy one may be missing'),
+        job_seen: Bool("the job's own processes were among the busiest read; false for a busy job: its pids are in another pid namespace than the sidecar's, and those listed may include its own"),
+        processes: Type.Array(
+          Type.Object({ pid: Count("process id, in the sidecar's pid namespace"), name: Str('its comm (15 characters at most)'), cores: Num('CPU it used since the previous sample, cores') }),
+          { description: 'the busiest first, at most 5' },
+        ),
+      }),
+      { description: "the busiest processes outside the job's process trees (its ranks' pids and everything below them); null where the sidecar cannot read /proc/<pid>" },
+    ),
   },
   { description: 'the host over the window' },
 );
@@ -366,11 +408,14 @@ export const ComparisonSchema = Type.Object(
     ),
     env_changes: Type.Array(
       Type.Object({
-        key: Str('an env key, one level deep (loader.num_workers)'),
+        key: Str('an env key, one level deep (loader.num_workers, stack.amp), or node.<field> of the node inventory'),
         baseline: Type.Unknown({ description: "the baseline's value, null if unset" }),
         current: Type.Unknown({ description: "this run's value, null if unset" }),
+        effect: Type.Optional(Type.Union([Type.Literal('large'), Type.Literal('medium'), Type.Literal('small'), Type.Literal('unknown')], { description: 'the usual effect of such a change on speed (docs/stack.md); absent in comparisons written before it' })),
+        direction: Type.Optional(Type.Union([Type.Literal('slower'), Type.Literal('faster'), Type.Literal('either')], { description: 'which way such a change usually moves speed' })),
+        reason: Type.Optional(Str('why it matters, in words')),
       }),
-      { description: 'what differs in the environment' },
+      { description: 'what differs in the environment and on the node, the likeliest to explain the difference first' },
     ),
     text: Str('the comparison, in words'),
   },
@@ -470,6 +515,28 @@ export const JobStateSchema = Type.Object(
 );
 
 // ---------------------------------------------------------------------------------------------------
+// The node
+
+export const NodeInventorySchema = Type.Object(
+  {
+    cpu_model: StrOrNull('CPU model, as the kernel names it; null where unknown'),
+    cores_logical: Nullable(Type.Integer({ minimum: 1 }), { description: 'logical CPUs (hardware threads) of the node' }),
+    cores_physical: Nullable(Type.Integer({ minimum: 1 }), { description: 'physical cores of the node' }),
+    memory_bytes: NumOrNull('memory of the node, bytes'),
+    gpu_models: Nullable(Type.Array(Type.Object({ name: Str('GPU model'), count: Type.Integer({ minimum: 1, description: 'how many the node has' }) })), {
+      description: 'GPU models and how many of each (nvidia-smi -L); null without nvidia-smi on the node',
+    }),
+    gpu_count: Nullable(Type.Integer({ minimum: 0 }), { description: 'physical GPUs of the node; null without nvidia-smi' }),
+    driver_version: StrOrNull('NVIDIA driver version; null without nvidia-smi'),
+    cuda_version: StrOrNull('the highest CUDA version the driver supports (nvidia-smi); null without it'),
+    cores_per_gpu: NumOrNull(
+      "logical cores per GPU: in the state, over the node's GPUs; in a summary, over the GPUs the job's ranks ran on; null where either is unknown",
+    ),
+  },
+  { description: 'the node the sidecar runs on, read once at its start (systeminformation, nvidia-smi)' },
+);
+
+// ---------------------------------------------------------------------------------------------------
 // The state
 
 export const SidecarStateSchema = Type.Object(
@@ -482,6 +549,7 @@ export const SidecarStateSchema = Type.Object(
     ingest: IngestStatsSchema,
     journal: Nullable(JournalHealthSchema, { description: 'the journal; null without --out' }),
     counters: CountersStateSchema,
+    node: Nullable(NodeInventorySchema, { description: 'the node, read once at start; null before it is read' }),
     jobs: Type.Array(JobStateSchema, { description: 'jobs seen, live and ended' }),
   },
   { description: 'the body of GET /v1/state' },
@@ -507,3 +575,5 @@ export type Comparison = Static<typeof ComparisonSchema>;
 export type RankState = Static<typeof RankStateSchema>;
 export type JobState = Static<typeof JobStateSchema>;
 export type SidecarState = Static<typeof SidecarStateSchema>;
+export type NodeState = Static<typeof NodeInventorySchema>;
+export type Waste = Static<typeof WasteSchema>;

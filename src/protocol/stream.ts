@@ -32,6 +32,7 @@ export const StreamHistorySchema = Type.Object(
       Type.Object({
         index: Num('the GPU index'),
         uuid: StrOrNull('GPU UUID'),
+        key: Type.Optional(Str('what tells this device from the others, as in the state\'s counters.gpus[].key (a MIG slice under DCGM shares its parent\'s UUID); absent from older sidecars')),
         util: Series('mean utilization in each slice, percent'),
         sm_clock_pct: Series('mean SM clock in each slice, percent of its maximum'),
       }),

@@ -57,6 +57,12 @@ export function plainLine(view: WatchView, at: number): string {
   if (job.ended) out.push(pair('ended', job.endReason ?? 'yes'));
   const multiNode = new Set(job.gpus.map((g) => g.node)).size > 1;
   for (const gpu of job.gpus) out.push(gpuPart(gpu, multiNode));
+  // Only what was measured: a line without memory, ledger or neighbours reads as before.
+  const { notes } = job;
+  if (notes.memory) out.push(pair('memory', notes.memory));
+  if (notes.waste) out.push(pair('waste', notes.waste));
+  for (const others of notes.gpuOthers) out.push(pair('gpu_others', others));
+  for (const others of notes.cpuOthers) out.push(pair('cpu_others', others));
   return out.join(' ');
 }
 

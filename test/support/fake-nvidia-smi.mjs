@@ -33,6 +33,9 @@
  *     "pidFile": "/tmp/x",    // loop mode: write this process's pid here (so a test can kill it)
  *     "fail": { "exitCode": 9, "message": "NVIDIA-SMI has failed because ..." }
  *                             // every invocation prints the message and exits (no driver loaded)
+ *     "computeApps": "/path/x.csv" // `--query-compute-apps` answers with the processes of this literal
+ *                             // `--format=csv` capture (test/fixtures/nvidia-smi/*_compute-apps_*.csv),
+ *                             // the fields asked for, in the format asked for; none without it
  *   }
  */
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -85,19 +88,40 @@ const POWER_READINGS = ['power.draw.average', 'power.draw.instant'];
 const valueOf = (gpu, field) => gpu[canonical(field)] ?? (POWER_READINGS.includes(field) ? gpu['power.draw'] : undefined);
 
 function parseArgs(argv) {
-  const options = { fields: null, format: null, loopMs: null };
+  const options = { fields: null, apps: null, format: null, loopMs: null };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     const [flag, inline] = arg.includes('=') ? [arg.slice(0, arg.indexOf('=')), arg.slice(arg.indexOf('=') + 1)] : [arg, undefined];
     const value = () => inline ?? argv[++i];
     if (flag === '--query-gpu') options.fields = value().split(',').map((f) => f.trim());
+    else if (flag === '--query-compute-apps') options.apps = value().split(',').map((f) => f.trim());
     else if (flag === '--format') options.format = new Set(value().split(',').map((f) => f.trim()));
     else if (flag === '-lms' || flag === '--loop-ms') options.loopMs = Number(value());
     else if (flag === '-l' || flag === '--loop') options.loopMs = Number(value()) * 1000;
     else return null;
   }
-  if (!options.fields || !options.format?.has('csv')) return null;
+  if ((!options.fields && !options.apps) || !options.format?.has('csv')) return null;
   return options;
+}
+
+/** The names a capture's header prints for the fields one may ask (`used_gpu_memory [MiB]` for used_memory). */
+const APP_ALIASES = { used_gpu_memory: 'used_memory', uuid: 'gpu_uuid', name: 'process_name' };
+
+/** The processes of a literal capture, printed as nvidia-smi prints the fields asked for. */
+function printComputeApps(scenario, options) {
+  const withUnits = !options.format.has('nounits');
+  if (!options.format.has('noheader')) process.stdout.write(`${options.apps.map((f) => (f === 'used_memory' && withUnits ? `${f} [MiB]` : f)).join(', ')}\n`);
+  if (!scenario.computeApps) return;
+  const [header, ...rows] = readFileSync(scenario.computeApps, 'utf8').split('\n').filter((line) => line.trim());
+  const names = header.split(',').map((c) => c.trim().replace(/\s*\[[^\]]*\]$/, '')).map((c) => APP_ALIASES[c] ?? c);
+  for (const row of rows) {
+    const columns = row.split(',').map((c) => c.trim());
+    const value = (field) => {
+      const text = columns[names.indexOf(APP_ALIASES[field] ?? field)] ?? '[N/A]';
+      return field === 'used_memory' && !withUnits ? text.replace(/ MiB$/, '') : text;
+    };
+    process.stdout.write(`${options.apps.map(value).join(', ')}\n`);
+  }
 }
 
 function loadScenario() {
@@ -155,6 +179,7 @@ function main() {
     process.stdout.write(`${scenario.fail.message}\n\n`);
     process.exit(scenario.fail.exitCode ?? 9);
   }
+  if (options.apps) return printComputeApps(scenario, options);
   const refused = refusedField(options.fields, scenario.driver ?? 'new');
   if (refused) {
     process.stdout.write(`Field "${refused}" is not a valid field to query.\n\n`);

@@ -1,6 +1,6 @@
 import type { Verdict } from '../../model/verdict.js';
 import type { TimelineSegment } from '../../protocol/state.js';
-import { gpuKey, rankKey, valuesBetween, type HistoryState, type Series } from './history.js';
+import { gpuKey, gpuSeries, rankKey, valuesBetween, type HistoryState, type Series } from './history.js';
 
 export interface SparkRow {
   key: string;
@@ -32,7 +32,7 @@ export interface HistoryPart {
   jobStartedAt: number;
   timeline: readonly TimelineSegment[];
   ranks: Array<{ rank: number; label: string }>;
-  gpus: Array<{ index: number; uuid: string | null; label: string }>;
+  gpus: Array<{ key?: string; index: number; uuid: string | null; label: string }>;
 }
 
 const latestOf = (values: ReadonlyArray<number | null>) => {
@@ -67,8 +67,8 @@ export function historyView(parts: readonly HistoryPart[]): HistoryView | null {
     return { key, label, values, latest: latestOf(values) };
   };
   const stepMs = parts.flatMap((p) => p.ranks.map((r) => ({ ...row(rankKey(p.job, r.rank), r.label, p.history.stepMs.get(rankKey(p.job, r.rank))), rank: r.rank })));
-  const gpuUtil = parts.flatMap((p) => p.gpus.map((g) => row(gpuKey(g), g.label, p.history.gpuUtil.get(gpuKey(g)))));
-  const gpuClockPct = parts.flatMap((p) => p.gpus.map((g) => row(gpuKey(g), g.label, p.history.gpuClockPct.get(gpuKey(g)))));
+  const gpuUtil = parts.flatMap((p) => p.gpus.map((g) => row(gpuKey(g), g.label, gpuSeries(p.history.gpuUtil, g))));
+  const gpuClockPct = parts.flatMap((p) => p.gpus.map((g) => row(gpuKey(g), g.label, gpuSeries(p.history.gpuClockPct, g))));
   // A slice shows the verdict in force at its end, the newest moment it covers.
   const verdicts = Array.from({ length: slices }, (_, i) => verdictAt(first.timeline, first.jobStartedAt, from + (i + 1) * sliceMs));
   return { from, sliceMs, slices, stepMs: stepMs.sort((a, b) => a.rank - b.rank), gpuUtil, gpuClockPct, verdicts };

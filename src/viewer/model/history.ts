@@ -13,13 +13,23 @@ export interface HistoryState {
   keep: number;
   /** Key: `job\u0000rank`. */
   stepMs: ReadonlyMap<string, Series>;
-  /** Key: GPU uuid, else `index:N`. */
+  /** Key: see gpuKey. */
   gpuUtil: ReadonlyMap<string, Series>;
   gpuClockPct: ReadonlyMap<string, Series>;
 }
 
 export const rankKey = (job: string, rank: number) => `${job}\u0000${rank}`;
-export const gpuKey = (gpu: { uuid: string | null; index: number }) => gpu.uuid ?? `index:${gpu.index}`;
+/**
+ * A GPU's series: by the sidecar's `key` where it sends one (it separates MIG instances that DCGM
+ * names by their parent's UUID), else by UUID, else by index (sidecars before `key`).
+ */
+export const gpuKey = (gpu: { key?: string; uuid: string | null; index: number }) => gpu.key ?? legacyGpuKey(gpu);
+export const legacyGpuKey = (gpu: { uuid: string | null; index: number }) => gpu.uuid ?? `index:${gpu.index}`;
+
+/** The series of `gpu` in `series`: under its key, else where a sidecar that sends no key in its history put it. */
+export function gpuSeries(series: ReadonlyMap<string, Series>, gpu: { key?: string; uuid: string | null; index: number }): Series | undefined {
+  return series.get(gpuKey(gpu)) ?? series.get(legacyGpuKey(gpu));
+}
 
 /** `incoming` written over `held` slice by slice (the newer figures win), keeping the last `keep` slices. */
 export function mergeSeries(held: Series | undefined, incoming: Series, sliceMs: number, keep: number): Series {

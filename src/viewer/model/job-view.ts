@@ -6,10 +6,11 @@ import { frozenKey } from './frozen.js';
 import { banner, type Banner } from './banner.js';
 import { combineVerdicts } from './combine.js';
 import { historyView, type HistoryPart, type HistoryView } from './history-view.js';
+import { notesOf, type Notes } from './notes.js';
 import { gpuRows, rankRow, uniqueRanks, type Breakdown, type GpuRow, type Part, type RankRow } from './rows.js';
 import type { ConnectionStatus, SourceState } from './source.js';
 
-export type { Banner, Breakdown, GpuRow, RankRow };
+export type { Banner, Breakdown, GpuRow, Notes, RankRow };
 
 /** What the viewer shows, built from what each sidecar sent. Pure: no terminal, no clock of its own. */
 
@@ -46,6 +47,8 @@ export interface JobView {
   finalVerdict: { verdict: Verdict; cause: Cause } | null;
   /** This run against its reference (a --baseline, or the median of its recent runs), where the sidecar compares it. */
   comparison: { headline: string; changePct: number | null } | null;
+  /** Memory, the waste ledger, other processes on its GPUs and nodes: the lines under the tables. */
+  notes: Notes;
 }
 
 export interface SourceLine {
@@ -110,7 +113,7 @@ function jobView(id: string, parts: Part[]): JobView {
       jobStartedAt: Date.parse(p.job.started_at),
       timeline: p.job.timeline,
       ranks: p.job.ranks.map((r) => ({ rank: r.rank, label: `rank ${r.rank}` })),
-      gpus: p.state.counters.gpus.map((g) => ({ index: g.index, uuid: g.uuid, label: parts.length > 1 ? `${p.label} gpu ${g.index}` : `gpu ${g.index}` })),
+      gpus: p.state.counters.gpus.map((g) => ({ key: g.key, index: g.index, uuid: g.uuid, label: `${parts.length > 1 ? `${p.label} ` : ''}${gpuLabel(g)}` })),
     }));
   // A big job's ranks change verdict together: there, only the job's own changes are worth the lines.
   const rankEvents = ranks.length <= RANK_EVENTS_UP_TO;
@@ -141,7 +144,13 @@ function jobView(id: string, parts: Part[]): JobView {
     events,
     finalVerdict: finalVerdict(parts),
     comparison: comparisonOf(parts),
+    notes: notesOf(parts, ranks.map((r) => r.rank)),
   };
+}
+
+/** "gpu 0", or "gpu 0 gi 2" for a MIG instance known by its instance id (DCGM), so slices of one GPU read apart. */
+export function gpuLabel(gpu: { index: number; gpu_instance_id?: number | null }): string {
+  return gpu.gpu_instance_id == null ? `gpu ${gpu.index}` : `gpu ${gpu.index} gi ${gpu.gpu_instance_id}`;
 }
 
 function finalVerdict(parts: Part[]): JobView['finalVerdict'] {

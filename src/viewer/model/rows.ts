@@ -76,7 +76,7 @@ export function rankRow(part: Part, rank: RankState, straggler: number | null): 
 
 export function gpuRows(part: Part): GpuRow[] {
   return part.state.counters.gpus.map((gpu) => ({
-    key: `${part.source.url}#${gpu.uuid ?? gpu.index}`,
+    key: `${part.source.url}#${gpu.key ?? gpu.uuid ?? gpu.index}`,
     node: part.label,
     index: gpu.index,
     name: gpu.name,

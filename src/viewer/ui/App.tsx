@@ -8,6 +8,7 @@ import { GpuTable } from './GpuTable.js';
 import { Footer, Header } from './Header.js';
 import { Advice } from './Advice.js';
 import { HistoryPanel } from './HistoryPanel.js';
+import { Notes, notesLines } from './Notes.js';
 import { RankTable } from './RankTable.js';
 import { ColourContext } from './theme.js';
 import { useTerminalSize } from './use-terminal-size.js';
@@ -57,7 +58,7 @@ export function App({ store, colour }: { store: WatchStore; colour: boolean }) {
   const advice = job?.banner?.recommendations.slice(1) ?? [];
   // The comparison line takes a line of its own, when the sidecar compares the run with something.
   const comparisonLines = job?.comparison ? 1 : 0;
-  const fit = layout(rows - comparisonLines, { ranks: job?.ranks.length ?? 0, gpus: Math.max(1, job?.gpus.length ?? 0), sparks: sparksWanted, events: job?.events.length ?? 0, advice: advice.length });
+  const fit = layout(rows - comparisonLines - notesLines(job?.notes), { ranks: job?.ranks.length ?? 0, gpus: Math.max(1, job?.gpus.length ?? 0), sparks: sparksWanted, events: job?.events.length ?? 0, advice: advice.length });
   const multiNode = (job?.nodes.length ?? 0) > 1 || view.sources.length > 1;
   return (
     <ColourContext.Provider value={colour}>
@@ -78,6 +79,9 @@ export function App({ store, colour }: { store: WatchStore; colour: boolean }) {
               </Box>
               <Box flexShrink={0} flexDirection="column" marginTop={1}>
                 <GpuTable gpus={job.gpus} shown={fit.gpus} columns={columns} showNode={multiNode} />
+              </Box>
+              <Box flexShrink={0} flexDirection="column">
+                <Notes notes={job.notes} />
               </Box>
               <Box flexShrink={0} flexDirection="column" marginTop={1}>
                 {showRuns ? (

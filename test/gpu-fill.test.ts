@@ -1,0 +1,89 @@
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { rankWindow } from '../src/analysis/window.js';
+import { CounterStore, FILL_STALE_MS, gpuKey } from '../src/counters/counter-store.js';
+import { filledText } from '../src/counters/coverage.js';
+import { parseDcgmMetrics } from '../src/counters/dcgm-parse.js';
+import { describeAggregate } from '../src/counters/gpu-aggregate.js';
+import { emptyGpuSample, ThrottleReason, type GpuSample } from '../src/counters/types.js';
+import { StepBuckets } from '../src/store/step-buckets.js';
+import { ROOT } from './support/sidecar.js';
+
+const dcgm = (name: string, at: number) => parseDcgmMetrics(readFileSync(path.join(ROOT, 'test/fixtures/dcgm', name), 'utf8'), {}, at);
+
+/** What nvidia-smi (or the hooks' NVML) says of one physical GPU: held at 1100 of 1590 MHz by SwPowerCap. */
+const capped = (uuid: string, at: number): GpuSample => ({
+  ...emptyGpuSample(at, 0),
+  uuid,
+  smClockMHz: 1100,
+  smClockMaxMHz: 1590,
+  powerLimitW: 70,
+  throttleReasons: ThrottleReason.SwPowerCap,
+});
+
+const windowOf = (samples: GpuSample[]) =>
+  rankWindow({ from: 0, to: 10_000, steps: new StepBuckets().between(0, 10_000), stepMs: [], gpu: { samples, matchedBy: 'uuid' }, host: [], process: [], memory: [] });
+
+describe('throttle signals the DCGM exporter lacks, filled from a second source', () => {
+  // The default counters (dcgm-exporter's etc/default-counters.csv): no reasons, no max clock, no power limit.
+  const T4 = 'GPU-0f6d2e91-b4a8-37c5-d019-6a2e8b4c7f13';
+
+  it('are taken from the same GPU (by UUID) close in time, each marked with where it came from', () => {
+    const store = new CounterStore();
+    store.addFillSamples([capped(T4, 1_000)], 'nvidia-smi');
+    store.addGpuSamples(dcgm('3.x-default-counters.txt', 2_000));
+    const [sample] = store.gpuSamples(T4, 0, 10_000);
+    expect(sample).toMatchObject({ throttleReasons: ThrottleReason.SwPowerCap, smClockMaxMHz: 1590, powerLimitW: 70, smClockMHz: 1590, filled: { reasons: 'nvidia-smi', 'max-sm-clock': 'nvidia-smi', 'power-limit': 'nvidia-smi' } });
+    const window = windowOf(store.gpuSamples(T4, 0, 10_000)).gpu!;
+    expect(window).toMatchObject({
+      throttle_unchecked: null,
+      throttle_share: { SwPowerCap: 1 },
+      throttle_filled: "the clock-event (throttle) reasons, the maximum SM clock and the power limit from the sidecar's nvidia-smi",
+    });
+    // The DCGM clock against nvidia-smi's maximum: 1590 of 1590 here, the exporter's own clock is kept.
+    expect(window.sm_clock_frac_min).toBe(1);
+    expect(describeAggregate(store.gpuAggregate(T4, 0, 10_000)).throttle_share).toEqual({ SwPowerCap: 1 });
+  });
+
+  it('never overwrite what the GPU source has, and not from a reading too old', () => {
+    const store = new CounterStore();
+    store.addFillSamples([capped(T4, 0)], 'hook');
+    store.addGpuSamples(dcgm('3.x-default-counters.txt', FILL_STALE_MS + 1));
+    expect(store.gpuSamples(T4, 0, 2 * FILL_STALE_MS)[0]).toMatchObject({ throttleReasons: null, smClockMaxMHz: null });
+    expect(windowOf(store.gpuSamples(T4, 0, 2 * FILL_STALE_MS)).gpu).toMatchObject({ throttle_filled: null, throttle_unchecked: expect.stringContaining('neither') });
+
+    const own: GpuSample = { ...capped(T4, 100), throttleReasons: 0, smClockMaxMHz: 2000 };
+    store.addFillSamples([capped(T4, 100)], 'hook');
+    store.addGpuSamples([own]);
+    expect(store.gpuSamples(T4, 50, 150)[0]).toMatchObject({ throttleReasons: 0, smClockMaxMHz: 2000 });
+  });
+
+  it("fill a MIG instance from its physical GPU's reading, and only the instances of that GPU", () => {
+    // Two A100s in MIG mode under DCGM: GPU 0 holds instances 1 and 2, GPU 1 instance 1; the instances carry their parent's UUID.
+    const store = new CounterStore();
+    const throttledParent = 'GPU-6043e4b2-feaa-8010-34c7-61d1a01576bb';
+    store.addFillSamples([capped(throttledParent, 1_000), { ...capped('GPU-ed1353d6-52ba-8793-7230-4d5d3eb68167', 1_000), throttleReasons: 0, smClockMHz: 1590 }], 'hook');
+    const slices = dcgm('1.x-names-mig-a100.txt', 1_500);
+    store.addGpuSamples(slices);
+    const reasons = Object.fromEntries(store.knownGpus().map((gpu) => [gpu.key, windowOf(store.gpuSamples(gpu.key, 0, 10_000)).gpu!.throttle_share]));
+    expect(reasons).toEqual({
+      [gpuKey({ uuid: null, index: 0, parentUuid: 'GPU-ed1353d6-52ba-8793-7230-4d5d3eb68167', gpuInstanceId: 1 })]: {},
+      [gpuKey({ uuid: null, index: 0, parentUuid: 'GPU-ed1353d6-52ba-8793-7230-4d5d3eb68167', gpuInstanceId: 2 })]: {},
+      [gpuKey({ uuid: null, index: 1, parentUuid: throttledParent, gpuInstanceId: 1 })]: { SwPowerCap: 1 },
+    });
+  });
+
+  it('survive a checkpoint: the fillers are part of the dump', () => {
+    const store = new CounterStore();
+    store.addFillSamples([capped(T4, 1_000)], 'nvidia-smi');
+    const loaded = CounterStore.load(JSON.parse(JSON.stringify(store.dump())));
+    loaded.addGpuSamples(dcgm('3.x-default-counters.txt', 2_000));
+    expect(loaded.gpuSamples(T4, 0, 10_000)[0]!.throttleReasons).toBe(ThrottleReason.SwPowerCap);
+  });
+
+  it('are named by source in words', () => {
+    expect(filledText([{ reasons: 'hook' }, { reasons: 'hook', 'power-limit': 'nvidia-smi' }])).toBe("the clock-event (throttle) reasons from the hooks' NVML readings; the power limit from the sidecar's nvidia-smi");
+    expect(filledText([])).toBeNull();
+  });
+});
