@@ -3,39 +3,10 @@ import { describe, expect, it } from 'vitest';
 import type { Env } from '../src/protocol/messages.js';
 import { RECOMPILE_ADVICE, recommendationsFor } from '../src/analysis/recommendations.js';
 import { CAUSES, VERDICTS, type Cause, type Verdict } from '../src/model/verdict.js';
-import type { GpuWindow, ProcessWindow, RankWindow } from '../src/analysis/window.js';
+import type { ProcessWindow, RankWindow } from '../src/analysis/window.js';
+import { gpu, window as rankWindow } from './support/rank-window.js';
 
 /** Advice fitted to the job (src/analysis/recommendations.ts): nothing its setup contradicts, the largest expected gain first. */
-
-const gpu: GpuWindow = {
-  index: 0,
-  uuid: 'GPU-0',
-  name: 'NVIDIA A100-SXM4-80GB',
-  matched_by: 'uuid',
-  samples: 8,
-  util_mean: 95,
-  util_min: 90,
-  sm_clock_mhz_mean: 1410,
-  sm_clock_max_mhz: 1410,
-  sm_clock_frac_mean: 1,
-  sm_clock_frac_min: 1,
-  throttle_share: {},
-  throttle_unchecked: null,
-  throttle_filled: null,
-  other_processes: null,
-  power_w_mean: 300,
-  power_limit_w: 400,
-  power_frac_mean: 0.75,
-  temp_c_max: 60,
-  mem_used_mib_max: 40_000,
-  mem_total_mib: 81_920,
-  mem_used_frac: 0.5,
-  sm_active_mean: null,
-  sm_occupancy_mean: null,
-  tensor_active_mean: null,
-  dram_active_mean: null,
-  latest: { at: '', util: 95, sm_clock_mhz: 1410, temp_c: 60, throttle_reasons: [] },
-};
 
 const processWindow = (over: Partial<ProcessWindow>): ProcessWindow => ({
   seconds: 4,
@@ -50,24 +21,8 @@ const processWindow = (over: Partial<ProcessWindow>): ProcessWindow => ({
   ...over,
 });
 
-const window = (over: Partial<RankWindow> = {}): RankWindow => ({
-  from: '',
-  to: '',
-  seconds: 4,
-  steps: 100,
-  step_ms_mean: 40,
-  step_ms_p50: 40,
-  step_ms_p90: 42,
-  samples_per_s: 800,
-  breakdown: { data: 0.4, h2d: 0, compute: 0.6, other: 0 },
-  gpu_idle_share: null,
-  gpu,
-  host: null,
-  process: null,
-  comm: null,
-  memory: null,
-  ...over,
-});
+const a100 = gpu({ name: 'NVIDIA A100-SXM4-80GB', sm_clock_mhz_mean: 1410, sm_clock_max_mhz: 1410, power_w_mean: 300, power_limit_w: 400, power_frac_mean: 0.75, temp_c_max: 60, mem_used_mib_max: 40_000, mem_total_mib: 81_920, mem_used_frac: 0.5 });
+const window = (over: Partial<RankWindow> = {}): RankWindow => rankWindow({ data: 0.4, compute: 0.6 }, { gpu: a100, host: null, ...over });
 
 const GPU_ENV: Env = { torch: '2.5.1', cuda: '12.4', gpu_name: 'NVIDIA A100-SXM4-80GB' };
 const CPU_ENV: Env = { torch: '2.5.1', stack: { cuda_in_use: false, amp: 'off', matmul_precision: 'highest' } };
@@ -176,7 +131,7 @@ describe('advice that fits the job', () => {
         const loader = defined({ num_workers: s.workers, pin_memory: s.pin, persistent_workers: s.persistent, prefetch_factor: s.prefetch });
         const stack = defined({ amp: s.amp, matmul_precision: s.precision, cudnn_tf32: s.cudnnTf32, cuda_in_use: s.gpu });
         const env: Env = { torch: '2.5.1', ...(s.gpu ? { cuda: '12.4', gpu_name: 'NVIDIA A100' } : {}), loader, stack, ...(s.compiled === undefined ? {} : { compile: { in_use: s.compiled } }) };
-        const advice = recommendationsFor(verdict, cause, { env, hostCores: s.hostCores, window: window({ gpu: s.gpu ? gpu : null, process: processWindow({ cgroup_quota_cores: s.quota }) }) });
+        const advice = recommendationsFor(verdict, cause, { env, hostCores: s.hostCores, window: window({ gpu: s.gpu ? a100 : null, process: processWindow({ cgroup_quota_cores: s.quota }) }) });
         const got = new Set(ids(advice));
         const all = text(advice);
         if (s.workers === 0) expect([...got].filter((id) => id === 'prefetch' || id === 'persistent-workers')).toEqual([]);

@@ -3,63 +3,8 @@ import { findStraggler } from '../src/model/straggler.js';
 import { VerdictTracker } from '../src/analysis/tracker.js';
 import { judge, type RankContext } from '../src/analysis/verdict.js';
 import type { GpuWindow, RankWindow } from '../src/analysis/window.js';
+import { gpu, window } from './support/rank-window.js';
 import { WasteLedger } from '../src/analysis/waste.js';
-
-const gpu = (over: Partial<GpuWindow> = {}): GpuWindow => ({
-  index: 0,
-  uuid: 'GPU-0',
-  name: 'NVIDIA A10',
-  matched_by: 'uuid',
-  samples: 8,
-  util_mean: 95,
-  util_min: 90,
-  sm_clock_mhz_mean: 1695,
-  sm_clock_max_mhz: 1695,
-  sm_clock_frac_mean: 1,
-  sm_clock_frac_min: 1,
-  throttle_share: {},
-  throttle_unchecked: null,
-  power_w_mean: 140,
-  power_limit_w: 150,
-  power_frac_mean: 0.93,
-  temp_c_max: 70,
-  mem_used_mib_max: 14_000,
-  mem_total_mib: 23_028,
-  mem_used_frac: 0.61,
-  sm_active_mean: null,
-  sm_occupancy_mean: null,
-  tensor_active_mean: null,
-  dram_active_mean: null,
-  throttle_filled: null,
-  other_processes: null,
-  latest: { at: '', util: 95, sm_clock_mhz: 1695, temp_c: 70, throttle_reasons: [] },
-  ...over,
-});
-
-const window = (shares: { data?: number; h2d?: number; compute?: number; other?: number }, over: Partial<RankWindow> = {}): RankWindow => {
-  const data = shares.data ?? 0;
-  const h2d = shares.h2d ?? 0;
-  const other = shares.other ?? 0;
-  const compute = shares.compute ?? 1 - data - h2d - other;
-  return {
-    from: '',
-    to: '',
-    seconds: 4,
-    steps: 100,
-    step_ms_mean: 40,
-    step_ms_p50: 40,
-    step_ms_p90: 42,
-    samples_per_s: 800,
-    breakdown: { data, h2d, compute, other },
-    gpu_idle_share: null,
-    gpu: gpu(),
-    host: { samples: 4, cpu_pct_mean: 30, iowait_pct_mean: 0, steal_pct_mean: 0, load1: 1, mem_used_frac: 0.3, cpu_pressure_pct: null, memory_pressure_pct: null, top_consumers: null },
-    process: null,
-    comm: null,
-    memory: null,
-    ...over,
-  };
-};
 
 const context = (over: Partial<RankContext> = {}): RankContext => ({
   totalSteps: 1000,
