@@ -2,20 +2,16 @@ import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { Engine } from '../src/engine/engine.js';
 import type { JournalEntry } from '../src/engine/entries.js';
-import { sidecarState } from '../src/outputs/state.js';
-import { historyTail } from '../src/outputs/stream.js';
 import { RUNS_SCHEMA, type RunsResponse } from '../src/protocol/runs.js';
-import type { StreamFrame } from '../src/protocol/stream.js';
-import { parseFrame } from '../src/viewer/model/frames.js';
 import { buildView } from '../src/viewer/model/job-view.js';
-import { applyFrame, initialSource, type SourceState } from '../src/viewer/model/source.js';
+import { applyFrame, initialSource } from '../src/viewer/model/source.js';
 import { WatchStore } from '../src/viewer/model/watch-store.js';
 import { pollRuns, runsUrl } from '../src/viewer/runs-client.js';
 import { track } from './support/children.js';
 import { hello, run, T0 } from './support/entries.js';
 import { CLI, waitFor } from './support/sidecar.js';
+import { EngineStream } from './support/viewer-stream.js';
 
 /**
  * Where a user saw the viewer break: the history empty when `watch` started before the first job
@@ -28,51 +24,11 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 
-/** The sidecar's engine on a simulated clock, its snapshots encoded as the stream sends them. */
-class Stream {
-  readonly engine = new Engine();
-  private seq = 0;
-
-  constructor() {
-    this.apply([{ t: 'start', at: T0, config: { windowMs: 2_000, holdMs: 500, endGraceMs: 10_000 } }, { t: 'source', at: T0, gpu: 'none', reason: 'test' }]);
-  }
-
-  apply(entries: JournalEntry[]): void {
-    for (const entry of entries) this.engine.apply(entry);
-  }
-
-  frame(type: 'snapshot' | 'update', at: number): StreamFrame {
-    this.engine.apply({ t: 'tick', at });
-    const snapshot = this.engine.snapshot();
-    const state = sidecarState({
-      snapshot,
-      ingest: { connections: 0, connectionsTotal: 0, frames: 0, records: 0, duplicates: 0, rejected: {}, limited: {}, implausible: {} },
-      sources: { gpu: { source: 'none', reason: 'test', health: null }, host: null },
-      journal: null,
-      version: 'test',
-      startedAt: T0,
-      windowMs: 2_000,
-    });
-    const history = historyTail(snapshot.history, snapshot.at, type === 'snapshot' ? null : 3);
-    return parseFrame(JSON.stringify({ v: 1, type, seq: ++this.seq, at: new Date(at).toISOString(), rate_hz: 4, state, history }));
-  }
-
-  /** The job's entries up to `toMs`, each tick's update applied to `source`. */
-  follow(source: SourceState, entries: JournalEntry[]): SourceState {
-    let held = source;
-    for (const entry of entries) {
-      if (entry.t === 'tick') held = applyFrame(held, this.frame('update', entry.at), entry.at);
-      else this.engine.apply(entry);
-    }
-    return held;
-  }
-}
-
 const ticks = (fromMs: number, toMs: number): JournalEntry[] => Array.from({ length: Math.floor((toMs - fromMs) / 250) }, (_, i) => ({ t: 'tick', at: T0 + fromMs + (i + 1) * 250 }));
 
 describe('the viewer, where it broke', () => {
   it('keeps the history from the first step when it started before the first job, with no GPU', () => {
-    const stream = new Stream();
+    const stream = new EngineStream();
     // The viewer connects at 1 s: no job, no GPU, nothing in the history yet.
     let source = applyFrame(initialSource('ws://a/v1/stream'), stream.frame('snapshot', T0 + 1_000), T0 + 1_000);
     stream.apply([hello('s0', {}, 2_000), { t: 'connect', at: T0 + 2_000, session: 's0' }]);
@@ -85,7 +41,7 @@ describe('the viewer, where it broke', () => {
   });
 
   it('shows an ended job as it ended: its last verdict, its ranks, its history stopped at its last step', () => {
-    const stream = new Stream();
+    const stream = new EngineStream();
     stream.apply([hello('s0'), { t: 'connect', at: T0, session: 's0' }]);
     let source = applyFrame(initialSource('ws://a/v1/stream'), stream.frame('snapshot', T0 + 250), T0 + 250);
     source = stream.follow(source, run('s0', 0, 12, { data: 9, compute: 3 }).entries.filter((e) => e.at > T0 + 250));
@@ -108,7 +64,7 @@ describe('the viewer, where it broke', () => {
   });
 
   it("stops an ended job's clock at its last step, for a viewer that came after", () => {
-    const stream = new Stream();
+    const stream = new EngineStream();
     stream.apply([hello('s0'), { t: 'connect', at: T0, session: 's0' }, ...run('s0', 0, 8, { data: 9, compute: 3 }).entries, { t: 'end', at: T0 + 8_100, session: 's0', reason: 'done' }]);
     const source = applyFrame(initialSource('ws://a/v1/stream'), stream.frame('snapshot', T0 + 60_000), T0 + 60_000);
     const job = buildView([source], null, T0 + 60_000).job!;
@@ -140,7 +96,7 @@ describe('the viewer, where it broke', () => {
     const url = `ws://127.0.0.1:${(server.address() as AddressInfo).port}/v1/stream`;
     expect(runsUrl(url, 'a b/c')).toBe(`http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/runs?job=a+b%2Fc`);
 
-    const stream = new Stream();
+    const stream = new EngineStream();
     stream.apply([hello('s0'), { t: 'connect', at: T0, session: 's0' }, ...run('s0', 0, 3, { compute: 10 }).entries]);
     const store = new WatchStore([url]);
     const stop = pollRuns(store, [url], { everyMs: 60_000 });

@@ -6,11 +6,11 @@ import { toRow } from '../src/engine/entries.js';
 import type { EngineSnapshot } from '../src/engine/snapshot.js';
 import { sidecarState } from '../src/outputs/state.js';
 import { historyTail } from '../src/outputs/stream.js';
-import type { SnapshotFrame, StreamFrame, VerdictFrame } from '../src/protocol/stream.js';
+import type { SnapshotFrame, VerdictFrame } from '../src/protocol/stream.js';
 import { streamUrl } from '../src/viewer/client.js';
 import { fit, fmtMs, resample, sparkline, stackedBarText, stackedCells } from '../src/viewer/format.js';
 import { FIXED_LINES, fitColumns, layout } from '../src/viewer/layout.js';
-import { parseFrame } from '../src/viewer/model/frames.js';
+import { parseFrame, type ViewerFrame } from '../src/viewer/model/frames.js';
 import { mergeSeries, valuesBetween } from '../src/viewer/model/history.js';
 import { buildView } from '../src/viewer/model/job-view.js';
 import { applyFrame, initialSource, type SourceState } from '../src/viewer/model/source.js';
@@ -101,7 +101,7 @@ class SimulatedSidecar {
   }
 
   /** Encoded as the stream encodes it, parsed as the viewer parses it. */
-  frame(type: 'snapshot' | 'update', seq: number): StreamFrame {
+  frame(type: 'snapshot' | 'update', seq: number): ViewerFrame {
     const snapshot = this.snapshot();
     const state = sidecarState({
       snapshot,
@@ -133,7 +133,7 @@ const hotGpu = (t: number): Partial<GpuSample> =>
   t >= 8000 ? { utilGpu: 97, smClockMHz: 1000, smClockMaxMHz: 1980, tempC: 91, throttleReasons: ThrottleReason.HwThermalSlowdown, powerW: 500, powerLimitW: 700, memUsedMiB: 40_000, memTotalMiB: 81_559 } : coolGpu(t);
 const coolGpu = (_t: number): Partial<GpuSample> => ({ utilGpu: 92, smClockMHz: 1980, smClockMaxMHz: 1980, tempC: 60, throttleReasons: 0, powerW: 600, powerLimitW: 700, memUsedMiB: 40_000, memTotalMiB: 81_559 });
 
-function live(url: string, ...frames: StreamFrame[]): SourceState {
+function live(url: string, ...frames: ViewerFrame[]): SourceState {
   return frames.reduce((source, frame) => applyFrame(source, frame, T0), initialSource(url));
 }
 
@@ -182,7 +182,7 @@ describe('viewer data layer on the sidecar\'s own state', () => {
     expect(fromUpdates.gpuUtil[0]!.values).toEqual(fromSnapshot.gpuUtil[0]!.values);
     expect(source.seq).toBe(40);
     const events = buildView([source], null, sidecar.at).job!.events;
-    expect(events.filter((e) => e.who === 'job').map((e) => [e.from, e.to])).toEqual([[null, 'compute-bound'], ['compute-bound', 'input-bound']]);
+    expect(events.flatMap((e) => (e.kind === 'verdict' && e.who === 'job' ? [[e.from, e.to]] : []))).toEqual([[null, 'compute-bound'], ['compute-bound', 'input-bound']]);
   });
 
   it('ignores an update that comes before any snapshot', () => {

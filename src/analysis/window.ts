@@ -5,7 +5,7 @@ import type { StepSums } from '../store/step-buckets.js';
 import { throttleReasonNames, ThrottleReason, type GpuSample, type ThrottleReasonName } from '../counters/types.js';
 import type { HostSample } from '../counters/host.js';
 import { largestFirst, type ComputeApp } from '../counters/compute-apps.js';
-import { appOnGpu, type HeldGpuSample } from '../counters/counter-store.js';
+import { appOnGpu, gpuKey, type HeldGpuSample } from '../counters/counter-store.js';
 import { filledText } from '../counters/coverage.js';
 import type { MatchedBy } from './gpu-match.js';
 import { round } from '../model/round.js';
@@ -50,6 +50,8 @@ export interface CommWindow {
 export interface GpuWindow {
   index: number;
   uuid: string | null;
+  /** The matched device's key, as the state's counters.gpus[].key: what tells MIG slices apart where DCGM gives them no UUID. */
+  key: string;
   name: string | null;
   matched_by: MatchedBy;
   samples: number;
@@ -260,6 +262,7 @@ function gpuWindow(samples: HeldGpuSample[], matchedBy: MatchedBy, others: Other
   return {
     index: latest.index,
     uuid: latest.uuid,
+    key: gpuKey(latest),
     name: latest.name,
     matched_by: matchedBy,
     samples: samples.length,

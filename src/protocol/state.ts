@@ -172,6 +172,7 @@ export const GpuWindowSchema = Type.Object(
   {
     index: Num('the GPU index'),
     uuid: StrOrNull('GPU UUID'),
+    key: Type.Optional(Str("the matched device's key, as counters.gpus[].key (tells MIG slices apart where DCGM gives them no UUID); absent from older sidecars")),
     name: StrOrNull('product name'),
     matched_by: Names(['uuid', 'cuda-visible-devices', 'local-rank'] as const, { description: "how the rank's GPU was found" }),
     samples: Count('GPU samples in the window'),

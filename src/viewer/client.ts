@@ -1,10 +1,10 @@
 import WebSocket from 'ws';
-import type { StreamFrame } from '../protocol/stream.js';
-import { FrameError, parseFrame } from './model/frames.js';
+import type { StreamEvent } from '../protocol/stream.js';
+import { FrameError, parseFrame, type ViewerFrame } from './model/frames.js';
 
 export interface ClientEvents {
   connecting(): void;
-  frame(frame: StreamFrame, at: number): void;
+  frame(frame: ViewerFrame, at: number): void;
   /** A frame that did not parse was dropped; the connection goes on. */
   refused(reason: string): void;
   /** The connection failed or was lost; the next attempt is due at `retryAt`. */
@@ -31,6 +31,21 @@ export function streamUrl(target: string): string {
   if (url.protocol !== 'ws:' && url.protocol !== 'wss:') throw new Error(`${target}: not a ws:// or http:// address`);
   if (url.pathname === '/' || url.pathname === '') url.pathname = '/v1/stream';
   return url.toString();
+}
+
+/** The events this viewer shows beyond what every viewer gets. */
+const EVENTS: readonly StreamEvent[] = ['regression'];
+
+/**
+ * The URL to connect to: the stream's, asking for the events this viewer shows (`?events=`, added
+ * to any the address names already). A sidecar that knows none of them ignores the parameter and
+ * sends what it always sent.
+ */
+export function connectUrl(url: string): string {
+  const out = new URL(url);
+  const asked = (out.searchParams.get('events') ?? '').split(',').map((name) => name.trim()).filter((name) => name !== '');
+  out.searchParams.set('events', [...new Set([...asked, ...EVENTS])].join(','));
+  return out.toString();
 }
 
 /** One sidecar's stream, reconnected with backoff for as long as the viewer runs. */
@@ -75,20 +90,20 @@ export class StreamClient {
     if (this.stopped) return;
     this.events.connecting();
     const headers = this.options.token ? { Authorization: `Bearer ${this.options.token}` } : undefined;
-    const socket = new WebSocket(this.url, { headers, handshakeTimeout: 5_000 });
+    const socket = new WebSocket(connectUrl(this.url), { headers, handshakeTimeout: 5_000 });
     this.socket = socket;
     this.failure = CLOSED;
     socket.on('message', (data, isBinary) => {
       if (isBinary) return;
-      let frame: StreamFrame;
+      let frame: ViewerFrame;
       try {
         frame = parseFrame(data.toString());
       } catch (error) {
         const reason = `bad frame: ${(error as Error).message}`;
-        // A bad update or verdict is dropped: the next update holds the whole state again. Anything
+        // A bad update or event is dropped: the next update holds the whole state again. Anything
         // else (not this stream or version, or a snapshot, without which updates cannot be used) ends
         // the connection, to be tried again like any other failed one.
-        if (error instanceof FrameError && (error.frame === 'update' || error.frame === 'verdict')) {
+        if (error instanceof FrameError && (error.frame === 'update' || error.frame === 'verdict' || error.frame === 'regression')) {
           this.watchSilence(socket);
           this.events.refused(reason);
           return;

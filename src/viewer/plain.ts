@@ -1,4 +1,4 @@
-import type { VerdictFrame } from '../protocol/stream.js';
+import type { RegressionFrame, VerdictFrame } from '../protocol/stream.js';
 import { fmtMs, fmtPct, fmtRate, fmtShare, DASH } from './format.js';
 import type { GpuRow, WatchView } from './model/job-view.js';
 
@@ -55,6 +55,8 @@ export function plainLine(view: WatchView, at: number): string {
     out.push(pair('straggler', job.straggler ? `rank${job.straggler.rank}` : DASH));
   }
   if (job.ended) out.push(pair('ended', job.endReason ?? 'yes'));
+  // Only while one holds (or held when the run ended), as the sidecar told it.
+  if (job.regression) out.push(pair('regression', job.regression.changePct === null ? 'yes' : fmtPct(job.regression.changePct)));
   const multiNode = new Set(job.gpus.map((g) => g.node)).size > 1;
   for (const gpu of job.gpus) out.push(gpuPart(gpu, multiNode));
   // Only what was measured: a line without memory, ledger or neighbours reads as before.
@@ -75,6 +77,23 @@ export function plainEvent(event: VerdictFrame): string {
     pair('from', event.from ?? DASH),
     pair('to', event.to),
     pair('cause', event.cause ?? DASH),
+  ].join(' ');
+}
+
+/** A regression that began, ended, or holds (told again after each snapshot): one line each, like a verdict change. */
+export function plainRegression(event: RegressionFrame): string {
+  return [
+    stamp(Date.parse(event.at)),
+    'event=regression',
+    pair('job', event.job),
+    pair('run', String(event.run)),
+    pair('status', event.status),
+    pair('change', fmtPct(event.change_pct)),
+    pair('threshold', fmtPct(event.threshold_pct)),
+    pair('since', stamp(Date.parse(event.started_at))),
+    ...(event.ended_at === null ? [] : [pair('until', stamp(Date.parse(event.ended_at)))]),
+    pair('reference', event.reference?.kind ?? DASH),
+    pair('text', event.text),
   ].join(' ');
 }
 

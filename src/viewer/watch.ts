@@ -1,6 +1,6 @@
 import { StreamClient, streamUrl } from './client.js';
 import { WatchStore } from './model/watch-store.js';
-import { plainEvent, plainLine, plainRefused } from './plain.js';
+import { plainEvent, plainLine, plainRefused, plainRegression } from './plain.js';
 import { pollRuns } from './runs-client.js';
 
 export interface WatchOptions {
@@ -50,6 +50,7 @@ function printPlain(store: WatchStore, out: NodeJS.WritableStream, everyMs: numb
   };
   const unsubscribe = store.subscribe((change) => {
     if (change.kind === 'frame' && change.frame.type === 'verdict') write(plainEvent(change.frame));
+    else if (change.kind === 'frame' && change.frame.type === 'regression') write(plainRegression(change.frame));
     else if (change.kind === 'refused' && change.first) write(plainRefused(store.sourceStates[change.source]!.url, change.reason, Date.now()));
     else if (change.kind === 'frame' || change.kind === 'lost') timer ??= setTimeout(print, Math.max(COALESCE_MS, lastAt + everyMs - Date.now()));
   });

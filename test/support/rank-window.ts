@@ -8,6 +8,7 @@ import type { GpuWindow, RankWindow } from '../../src/analysis/window.js';
 export const gpu = (over: Partial<GpuWindow> = {}): GpuWindow => ({
   index: 0,
   uuid: 'GPU-0',
+  key: 'GPU-0',
   name: 'NVIDIA A10',
   matched_by: 'uuid',
   samples: 8,

@@ -1,11 +1,22 @@
 import { InputError, parseInput } from '../../protocol/parse.js';
-import { SnapshotFrameSchema, STREAM_VERSION, UpdateFrameSchema, VerdictFrameSchema, type StreamFrame } from '../../protocol/stream.js';
+import {
+  RegressionFrameSchema,
+  SnapshotFrameSchema,
+  STREAM_VERSION,
+  UpdateFrameSchema,
+  VerdictFrameSchema,
+  type RegressionFrame,
+  type StreamFrame,
+} from '../../protocol/stream.js';
+
+/** What the viewer reads: the frames every viewer gets, and the events it asks for (`?events=regression`). */
+export type ViewerFrame = StreamFrame | RegressionFrame;
 
 /** A frame the viewer does not take. `frame` is its type where it had a known one. */
 export class FrameError extends Error {
   constructor(
     message: string,
-    readonly frame: StreamFrame['type'] | null = null,
+    readonly frame: ViewerFrame['type'] | null = null,
   ) {
     super(message);
     this.name = 'FrameError';
@@ -14,9 +25,9 @@ export class FrameError extends Error {
 
 const isObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
 
-const SCHEMAS = { snapshot: SnapshotFrameSchema, update: UpdateFrameSchema, verdict: VerdictFrameSchema } as const;
+const SCHEMAS = { snapshot: SnapshotFrameSchema, update: UpdateFrameSchema, verdict: VerdictFrameSchema, regression: RegressionFrameSchema } as const;
 
-function isFrameType(type: unknown): type is StreamFrame['type'] {
+function isFrameType(type: unknown): type is ViewerFrame['type'] {
   return typeof type === 'string' && Object.hasOwn(SCHEMAS, type);
 }
 
@@ -25,7 +36,7 @@ function isFrameType(type: unknown): type is StreamFrame['type'] {
  * sidecar of another version, something that is not a sidecar at all, or a frame that does not
  * hold what its type promises is refused rather than half-shown.
  */
-export function parseFrame(text: string): StreamFrame {
+export function parseFrame(text: string): ViewerFrame {
   let value: unknown;
   try {
     value = JSON.parse(text);

@@ -22,6 +22,8 @@ export interface HistoryView {
   gpuClockPct: SparkRow[];
   /** The job's verdict in each slice, from its timeline. */
   verdicts: Array<Verdict | null>;
+  /** Whether a regression held during each slice (as the sidecar told it; all false where it tells none). */
+  regressed: boolean[];
 }
 
 export interface HistoryPart {
@@ -33,6 +35,8 @@ export interface HistoryPart {
   timeline: readonly TimelineSegment[];
   ranks: Array<{ rank: number; label: string }>;
   gpus: Array<{ key?: string; index: number; uuid: string | null; label: string }>;
+  /** The run's regressions: from when to when (ms; `to` null while it holds, or held when the run ended). */
+  regressions: ReadonlyArray<{ from: number; to: number | null }>;
 }
 
 const latestOf = (values: ReadonlyArray<number | null>) => {
@@ -71,5 +75,11 @@ export function historyView(parts: readonly HistoryPart[]): HistoryView | null {
   const gpuClockPct = parts.flatMap((p) => p.gpus.map((g) => row(gpuKey(g), g.label, gpuSeries(p.history.gpuClockPct, g))));
   // A slice shows the verdict in force at its end, the newest moment it covers.
   const verdicts = Array.from({ length: slices }, (_, i) => verdictAt(first.timeline, first.jobStartedAt, from + (i + 1) * sliceMs));
-  return { from, sliceMs, slices, stepMs: stepMs.sort((a, b) => a.rank - b.rank), gpuUtil, gpuClockPct, verdicts };
+  // A slice is marked where any part of it was regressed: a short regression is not lost between columns.
+  const spans = parts.flatMap((p) => p.regressions);
+  const regressed = Array.from({ length: slices }, (_, i) => {
+    const start = from + i * sliceMs;
+    return spans.some((r) => r.from < start + sliceMs && (r.to === null || r.to > start));
+  });
+  return { from, sliceMs, slices, stepMs: stepMs.sort((a, b) => a.rank - b.rank), gpuUtil, gpuClockPct, verdicts, regressed };
 }

@@ -7,6 +7,7 @@ import { banner, type Banner } from './banner.js';
 import { combineVerdicts } from './combine.js';
 import { historyView, type HistoryPart, type HistoryView } from './history-view.js';
 import { notesOf, type Notes } from './notes.js';
+import { holds, regressionsOf, type Regression } from './regressions.js';
 import { gpuRows, rankRow, uniqueRanks, type Breakdown, type GpuRow, type Part, type RankRow } from './rows.js';
 import type { ConnectionStatus, SourceState } from './source.js';
 
@@ -14,13 +15,13 @@ export type { Banner, Breakdown, GpuRow, Notes, RankRow };
 
 /** What the viewer shows, built from what each sidecar sent. Pure: no terminal, no clock of its own. */
 
-export interface EventRow {
-  at: string;
-  who: string;
-  from: Verdict | null;
-  to: Verdict;
-  cause: Cause;
-}
+export type EventRow =
+  | { kind: 'verdict'; at: string; who: string; from: Verdict | null; to: Verdict; cause: Cause }
+  /** A regression that began (`text` says how much slower, and why) or came back within its threshold. */
+  | { kind: 'regression'; at: string; who: string; status: 'started' | 'ended'; changePct: number | null; thresholdPct: number; text: string };
+
+/** A regression of the job's run, on `node` where the job spans several sidecars. */
+export type RegressionView = Regression & { node: string | null };
 
 export interface JobView {
   id: string;
@@ -49,6 +50,12 @@ export interface JobView {
   comparison: { headline: string; changePct: number | null } | null;
   /** Memory, the waste ledger, other processes on its GPUs and nodes: the lines under the tables. */
   notes: Notes;
+  /**
+   * The regression holding now, as the sidecar told it (`?events=regression`): the worst where the
+   * job spans several sidecars; for an ended run, the one that held when it ended. Null where none
+   * holds or the sidecar tells none (one older than the regression frame).
+   */
+  regression: RegressionView | null;
 }
 
 export interface SourceLine {
@@ -103,6 +110,8 @@ function jobView(id: string, parts: Part[]): JobView {
   const maxOf = (xs: Array<number | null>) => (xs.some((x) => x !== null) ? Math.max(...xs.filter((x): x is number => x !== null)) : null);
   const rates = windows.map((w) => w.samples_per_s).filter((x): x is number => x !== null);
   const mean = (pick: (b: Breakdown) => number) => withBreakdown.reduce((sum, w) => sum + pick(w.breakdown!), 0) / withBreakdown.length;
+  // Each sidecar numbers its own runs: its part's regressions are those of the run it reports.
+  const told = (p: Part) => regressionsOf(p.source.regressions, id, p.job.run);
   const historyParts: HistoryPart[] = parts
     .filter((p) => p.history !== null)
     .map((p) => ({
@@ -113,15 +122,23 @@ function jobView(id: string, parts: Part[]): JobView {
       jobStartedAt: Date.parse(p.job.started_at),
       timeline: p.job.timeline,
       ranks: p.job.ranks.map((r) => ({ rank: r.rank, label: `rank ${r.rank}` })),
+      regressions: told(p).map((r) => ({ from: r.startedAt, to: r.endedAt })),
       gpus: p.state.counters.gpus.map((g) => ({ key: g.key, index: g.index, uuid: g.uuid, label: `${parts.length > 1 ? `${p.label} ` : ''}${gpuLabel(g)}` })),
     }));
   // A big job's ranks change verdict together: there, only the job's own changes are worth the lines.
   const rankEvents = ranks.length <= RANK_EVENTS_UP_TO;
-  const events = parts
-    .flatMap((p) => p.source.events.filter((e) => e.job === id && (rankEvents || e.rank === null)).map((e) => ({ e, node: parts.length > 1 ? `${p.label} ` : '' })))
-    .sort((a, b) => a.e.at.localeCompare(b.e.at))
-    .slice(-EVENTS_SHOWN)
-    .map(({ e, node }): EventRow => ({ at: e.at, who: e.rank === null ? `${node}job` : `${node}rank ${e.rank}`, from: e.from, to: e.to, cause: e.cause }));
+  const node = (p: Part) => (parts.length > 1 ? `${p.label} ` : '');
+  const regressions = parts.flatMap((p) => told(p).map((r): RegressionView => ({ ...r, node: parts.length > 1 ? p.label : null })));
+  const events = [
+    ...parts.flatMap((p) =>
+      p.source.events
+        .filter((e) => e.job === id && (rankEvents || e.rank === null))
+        .map((e): EventRow => ({ kind: 'verdict', at: e.at, who: e.rank === null ? `${node(p)}job` : `${node(p)}rank ${e.rank}`, from: e.from, to: e.to, cause: e.cause })),
+    ),
+    ...regressions.flatMap(regressionEvents),
+  ]
+    .sort((a, b) => a.at.localeCompare(b.at))
+    .slice(-EVENTS_SHOWN);
   return {
     id,
     worldSize: Math.max(...parts.map((p) => p.job.world_size)),
@@ -145,7 +162,20 @@ function jobView(id: string, parts: Part[]): JobView {
     finalVerdict: finalVerdict(parts),
     comparison: comparisonOf(parts),
     notes: notesOf(parts, ranks.map((r) => r.rank)),
+    regression: worst(regressions.filter(holds)),
   };
+}
+
+/** A regression's beginning and, once over, its end, as lines among the verdict changes. */
+function regressionEvents(r: RegressionView): EventRow[] {
+  const who = r.node === null ? 'job' : `${r.node} job`;
+  const row = (status: 'started' | 'ended', at: number): EventRow => ({ kind: 'regression', at: new Date(at).toISOString(), who, status, changePct: r.changePct, thresholdPct: r.thresholdPct, text: r.text });
+  return r.endedAt === null ? [row('started', r.startedAt)] : [row('started', r.startedAt), row('ended', r.endedAt)];
+}
+
+/** Of several holding (one per sidecar of the job), the one slowest against its reference. */
+function worst(holding: RegressionView[]): RegressionView | null {
+  return holding.reduce<RegressionView | null>((a, b) => (a === null || (b.changePct ?? -Infinity) > (a.changePct ?? -Infinity) ? b : a), null);
 }
 
 /** "gpu 0", or "gpu 0 gi 2" for a MIG instance known by its instance id (DCGM), so slices of one GPU read apart. */

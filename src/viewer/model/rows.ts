@@ -1,5 +1,5 @@
 import type { Cause, Verdict } from '../../model/verdict.js';
-import type { JobState, RankState, SidecarState } from '../../protocol/state.js';
+import type { GpuSummary, GpuWindow, JobState, RankState, SidecarState } from '../../protocol/state.js';
 import type { HistoryState } from './history.js';
 import type { SourceState } from './source.js';
 
@@ -74,8 +74,32 @@ export function rankRow(part: Part, rank: RankState, straggler: number | null): 
   };
 }
 
+/**
+ * The GPU (of the sidecar's `gpus`) a rank's window was read from: by the window's `key` where the
+ * sidecar sends it (it tells apart MIG slices that DCGM names by the parent's index, with no UUID of
+ * their own). From older sidecars, by UUID where a GPU has it; else by index, where that index is one
+ * GPU's, or one whole GPU's beside MIG slices, as the sidecar matches: a rank on one of several
+ * slices is put on none rather than on all.
+ */
+export function gpuOfWindow(window: Pick<GpuWindow, 'index' | 'uuid' | 'key'>, gpus: readonly GpuSummary[]): GpuSummary | null {
+  const byKey = window.key === undefined ? undefined : gpus.find((g) => g.key === window.key);
+  if (byKey) return byKey;
+  const byUuid = window.uuid === null ? undefined : gpus.find((g) => g.uuid === window.uuid);
+  if (byUuid) return byUuid;
+  const same = gpus.filter((g) => g.index === window.index);
+  if (same.length === 1) return same[0]!;
+  const whole = same.filter((g) => g.parent_uuid === null && g.gpu_instance_id === null);
+  return whole.length === 1 ? whole[0]! : null;
+}
+
 export function gpuRows(part: Part): GpuRow[] {
-  return part.state.counters.gpus.map((gpu) => ({
+  const gpus = part.state.counters.gpus;
+  const onGpu = new Map<GpuSummary, number[]>();
+  for (const rank of part.job.ranks) {
+    const gpu = rank.window.gpu ? gpuOfWindow(rank.window.gpu, gpus) : null;
+    if (gpu) onGpu.set(gpu, [...(onGpu.get(gpu) ?? []), rank.rank]);
+  }
+  return gpus.map((gpu) => ({
     key: `${part.source.url}#${gpu.key ?? gpu.uuid ?? gpu.index}`,
     node: part.label,
     index: gpu.index,
@@ -89,7 +113,7 @@ export function gpuRows(part: Part): GpuRow[] {
     powerLimitW: gpu.power_limit_w,
     memUsedMiB: gpu.mem_used_mib,
     memTotalMiB: gpu.mem_total_mib,
-    ranks: part.job.ranks.filter((r) => r.window.gpu?.index === gpu.index).map((r) => r.rank),
+    ranks: onGpu.get(gpu) ?? [],
     stale: part.source.status !== 'live',
   }));
 }

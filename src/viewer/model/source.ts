@@ -1,7 +1,9 @@
 import type { SidecarState } from '../../protocol/state.js';
-import type { StreamFrame, VerdictFrame } from '../../protocol/stream.js';
+import type { VerdictFrame } from '../../protocol/stream.js';
+import type { ViewerFrame } from './frames.js';
 import { freezeEnded, type FrozenJob } from './frozen.js';
 import { historyFromSnapshot, mergeHistory, type HistoryState } from './history.js';
+import { afterSnapshot, applyRegression, type Regressions } from './regressions.js';
 
 export type ConnectionStatus = 'connecting' | 'live' | 'reconnecting';
 
@@ -26,16 +28,18 @@ export interface SourceState {
   refused: { count: number; reason: string } | null;
   /** Jobs that ended, as they were when they ended (by job name). */
   frozen: ReadonlyMap<string, FrozenJob>;
+  /** Regressions told on this connection (or held from before it, for runs that ended). */
+  regressions: Regressions;
 }
 
 const EVENTS_KEPT = 50;
 
 export function initialSource(url: string): SourceState {
-  return { url, status: 'connecting', attempt: 0, error: null, retryAt: null, rateHz: null, seq: null, receivedAt: null, state: null, history: null, events: [], refused: null, frozen: new Map() };
+  return { url, status: 'connecting', attempt: 0, error: null, retryAt: null, rateHz: null, seq: null, receivedAt: null, state: null, history: null, events: [], refused: null, frozen: new Map(), regressions: new Map() };
 }
 
 /** The source after a frame. Pure. An update before any snapshot is ignored: it has only the tail of the history. */
-export function applyFrame(source: SourceState, frame: StreamFrame, receivedAt: number): SourceState {
+export function applyFrame(source: SourceState, frame: ViewerFrame, receivedAt: number): SourceState {
   switch (frame.type) {
     case 'snapshot': {
       const history = historyFromSnapshot(frame.history, Date.parse(frame.at));
@@ -51,6 +55,7 @@ export function applyFrame(source: SourceState, frame: StreamFrame, receivedAt: 
         state: frame.state,
         history,
         frozen: freezeEnded(source.frozen, source.state, frame.state, history),
+        regressions: afterSnapshot(source.regressions, frame.state),
       };
     }
     case 'update': {
@@ -60,6 +65,8 @@ export function applyFrame(source: SourceState, frame: StreamFrame, receivedAt: 
     }
     case 'verdict':
       return { ...source, receivedAt, events: [...source.events, frame].slice(-EVENTS_KEPT) };
+    case 'regression':
+      return { ...source, receivedAt, regressions: applyRegression(source.regressions, frame) };
   }
 }
 

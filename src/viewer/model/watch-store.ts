@@ -1,5 +1,5 @@
 import type { RunsResponse } from '../../protocol/runs.js';
-import type { StreamFrame } from '../../protocol/stream.js';
+import type { ViewerFrame } from './frames.js';
 import { buildView, type WatchView } from './job-view.js';
 import { applyFrame, disconnected, initialSource, refusedFrame, type SourceState } from './source.js';
 
@@ -8,7 +8,7 @@ import { applyFrame, disconnected, initialSource, refusedFrame, type SourceState
  * refused: the one worth a line), a connection's status, or the job looked at.
  */
 export type Change =
-  | { kind: 'frame'; source: number; frame: StreamFrame }
+  | { kind: 'frame'; source: number; frame: ViewerFrame }
   | { kind: 'refused'; source: number; reason: string; first: boolean }
   | { kind: 'connecting' | 'lost'; source: number }
   | { kind: 'selected' }
@@ -32,7 +32,7 @@ export class WatchStore {
     return () => this.listeners.delete(listener);
   }
 
-  frame(source: number, frame: StreamFrame, at: number): void {
+  frame(source: number, frame: ViewerFrame, at: number): void {
     this.replace(source, applyFrame(this.sources[source]!, frame, at), { kind: 'frame', source, frame });
   }
 

@@ -2,12 +2,12 @@ import { Box, useApp, useInput, useStdin } from 'ink';
 import { useEffect, useState } from 'react';
 import { layout } from '../layout.js';
 import type { WatchStore } from '../model/watch-store.js';
-import { Banner, ComparisonLine } from './Banner.js';
+import { Banner, ComparisonLine, RegressionLine } from './Banner.js';
 import { RunsPanel } from './RunsPanel.js';
 import { GpuTable } from './GpuTable.js';
 import { Footer, Header } from './Header.js';
 import { Advice } from './Advice.js';
-import { HistoryPanel } from './HistoryPanel.js';
+import { HistoryPanel, regressionStripShown } from './HistoryPanel.js';
 import { Notes, notesLines } from './Notes.js';
 import { RankTable } from './RankTable.js';
 import { ColourContext } from './theme.js';
@@ -58,7 +58,9 @@ export function App({ store, colour }: { store: WatchStore; colour: boolean }) {
   const advice = job?.banner?.recommendations.slice(1) ?? [];
   // The comparison line takes a line of its own, when the sidecar compares the run with something.
   const comparisonLines = job?.comparison ? 1 : 0;
-  const fit = layout(rows - comparisonLines - notesLines(job?.notes), { ranks: job?.ranks.length ?? 0, gpus: Math.max(1, job?.gpus.length ?? 0), sparks: sparksWanted, events: job?.events.length ?? 0, advice: advice.length });
+  // So do a regression holding, and the row that marks it under the verdict strip.
+  const regressionLines = (job?.regression ? 1 : 0) + (job?.history && !showRuns && regressionStripShown(job.history) ? 1 : 0);
+  const fit = layout(rows - comparisonLines - regressionLines - notesLines(job?.notes), { ranks: job?.ranks.length ?? 0, gpus: Math.max(1, job?.gpus.length ?? 0), sparks: sparksWanted, events: job?.events.length ?? 0, advice: advice.length });
   const multiNode = (job?.nodes.length ?? 0) > 1 || view.sources.length > 1;
   return (
     <ColourContext.Provider value={colour}>
@@ -70,6 +72,7 @@ export function App({ store, colour }: { store: WatchStore; colour: boolean }) {
           </Box>
           <Box flexShrink={0} flexDirection="column">
             <Banner view={view} width={columns} />
+            {job?.regression ? <RegressionLine regression={job.regression} runEnded={job.ended} /> : null}
             {job?.comparison ? <ComparisonLine comparison={job.comparison} /> : null}
           </Box>
           {job ? (

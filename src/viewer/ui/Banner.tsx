@@ -1,6 +1,7 @@
 import { Box, Text } from 'ink';
 import { fmtClock, fmtDuration, withCause } from '../format.js';
-import type { SourceLine, WatchView } from '../model/job-view.js';
+import type { RegressionView, SourceLine, WatchView } from '../model/job-view.js';
+import { regressionHeadline } from '../model/regressions.js';
 import { Paint, useColour, VERDICT_COLOUR } from './theme.js';
 
 function waiting(sources: SourceLine[]): [string, string] {
@@ -75,6 +76,18 @@ export function ComparisonLine({ comparison }: { comparison: { headline: string;
       <Paint bold>{' compared: '}</Paint>
       <Paint colour={slower ? 'red' : faster ? 'green' : null} bold={slower}>
         {comparison.headline}
+      </Paint>
+    </Text>
+  );
+}
+
+/** One line under the banner while a regression holds (for an ended run: the one it ended with). */
+export function RegressionLine({ regression, runEnded }: { regression: RegressionView; runEnded: boolean }) {
+  const where = regression.node === null ? '' : ` (${regression.node})`;
+  return (
+    <Text wrap="truncate-end">
+      <Paint colour="red" bold>
+        {` ${regressionHeadline(regression, runEnded, fmtClock)}${where}`}
       </Paint>
     </Text>
   );

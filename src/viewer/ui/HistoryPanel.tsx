@@ -1,8 +1,9 @@
 import { Box, Text } from 'ink';
 import type { Verdict } from '../../model/verdict.js';
 import { fit, fmtClock, fmtDuration, fmtMs, fmtPct, resample, runs, sparkline, VERDICT_LETTER, withCause } from '../format.js';
-import type { SparkRow } from '../model/history-view.js';
+import type { HistoryView, SparkRow } from '../model/history-view.js';
 import type { JobView } from '../model/job-view.js';
+import { regressionChange } from '../model/regressions.js';
 import { Paint, useColour, VERDICT_COLOUR } from './theme.js';
 
 const LABEL = 11;
@@ -51,6 +52,27 @@ function VerdictStrip({ verdicts, width }: { verdicts: Array<Verdict | null>; wi
   );
 }
 
+/** Whether the history has a regression row under the verdict: only where one held in its span. */
+export const regressionStripShown = (history: HistoryView) => history.regressed.some((r) => r);
+
+/** Where a regression held, under the verdict strip: a column is marked where any of its slices was. */
+function RegressionStrip({ regressed, width }: { regressed: boolean[]; width: number }) {
+  const colour = useColour();
+  const per = Math.max(1, Math.ceil(regressed.length / width));
+  const columns: boolean[] = [];
+  for (let end = regressed.length; end > 0 && columns.length < width; end -= per) columns.unshift(regressed.slice(Math.max(0, end - per), end).some((r) => r));
+  return (
+    <Text>
+      {' '.repeat(Math.max(0, width - columns.length))}
+      {runs(columns).map((run, i) => (
+        <Text key={i} color={colour && run.value ? 'red' : undefined}>
+          {(run.value ? (colour ? '▀' : '!') : ' ').repeat(run.length)}
+        </Text>
+      ))}
+    </Text>
+  );
+}
+
 /** Sparklines of step time and GPU figures over the last minutes, the verdict under them, the timeline and recent changes. */
 export function HistoryPanel({ job, columns, sparks, events }: { job: JobView; columns: number; sparks: number; events: number }) {
   const width = sparkWidth(columns);
@@ -87,6 +109,12 @@ export function HistoryPanel({ job, columns, sparks, events }: { job: JobView; c
         {fit('verdict', LABEL + NAME)}
         {history ? <VerdictStrip verdicts={history.verdicts} width={width} /> : null}
       </Text>
+      {history && regressionStripShown(history) ? (
+        <Text wrap="truncate-end">
+          {fit('regression', LABEL + NAME)}
+          <RegressionStrip regressed={history.regressed} width={width} />
+        </Text>
+      ) : null}
       {timeline.map((text, i) => (
         <Box key={`timeline-${i}`}>
           <Text bold>{fit(i === 0 ? 'Timeline' : '', LABEL)}</Text>
@@ -94,9 +122,16 @@ export function HistoryPanel({ job, columns, sparks, events }: { job: JobView; c
         </Box>
       ))}
       {shownEvents.map((e, i) => (
-        <Text key={`${e.at}-${e.who}`} wrap="truncate-end">
+        <Text key={`${e.at}-${e.who}-${e.kind}`} wrap="truncate-end">
           <Text bold>{fit(i === 0 ? 'Changes' : '', LABEL)}</Text>
-          {fmtClock(e.at)} {fit(e.who, 8)} {e.from ?? 'start'} → <Paint colour={VERDICT_COLOUR[e.to]}>{withCause(e.to, e.cause)}</Paint>
+          {fmtClock(e.at)} {fit(e.who, 8)}{' '}
+          {e.kind === 'verdict' ? (
+            <>
+              {e.from ?? 'start'} → <Paint colour={VERDICT_COLOUR[e.to]}>{withCause(e.to, e.cause)}</Paint>
+            </>
+          ) : (
+            <Paint colour={e.status === 'started' ? 'red' : 'green'}>{regressionChange(e.status, e.text, e.changePct, e.thresholdPct)}</Paint>
+          )}
         </Text>
       ))}
     </Box>

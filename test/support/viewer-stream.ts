@@ -1,0 +1,47 @@
+import { Engine } from '../../src/engine/engine.js';
+import type { JournalEntry } from '../../src/engine/entries.js';
+import { sidecarState } from '../../src/outputs/state.js';
+import { historyTail } from '../../src/outputs/stream.js';
+import { parseFrame, type ViewerFrame } from '../../src/viewer/model/frames.js';
+import { applyFrame, type SourceState } from '../../src/viewer/model/source.js';
+import { T0 } from './entries.js';
+
+/** The sidecar's engine on a simulated clock (from T0), its snapshots encoded as the stream sends them and parsed as the viewer parses them. */
+export class EngineStream {
+  readonly engine = new Engine();
+  private seq = 0;
+
+  constructor() {
+    this.apply([{ t: 'start', at: T0, config: { windowMs: 2_000, holdMs: 500, endGraceMs: 10_000 } }, { t: 'source', at: T0, gpu: 'none', reason: 'test' }]);
+  }
+
+  apply(entries: JournalEntry[]): void {
+    for (const entry of entries) this.engine.apply(entry);
+  }
+
+  frame(type: 'snapshot' | 'update', at: number): ViewerFrame {
+    this.engine.apply({ t: 'tick', at });
+    const snapshot = this.engine.snapshot();
+    const state = sidecarState({
+      snapshot,
+      ingest: { connections: 0, connectionsTotal: 0, frames: 0, records: 0, duplicates: 0, rejected: {}, limited: {}, implausible: {} },
+      sources: { gpu: { source: 'none', reason: 'test', health: null }, host: null },
+      journal: null,
+      version: 'test',
+      startedAt: T0,
+      windowMs: 2_000,
+    });
+    const history = historyTail(snapshot.history, snapshot.at, type === 'snapshot' ? null : 3);
+    return parseFrame(JSON.stringify({ v: 1, type, seq: ++this.seq, at: new Date(at).toISOString(), rate_hz: 4, state, history }));
+  }
+
+  /** The job's entries, each tick's update applied to `source`. */
+  follow(source: SourceState, entries: JournalEntry[]): SourceState {
+    let held = source;
+    for (const entry of entries) {
+      if (entry.t === 'tick') held = applyFrame(held, this.frame('update', entry.at), entry.at);
+      else this.engine.apply(entry);
+    }
+    return held;
+  }
+}
