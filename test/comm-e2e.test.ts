@@ -1,7 +1,8 @@
 import { createServer } from 'node:net';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { decode, encode } from '../src/protocol/codec.js';
+import { cleanupList } from './support/cleanup-list.js';
 import { findPython } from './support/python.js';
 import { fixture, runPython } from './support/run-python.js';
 import { startSidecar, waitFor } from './support/sidecar.js';
@@ -17,16 +18,7 @@ import { startSidecar, waitFor } from './support/sidecar.js';
 
 const torch = findPython(['torch', 'torch.distributed']);
 
-const cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) {
-    try {
-      await cleanup();
-    } catch {
-      // keep cleaning up
-    }
-  }
-});
+const cleanups = cleanupList();
 
 type Row = Record<string, number | null>;
 

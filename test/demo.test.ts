@@ -1,14 +1,23 @@
 import { spawn } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { cleanupList } from './support/cleanup-list.js';
 import { findPython } from './support/python.js';
-import { CLI, tempDir } from './support/sidecar.js';
-import { track } from './support/children.js';
+import { CLI, tempDir as newTempDir } from './support/sidecar.js';
+import { killTree, track } from './support/children.js';
 
 /** `stepscope demo` as a newcomer runs it, without a terminal: the whole story, then its summary. */
 
 const plain = findPython();
+const cleanups = cleanupList();
+
+/** A fresh folder, removed after the test. */
+function tempDir(): string {
+  const dir = newTempDir();
+  cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
 
 function run(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 55_000): Promise<{ code: number | null; stdout: string; stderr: string; seconds: number }> {
   const started = Date.now();
@@ -18,6 +27,8 @@ function run(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 55_000): P
   child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
   child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
   const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+  // Should the test fail before the demo ends, the demo and what it started do not outlive it (a no-op once it exited).
+  cleanups.push(() => killTree(child));
   return new Promise((resolve) =>
     child.once('exit', (code) => {
       clearTimeout(timer);

@@ -1,9 +1,10 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { Summary } from '../src/analysis/summary.js';
 import { parseInput } from '../src/protocol/parse.js';
 import { RunsResponseSchema } from '../src/protocol/runs.js';
+import { cleanupList } from './support/cleanup-list.js';
 import { hello, range, row, steps, TestHook } from './support/hook-client.js';
 import { startSidecar, tempDir, waitFor, type RunningSidecar } from './support/sidecar.js';
 
@@ -13,10 +14,7 @@ import { startSidecar, tempDir, waitFor, type RunningSidecar } from './support/s
  * data: slower per sample than the median of the two before, live in the state and in its summary.
  */
 
-const cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
+const cleanups = cleanupList();
 
 const JOB = 'hist';
 

@@ -1,6 +1,7 @@
 import { rmSync } from 'node:fs';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { parseExposition, valueOf } from './fixtures/metrics/exposition.js';
+import { cleanupList } from './support/cleanup-list.js';
 import { fakeNvidiaSmiEnv } from './support/fake-gpu.js';
 import { startFakeProc } from './support/fake-proc.js';
 import { hello, range, row, steps, TestHook } from './support/hook-client.js';
@@ -13,10 +14,7 @@ import { startSidecar, tempDir, waitFor, type RunningSidecar } from './support/s
  * with test/fixtures/metrics/sidecar.prom (`npx vitest run test/metrics-sidecar -u` rewrites it).
  */
 
-const cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
+const cleanups = cleanupList();
 
 const JOB = 'golden';
 /** Families of prom-client's default metrics: their series depend on the process and the platform. */
@@ -154,7 +152,7 @@ describe('GET /metrics of a real sidecar', () => {
     for (const rankNo of ['0', '1']) {
       const states = families.get('stepscope_rank_verdict')!.series.filter((s) => s.labels.rank === rankNo);
       expect(states.filter((s) => s.value === 1), `rank ${rankNo}: one verdict in force`).toHaveLength(1);
-      expect(states).toHaveLength(25);
+      expect(states).toHaveLength(28);
     }
     expect(value('stepscope_job_straggler_excess_seconds', { rank: '1', reason: 'data' })).toBeCloseTo(0.0035, 6);
     expect(value('stepscope_gpu_throttle_reason_active_ratio', { gpu: '1', reason: 'SwPowerCap' })).toBe(1);

@@ -1,10 +1,10 @@
-import type { FastifyInstance } from 'fastify';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { emptyGpuSample } from '../src/counters/types.js';
 import { toRow } from '../src/engine/entries.js';
 import { verdictStateSet } from '../src/outputs/metrics-verdicts.js';
 import type { Hello, StepRecord } from '../src/protocol/messages.js';
 import { parseExposition, valueOf } from './fixtures/metrics/exposition.js';
+import { cleanupList } from './support/cleanup-list.js';
 import { rankHello } from './support/entries.js';
 import { inProcess } from './support/in-process.js';
 
@@ -30,14 +30,11 @@ const records = (count: number): StepRecord[] =>
     gpuIdleNs: null, commNs: null, commWaitNs: null, commBytes: null,
   }));
 
-const apps: FastifyInstance[] = [];
-afterEach(async () => {
-  for (const app of apps.splice(0)) await app.close();
-});
+const cleanups = cleanupList();
 
 async function sidecar(options: { ready?: () => { ready: boolean; reason: string | null } } = {}) {
   const s = await inProcess({ at: T0, ready: options.ready });
-  apps.push(s.app);
+  cleanups.push(() => s.app.close());
   return {
     ...s,
     async metrics() {
@@ -132,7 +129,7 @@ describe('/metrics from a store filled in process', () => {
 describe('the verdict state set', () => {
   it('has one series per verdict and cause, exactly one of them 1', () => {
     const series = verdictStateSet({ verdict: 'throttled', cause: 'power' });
-    expect(series).toHaveLength(25);
+    expect(series).toHaveLength(28);
     expect(series.filter((s) => s.value === 1)).toEqual([{ verdict: 'throttled', cause: 'power', value: 1 }]);
     expect(verdictStateSet(null).every((s) => s.value === 0)).toBe(true);
   });
@@ -140,7 +137,7 @@ describe('the verdict state set', () => {
   it('adds the pair in force when it is not one of the listed ones', () => {
     // A verdict kept through a window without steps carries no cause.
     const series = verdictStateSet({ verdict: 'input-bound', cause: null });
-    expect(series).toHaveLength(26);
+    expect(series).toHaveLength(29);
     expect(series.filter((s) => s.value === 1)).toEqual([{ verdict: 'input-bound', cause: '', value: 1 }]);
   });
 });

@@ -3,7 +3,7 @@ import path from 'node:path';
 import { Writable } from 'node:stream';
 import { FormatRegistry, type TSchema } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import WebSocket, { WebSocketServer } from 'ws';
 import { compare } from '../src/analysis/compare.js';
 import type { Summary } from '../src/analysis/summary.js';
@@ -15,6 +15,7 @@ import { ComparisonSchema, SidecarStateSchema, STATE_SCHEMA, type SidecarState }
 import { SnapshotFrameSchema, StreamFrameSchema, type SnapshotFrame } from '../src/protocol/stream.js';
 import { FrameError, parseFrame } from '../src/viewer/model/frames.js';
 import { startWatch } from '../src/viewer/watch.js';
+import { cleanupList } from './support/cleanup-list.js';
 import { rankHello } from './support/entries.js';
 import { inProcess, type InProcess } from './support/in-process.js';
 import { BEGIN, END, protocolTables } from './support/protocol-doc.js';
@@ -28,10 +29,7 @@ import { ROOT, waitFor } from './support/sidecar.js';
 
 const T0 = Date.parse('2026-12-02T15:00:00Z');
 
-const cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
+const cleanups = cleanupList();
 
 // TypeBox's own checker (used by Value.Clean below) needs the format the schemas use.
 FormatRegistry.Set('date-time', (text) => !Number.isNaN(Date.parse(text)));

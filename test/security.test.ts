@@ -1,7 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import type { IngestLimits } from '../src/ingest/limits.js';
 import { fileSafeName } from '../src/model/names.js';
@@ -11,6 +11,7 @@ import { withoutQuery } from '../src/server.js';
 import { replayJournal } from '../src/journal/replay.js';
 import { runReplay } from '../src/replay-command.js';
 import { encode } from '../src/protocol/codec.js';
+import { cleanupList } from './support/cleanup-list.js';
 import { hello, range, row, steps, TestHook } from './support/hook-client.js';
 import { inProcess, type InProcess } from './support/in-process.js';
 import { useTempDirs } from './support/temp-dirs.js';
@@ -20,15 +21,12 @@ import { useTempDirs } from './support/temp-dirs.js';
  * bloat or take over the sidecar. docs/security.md lists these beside the cases that already held.
  */
 
-const open: Array<() => Promise<unknown>> = [];
-afterEach(async () => {
-  for (const close of open.splice(0).reverse()) await close();
-});
+const cleanups = cleanupList();
 
 async function sidecar(limits: Partial<IngestLimits> = {}): Promise<InProcess & { url: string }> {
   const side = await inProcess({ limits });
   await side.app.listen({ host: '127.0.0.1', port: 0 });
-  open.push(() => side.app.close());
+  cleanups.push(() => side.app.close());
   const address = side.app.server.address();
   const port = typeof address === 'object' && address ? address.port : 0;
   return { ...side, url: `ws://127.0.0.1:${port}/v1/ingest` };
@@ -36,7 +34,7 @@ async function sidecar(limits: Partial<IngestLimits> = {}): Promise<InProcess & 
 
 async function connect(url: string): Promise<TestHook> {
   const hook = await TestHook.connect(url);
-  open.push(async () => hook.close());
+  cleanups.push(async () => hook.close());
   return hook;
 }
 
@@ -130,7 +128,7 @@ describe('connection hygiene', () => {
   it('closes a session from which nothing is heard, and keeps one that answers pings', async () => {
     const side = await sidecar({ idleTimeoutMs: 300 });
     const mute = new WebSocket(side.url, { autoPong: false });
-    open.push(async () => mute.terminate());
+    cleanups.push(async () => mute.terminate());
     await new Promise((resolve) => mute.once('open', resolve));
     const muteClosed = new Promise<{ code: number; reason: string }>((resolve) => mute.once('close', (code, reason) => resolve({ code, reason: reason.toString() })));
     mute.send(encode({ ...hello({ session: 'mute' }) }));
@@ -253,7 +251,7 @@ describe('names, secrets, addresses and files', () => {
       windowS: 10,
       holdS: 2,
     });
-    open.push(() => side.stop('test'));
+    cleanups.push(() => side.stop('test'));
     expect(side.url).toMatch(/^ws:\/\/\[::1\]:\d+$/);
     const hook = await connect(`${side.url}/v1/ingest`);
     hook.send(hello());

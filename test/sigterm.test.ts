@@ -1,6 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import { cleanupList } from './support/cleanup-list.js';
 import { findPython } from './support/python.js';
 import { fixture, runPython } from './support/run-python.js';
 import { startSidecar, tempDir, waitFor } from './support/sidecar.js';
@@ -13,10 +14,7 @@ import { startSidecar, tempDir, waitFor } from './support/sidecar.js';
 
 const plain = findPython();
 
-const cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
+const cleanups = cleanupList();
 
 function killByPidFile(pidFile: string) {
   if (!existsSync(pidFile)) return;

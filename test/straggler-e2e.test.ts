@@ -1,7 +1,8 @@
 import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import { cleanupList } from './support/cleanup-list.js';
 import { fakeNvidiaSmiEnv } from './support/fake-gpu.js';
 import { startFakeProc } from './support/fake-proc.js';
 import { findPython } from './support/python.js';
@@ -17,16 +18,7 @@ import { startSidecar, tempDir } from './support/sidecar.js';
 
 const torch = findPython(['torch', 'torch.distributed']);
 
-const cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) {
-    try {
-      await cleanup();
-    } catch {
-      // keep cleaning up
-    }
-  }
-});
+const cleanups = cleanupList();
 
 function killByPidFile(pidFile: string) {
   if (!existsSync(pidFile)) return;

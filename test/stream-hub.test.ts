@@ -1,12 +1,13 @@
 import websocket from '@fastify/websocket';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { pino } from 'pino';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import type { VerdictEvent } from '../src/analysis/job-analysis.js';
 import type { EngineSnapshot } from '../src/engine/snapshot.js';
 import { registerStream, type StreamHub } from '../src/outputs/stream.js';
 import type { SidecarState } from '../src/protocol/state.js';
+import { cleanupList } from './support/cleanup-list.js';
 
 /**
  * The stream's route on a bare server, with a state getter that counts its calls: what each frame
@@ -23,14 +24,11 @@ interface Harness {
   emit(events: VerdictEvent[]): void;
 }
 
-const apps: FastifyInstance[] = [];
-afterEach(async () => {
-  await Promise.all(apps.splice(0).map((app) => app.close()));
-});
+const cleanups = cleanupList();
 
 async function harness(rateHz: number): Promise<Harness> {
   const app = Fastify();
-  apps.push(app);
+  cleanups.push(() => app.close());
   // As in server.ts: the plugin's own preClose would close every socket without a code.
   await app.register(websocket, { preClose: (done) => done() });
   const stateCalls: number[] = [];

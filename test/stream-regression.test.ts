@@ -1,7 +1,7 @@
 import websocket from '@fastify/websocket';
-import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify from 'fastify';
 import { pino } from 'pino';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import type { VerdictEvent } from '../src/analysis/job-analysis.js';
 import type { EngineSnapshot } from '../src/engine/snapshot.js';
@@ -13,6 +13,7 @@ import type { StreamLimits } from '../src/outputs/stream-viewer.js';
 import { parseInput } from '../src/protocol/parse.js';
 import type { SidecarState } from '../src/protocol/state.js';
 import { RegressionFrameSchema, type RegressionFrame } from '../src/protocol/stream.js';
+import { cleanupList } from './support/cleanup-list.js';
 
 /**
  * The `regression` frame of ws /v1/stream: a regression as the live comparisons begin and end it
@@ -24,17 +25,14 @@ import { RegressionFrameSchema, type RegressionFrame } from '../src/protocol/str
 const STATE = { version: 'test', now: '', jobs: [], counters: { gpus: [] } } as unknown as SidecarState;
 const T = Date.parse('2026-12-01T12:00:00Z');
 
-const apps: FastifyInstance[] = [];
-afterEach(async () => {
-  await Promise.all(apps.splice(0).map((app) => app.close()));
-});
+const cleanups = cleanupList();
 
 type Regressions = NonNullable<EngineSnapshot['regressions']>;
 
 /** `pad`: characters added to every state frame, so that a paused viewer falls behind within a few frames. */
 async function harness(options: { pad?: number; limits?: Partial<StreamLimits> } = {}) {
   const app = Fastify();
-  apps.push(app);
+  cleanups.push(() => app.close());
   await app.register(websocket, { preClose: (done) => done() });
   const logs: string[] = [];
   const state = { ...STATE, version: 'x'.repeat(options.pad ?? 4) };

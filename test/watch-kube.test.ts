@@ -1,8 +1,9 @@
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { track } from './support/children.js';
+import { cleanupList } from './support/cleanup-list.js';
 import { hello, range, row, steps, TestHook } from './support/hook-client.js';
 import { CLI, ROOT, startSidecar, tempDir, waitFor, type RunningSidecar } from './support/sidecar.js';
 
@@ -14,10 +15,7 @@ import { CLI, ROOT, startSidecar, tempDir, waitFor, type RunningSidecar } from '
 
 const FAKE_KUBECTL = path.join(ROOT, 'test', 'support', 'fake-kubectl.mjs');
 
-const cleanups: Array<() => unknown> = [];
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
+const cleanups = cleanupList();
 
 async function rank(sidecar: RunningSidecar, rank: number): Promise<void> {
   const hook = await TestHook.connect(sidecar.ingestUrl);
