@@ -36,7 +36,11 @@ function upgradeStatus(url: string, headers: Record<string, string> = {}): Promi
       socket.close();
       resolve(101);
     });
-    socket.once('unexpected-response', (_request, response) => resolve(response.statusCode ?? 0));
+    // ws leaves the refused request open to whoever listens for this: abort it, or the server's close waits on it.
+    socket.once('unexpected-response', (_request, response) => {
+      socket.terminate();
+      resolve(response.statusCode ?? 0);
+    });
     socket.once('error', () => undefined);
   });
 }

@@ -71,7 +71,8 @@ describe.skipIf(!plain.python)('GPU counters matched to ranks, with a stand-in n
     await sidecar.stop();
   });
 
-  it('restarts a killed nvidia-smi while the steps keep flowing in', async () => {
+  // The next two are independent (own sidecar, own stand-in, own loop) and run at once.
+  it.concurrent('restarts a killed nvidia-smi while the steps keep flowing in', async () => {
     const { env, dir } = fakeNvidiaSmiEnv((dir) => ({ gpus: 1, pidFile: path.join(dir, 'nvidia-smi.pid') }));
     const pidFile = path.join(dir, 'nvidia-smi.pid');
     const sidecar = await startSidecar(['--gpu-source', 'nvidia-smi', '--gpu-interval', '250'], env);
@@ -101,7 +102,7 @@ describe.skipIf(!plain.python)('GPU counters matched to ranks, with a stand-in n
     await sidecar.stop();
   });
 
-  it("takes the GPU counters the hook reads through NVML when the sidecar sees no GPU (--gpu-source hook)", async () => {
+  it.concurrent("takes the GPU counters the hook reads through NVML when the sidecar sees no GPU (--gpu-source hook)", async () => {
     const sidecar = await startSidecar(['--gpu-source', 'hook', '--gpu-interval', '250']);
     // The stand-in binding plays an H100 held at 1100 of 1980 MHz by HwThermalSlowdown.
     const pythonPath = [path.join(ROOT, 'test', 'fixtures', 'fake_pynvml'), path.join(ROOT, 'python-hook')].join(path.delimiter);

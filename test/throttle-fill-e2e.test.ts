@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it, type TestContext } from 'vitest';
 import { fakeNvidiaSmiEnv } from './support/fake-gpu.js';
 import { findPython } from './support/python.js';
 import { fixture, runPython } from './support/run-python.js';
@@ -27,12 +27,12 @@ async function standInExporter(file: string, smClockMHz: number): Promise<{ url:
   };
 }
 
-const closers: Array<() => Promise<unknown>> = [];
-afterEach(async () => {
-  for (const close of closers.splice(0).reverse()) await close();
-});
-
-async function throttledRun(options: { file: string; uuid: string; maxMHz: number; heldMHz: number; reasons: number; dcgmArgs: string[]; job: string }) {
+/** The two runs are independent (own exporter, nvidia-smi and sidecar), so they run at once: each closes its own parts. */
+async function throttledRun(context: TestContext, options: { file: string; uuid: string; maxMHz: number; heldMHz: number; reasons: number; dcgmArgs: string[]; job: string }) {
+  const closers: Array<() => Promise<unknown>> = [];
+  context.onTestFinished(async () => {
+    for (const close of closers.splice(0).reverse()) await close();
+  });
   const exporter = await standInExporter(options.file, options.heldMHz);
   closers.push(exporter.close);
   // nvidia-smi beside the exporter sees the same physical GPU (same UUID) with its reasons, maximum clock and power limit.
@@ -57,9 +57,9 @@ async function throttledRun(options: { file: string; uuid: string; maxMHz: numbe
   return state;
 }
 
-describe.skipIf(!plain.python)('throttling under the default DCGM counters, filled from nvidia-smi', () => {
-  it('calls a power-capped T4 throttled, and says where the reasons came from', async () => {
-    const state = await throttledRun({ file: '3.x-default-counters.txt', uuid: 'GPU-0f6d2e91-b4a8-37c5-d019-6a2e8b4c7f13', maxMHz: 1590, heldMHz: 1100, reasons: 0x4, dcgmArgs: [], job: 'dcgm-power' });
+describe.skipIf(!plain.python).concurrent('throttling under the default DCGM counters, filled from nvidia-smi', () => {
+  it('calls a power-capped T4 throttled, and says where the reasons came from', async (context) => {
+    const state = await throttledRun(context, { file: '3.x-default-counters.txt', uuid: 'GPU-0f6d2e91-b4a8-37c5-d019-6a2e8b4c7f13', maxMHz: 1590, heldMHz: 1100, reasons: 0x4, dcgmArgs: [], job: 'dcgm-power' });
     expect(state.counters.gpu_source).toBe('dcgm');
     const rank = state.jobs[0].ranks[0];
     expect(rank.verdict).toMatchObject({ verdict: 'throttled', cause: 'power' });
@@ -70,8 +70,8 @@ describe.skipIf(!plain.python)('throttling under the default DCGM counters, fill
     });
   });
 
-  it("calls a rank on a thermally held MIG instance (DCGM names it by its A30's UUID) throttled, from the physical GPU's reasons", async () => {
-    const state = await throttledRun({
+  it("calls a rank on a thermally held MIG instance (DCGM names it by its A30's UUID) throttled, from the physical GPU's reasons", async (context) => {
+    const state = await throttledRun(context, {
       file: '2.x-mig-a30.txt',
       uuid: 'GPU-5e2b8c14-9d07-a3f6-41c8-e7d02b9f6a38',
       maxMHz: 1440,

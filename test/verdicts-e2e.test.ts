@@ -24,7 +24,8 @@ import { startSidecar, tempDir, waitFor, type RunningSidecar } from './support/s
  * Each test reads the summary.json the sidecar writes when the job ends.
  *
  * These runs take seconds of wall clock each and depend on the machine keeping up, so `npm test`
- * runs only a few of them as smoke tests (compute-bound, input-bound, the A10 case, the cgroup one);
+ * runs only two of them as smoke tests (the A10 case, which goes from compute-bound to input-bound,
+ * and the cgroup one, under a real CFS quota);
  * every verdict is proven by test/verdicts-replay.test.ts, which replays the journals these tests
  * recorded (test/fixtures/journals). STEPSCOPE_E2E=all runs them all; STEPSCOPE_RECORD=1 (npm run
  * record:scenarios) runs them all and records each passing one again.
@@ -181,21 +182,18 @@ interface SteadyCase {
   first: string;
   host?: HostLoad;
   gpu?: Record<string, number | string>;
-  /** Run by `npm test` by default (the others only with STEPSCOPE_E2E=all or STEPSCOPE_RECORD). */
-  smoke?: boolean;
 }
 
 // Margins well clear of the thresholds in src/analysis/verdict.ts: a limiter at ~75% of the step
 // where the rule fires at 20-25%; clocks at 50-66% of their maximum where the rules start at 70-85%.
 const STEADY: SteadyCase[] = [
-  { title: 'compute-bound: a healthy loop', phases: { data: 1, h2d: 1, compute: 30 }, verdict: 'compute-bound', cause: null, first: 'faster-compute', smoke: true },
+  { title: 'compute-bound: a healthy loop', phases: { data: 1, h2d: 1, compute: 30 }, verdict: 'compute-bound', cause: null, first: 'faster-compute' },
   {
     title: 'input-bound/few-workers: data loaded in the training process',
     phases: { data: 30, compute: 10 },
     verdict: 'input-bound',
     cause: 'few-workers',
     first: 'raise-num-workers',
-    smoke: true,
   },
   // The loop sleeps for its data: the host's 95% is someone else's, which is contention, not a CPU too small for the job.
   { title: 'input-bound/contention: the host CPU at 95%, none of it this job\'s', phases: { data: 30, compute: 10 }, host: { cpuPct: 95 }, verdict: 'input-bound', cause: 'contention', first: 'find-neighbour' },
@@ -276,7 +274,7 @@ describe.skipIf(!plain.python).concurrent('verdicts end to end: real sidecar, re
     );
   };
   // One test each, named by its full title (it.for would shorten long titles).
-  for (const steadyCase of STEADY) (steadyCase.smoke ? it : it.skipIf(!ALL_E2E))(steadyCase.title, (context) => steady(steadyCase, context));
+  for (const steadyCase of STEADY) it.skipIf(!ALL_E2E)(steadyCase.title, (context) => steady(steadyCase, context));
 
   it.skipIf(!ALL_E2E)('input-bound/unknown: sleeping loader workers with the host CPU idle (slow storage, a slow collate)', async (context) => {
     // Two forked worker processes that sleep for each batch: they exist, they are not busy, the host
