@@ -4,8 +4,6 @@ import { emptyGpuSample, ThrottleReason, type GpuSample } from '../src/counters/
 import { Engine } from '../src/engine/engine.js';
 import { toRow } from '../src/engine/entries.js';
 import type { EngineSnapshot } from '../src/engine/snapshot.js';
-import { sidecarState } from '../src/outputs/state.js';
-import { historyTail } from '../src/outputs/stream.js';
 import type { SnapshotFrame, VerdictFrame } from '../src/protocol/stream.js';
 import { streamUrl } from '../src/viewer/client.js';
 import { fit, fmtMs, resample, sparkline, stackedBarText, stackedCells } from '../src/viewer/format.js';
@@ -15,6 +13,7 @@ import { mergeSeries, valuesBetween } from '../src/viewer/model/history.js';
 import { buildView } from '../src/viewer/model/job-view.js';
 import { applyFrame, initialSource, type SourceState } from '../src/viewer/model/source.js';
 import { plainEvent, plainLine } from '../src/viewer/plain.js';
+import { streamFrame } from './support/viewer-stream.js';
 
 /**
  * The viewer's data layer fed with what the sidecar's own code makes of a scripted job: a real
@@ -102,20 +101,7 @@ class SimulatedSidecar {
 
   /** Encoded as the stream encodes it, parsed as the viewer parses it. */
   frame(type: 'snapshot' | 'update', seq: number): ViewerFrame {
-    const snapshot = this.snapshot();
-    const state = sidecarState({
-      snapshot,
-      ingest: { connections: 0, connectionsTotal: 0, frames: 0, records: 0, duplicates: 0, rejected: {}, limited: {}, implausible: {} },
-      sources: { gpu: { source: 'sim', reason: 'test', health: null }, host: null },
-      journal: null,
-      version: 'test',
-      startedAt: T0,
-      windowMs: 4000,
-    });
-    // An update holds the slices a tick can have changed: a snapshot, all of them.
-    const history = historyTail(snapshot.history, snapshot.at, type === 'snapshot' ? null : 3);
-    const body = { v: 1, type, seq, at: new Date(this.at).toISOString(), rate_hz: 4, state, history };
-    return parseFrame(JSON.stringify(body));
+    return streamFrame(this.snapshot(), { type, seq, gpuSource: 'sim', windowMs: 4000 });
   }
 
   verdictFrames(): VerdictFrame[] {

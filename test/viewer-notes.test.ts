@@ -10,9 +10,6 @@ import { identity, parsePidStat, topProcesses } from '../src/counters/proc-pid.j
 import { emptyGpuSample } from '../src/counters/types.js';
 import { Engine } from '../src/engine/engine.js';
 import type { JournalEntry } from '../src/engine/entries.js';
-import { sidecarState } from '../src/outputs/state.js';
-import { historyTail } from '../src/outputs/stream.js';
-import { parseFrame } from '../src/viewer/model/frames.js';
 import { gpuKey, gpuSeries, historyFromSnapshot, legacyGpuKey } from '../src/viewer/model/history.js';
 import { buildView, gpuLabel } from '../src/viewer/model/job-view.js';
 import { fmtForecast } from '../src/viewer/model/notes.js';
@@ -21,6 +18,7 @@ import { plainLine } from '../src/viewer/plain.js';
 import { Notes } from '../src/viewer/ui/Notes.js';
 import { hello, run, T0 } from './support/entries.js';
 import { ROOT } from './support/sidecar.js';
+import { streamFrame } from './support/viewer-stream.js';
 
 /**
  * The lines under the viewer's tables, from a real Engine fed a scripted job: an input-starved rank
@@ -70,18 +68,10 @@ function viewOf(seconds: number) {
   const engine = new Engine();
   for (const entry of scriptedJob(seconds)) engine.apply(entry);
   const snapshot = engine.snapshot();
-  const state = sidecarState({
-    snapshot,
-    ingest: { connections: 0, connectionsTotal: 0, frames: 0, records: 0, duplicates: 0, rejected: {}, limited: {}, implausible: {} },
-    sources: { gpu: { source: 'nvidia-smi', reason: 'test', health: null }, host: null },
-    journal: null,
-    version: 'test',
-    startedAt: T0,
-    windowMs: 4000,
-  });
-  const frame = parseFrame(JSON.stringify({ v: 1, type: 'snapshot', seq: 1, at: new Date(snapshot.at).toISOString(), rate_hz: 4, state, history: historyTail(snapshot.history, snapshot.at, null) }));
+  const frame = streamFrame(snapshot, { type: 'snapshot', seq: 1, gpuSource: 'nvidia-smi', windowMs: 4000 });
   const source = applyFrame(initialSource('ws://node-a/v1/stream'), frame, T0);
-  return { view: buildView([source], null, snapshot.at), state };
+  if (frame.type !== 'snapshot') throw new Error('a snapshot frame was asked for');
+  return { view: buildView([source], null, snapshot.at), state: frame.state };
 }
 
 describe('the notes under the viewer tables', () => {
