@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config';
+import SlowFirstSequencer from './test/support/sequencer.js';
 
 export default defineConfig({
   test: {
@@ -11,6 +12,7 @@ export default defineConfig({
     // that was ~50 s of the suite. Tests keep their state to themselves (cleanup lists, in-process
     // sidecars they close), which is what makes this safe.
     isolate: false,
+    sequence: { sequencer: SlowFirstSequencer },
     // Kills whatever the test support started and is still running after each test file.
     setupFiles: ['./test/support/cleanup.ts'],
   },
