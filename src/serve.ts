@@ -209,9 +209,10 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
   }
   // Journaled: hook-forwarded GPU readings count only when they are the source, in a replay too.
   await recorder.record({ t: 'source', at: Date.now(), gpu: gpu.source, reason: gpu.reason }).catch(() => undefined);
-  // Under DCGM the hooks' NVML readings fill the throttle signals the exporter's default counters lack.
-  ingest.wants.nvml = engine.world.hookGpu || gpu.source === 'dcgm';
+  // Under DCGM an nvidia-smi beside the exporter fills the throttle signals its default counters
+  // lack; where there is none, the hooks' NVML readings do (every rank polling NVML otherwise is waste).
   const filler = gpu.source === 'dcgm' ? await startFiller(options, log, recorder, onApps) : null;
+  ingest.wants.nvml = engine.world.hookGpu || (gpu.source === 'dcgm' && filler === null);
 
   const host = new HostCollector({ intervalMs: options.hostIntervalMs, procRoot: options.procRoot, log });
   await host.start((sample) => void ingest.hostSample(sample).catch(fail('host sample')));

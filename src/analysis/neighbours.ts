@@ -1,4 +1,5 @@
 import type { RankWindow } from './window.js';
+import { processList } from '../model/process-list.js';
 
 /**
  * What else runs beside a job: other processes on its GPU and the busiest processes on its node.
@@ -21,13 +22,6 @@ export const SHARED_GPU_MEMORY_MIB = 1024;
  * utilization (NVML's sample period is 1/6 s to 1 s, per nvmlDeviceGetUtilizationRates) blurs.
  */
 export const UNACCOUNTED_UTIL_POINTS = 25;
-
-/** "./gpu_burn (pid 11345) 15690 MiB, /root/tools/memhog (pid 11327) 2566 MiB and 1 more": processes with what each holds or uses. */
-export function processList(processes: ReadonlyArray<{ pid: number; name: string; figure: string | null }>, limit = 3): string {
-  const shown = processes.slice(0, limit).map((p) => `${p.name} (pid ${p.pid})${p.figure === null ? '' : ` ${p.figure}`}`);
-  const more = processes.length - shown.length;
-  return `${shown.join(', ')}${more > 0 ? ` and ${more} more` : ''}`;
-}
 
 export interface GpuShared {
   cause: 'gpu-shared';

@@ -144,8 +144,13 @@ function precisionAdvice(s: Setup): Recommendation[] {
   const out: Recommendation[] = [];
   if (s.cpuOnly) return out;
   if (s.amp === 'off') out.push(r('use-bf16-autocast', 'Mixed precision is off: run the forward pass under torch.autocast("cuda", dtype=torch.bfloat16) (Ampere and newer; float16 with a GradScaler before them).'));
-  const tf32Off = [s.matmulTf32 === false ? 'torch.backends.cuda.matmul.allow_tf32 = True (or torch.set_float32_matmul_precision("high"))' : null, s.cudnnTf32 === false ? 'torch.backends.cudnn.allow_tf32 = True' : null].filter(Boolean);
-  if (tf32Off.length) out.push(r('allow-tf32', `TF32 is off for fp32 ${s.matmulTf32 === false ? 'matmuls' : 'convolutions'}: set ${tf32Off.join(' and ')} to run them on the tensor cores.`));
+  const tf32Off = [
+    s.matmulTf32 === false ? { what: 'matmuls', flag: 'torch.backends.cuda.matmul.allow_tf32 = True (or torch.set_float32_matmul_precision("high"))' } : null,
+    s.cudnnTf32 === false ? { what: 'convolutions', flag: 'torch.backends.cudnn.allow_tf32 = True' } : null,
+  ].filter((off) => off !== null);
+  if (tf32Off.length) {
+    out.push(r('allow-tf32', `TF32 is off for fp32 ${tf32Off.map((off) => off.what).join(' and ')}: set ${tf32Off.map((off) => off.flag).join(' and ')} to run them on the tensor cores.`));
+  }
   return out;
 }
 

@@ -164,6 +164,8 @@ interface Reading {
 export class HostCollector {
   readonly name = 'host';
   private readonly procRoot: string;
+  /** Whether every process of the node is visible, read once (see readPids). */
+  private visible: ProcessVisibility | undefined;
   private readonly sysRoot: string | null;
   /** Whether an interface sits on a device does not change while it exists. */
   private readonly deviceCache = new Map<string, boolean>();
@@ -237,10 +239,14 @@ export class HostCollector {
     };
   }
 
-  /** Every /proc/<pid>/stat up to the bound, newest pids last; null where procfs lists none. */
+  /**
+   * Every /proc/<pid>/stat up to the bound, newest pids first: where the bound or the time box cuts,
+   * it cuts long-lived daemons rather than the training job and its loader workers, which started
+   * last. Null where procfs lists none.
+   */
   private async readPids(): Promise<Reading['pids']> {
     const names = await readdir(this.procRoot).catch(() => [] as string[]);
-    const pids = names.filter((name) => /^\d+$/.test(name)).map(Number).sort((a, b) => a - b);
+    const pids = names.filter((name) => /^\d+$/.test(name)).map(Number).sort((a, b) => b - a);
     if (pids.length === 0) return null;
     const started = performance.now();
     const stats = new Map<string, PidStat>();
@@ -253,8 +259,9 @@ export class HostCollector {
       const stat = await readFile(path.join(this.procRoot, String(pid), 'stat'), 'utf8').then(parsePidStat, () => null);
       if (stat) stats.set(identity(stat), stat);
     }
-    const comm2 = await readFile(path.join(this.procRoot, '2', 'comm'), 'utf8').catch(() => null);
-    return { stats, visible: visibilityOf(comm2), truncated };
+    // Whether pid 2 is kthreadd cannot change while the sidecar runs: read once.
+    this.visible ??= visibilityOf(await readFile(path.join(this.procRoot, '2', 'comm'), 'utf8').catch(() => null));
+    return { stats, visible: this.visible, truncated };
   }
 
   /** `/sys/class/net/<if>/device` exists for an interface on a PCI, virtio or other bus device. */

@@ -35,6 +35,8 @@ export function applyData(world: World, entry: JournalEntry): void {
   switch (entry.t) {
     case 'hello':
       jobs.hello(entry.hello, entry.at, entry.secret ?? null);
+      // A job the store forgot to make room for this one takes its pids with it.
+      for (const job of world.pids.keys()) if (!jobs.hasJob(job)) world.pids.delete(job);
       addPid(world.pids, entry.hello.job, entry.hello.pid);
       break;
     case 'connect':

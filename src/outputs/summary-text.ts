@@ -1,4 +1,4 @@
-import { processList } from '../analysis/neighbours.js';
+import { processList } from '../model/process-list.js';
 import type { GpuSummary, NodeSummary, RankSummary } from '../analysis/summary.js';
 
 /** The words and figures a summary is shown with, one set for the text, Markdown and HTML renderings. */

@@ -1,4 +1,5 @@
 import type { RankState, Waste } from '../../protocol/state.js';
+import { processList } from '../../model/process-list.js';
 import type { Part } from './rows.js';
 
 /**
@@ -75,19 +76,18 @@ function wasteLine(ledgers: readonly Waste[]): string | null {
   return out.join(' · ');
 }
 
-const list = (items: string[], limit = 3) => `${items.slice(0, limit).join(', ')}${items.length > limit ? ` and ${items.length - limit} more` : ''}`;
-
 function gpuOthers(part: Part, prefix: string): string[] {
-  const seen = new Set<number>();
+  // By key: MIG slices share their GPU's index.
+  const seen = new Set<string | number>();
   return part.job.ranks.flatMap((rank) => {
     const gpu = rank.window.gpu;
     const others = gpu?.other_processes;
-    if (!gpu || !others || others.processes.length === 0 || seen.has(gpu.index)) return [];
-    seen.add(gpu.index);
+    if (!gpu || !others || others.processes.length === 0 || seen.has(gpu.key ?? gpu.index)) return [];
+    seen.add(gpu.key ?? gpu.index);
     const where = others.scope === 'physical-gpu' ? `gpu ${gpu.index} (its physical GPU)` : `gpu ${gpu.index}`;
-    const names = others.processes.map((p) => `${p.name} (pid ${p.pid})${p.used_mib === null ? '' : ` ${mib(p.used_mib)}`}`);
+    const names = processList(others.processes.map((p) => ({ pid: p.pid, name: p.name, figure: p.used_mib === null ? null : mib(p.used_mib) })));
     const caveat = others.job_pid_seen ? '' : " (the job's pids are not nvidia-smi's: its own may be listed)";
-    return [`${prefix}${where}: ${list(names)}${caveat}`];
+    return [`${prefix}${where}: ${names}${caveat}`];
   });
 }
 
@@ -95,8 +95,8 @@ function cpuOthers(part: Part, prefix: string): string | null {
   const top = part.job.ranks.map((r) => r.window.host?.top_consumers).find((t) => t != null);
   if (!top || top.processes.length === 0) return null;
   const caveats = [top.visible === 'pod' ? "only the sidecar's pod is visible" : null, top.job_seen ? null : 'some may be the job\'s own'].filter((c) => c !== null);
-  const names = top.processes.map((p) => `${p.name} (pid ${p.pid}) ${p.cores.toFixed(1)} cores`);
-  return `${prefix}${list(names)}${caveats.length ? ` (${caveats.join('; ')})` : ''}`;
+  const names = processList(top.processes.map((p) => ({ pid: p.pid, name: p.name, figure: `${p.cores.toFixed(1)} cores` })));
+  return `${prefix}${names}${caveats.length ? ` (${caveats.join('; ')})` : ''}`;
 }
 
 export function notesOf(parts: readonly Part[], ranks: readonly RankState[]): Notes {
