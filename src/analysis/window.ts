@@ -5,7 +5,7 @@ import type { StepSums } from '../store/step-buckets.js';
 import { throttleReasonNames, ThrottleReason, type GpuSample, type ThrottleReasonName } from '../counters/types.js';
 import type { HostSample } from '../counters/host.js';
 import { largestFirst, type ComputeApp } from '../counters/compute-apps.js';
-import { appOnGpu, gpuKey, type HeldGpuSample } from '../counters/counter-store.js';
+import { appsOn, gpuKey, type HeldGpuSample } from '../counters/counter-store.js';
 import { filledText } from '../counters/coverage.js';
 import type { MatchedBy } from './gpu-match.js';
 import { round } from '../model/round.js';
@@ -230,9 +230,9 @@ function commWindow(steps: StepSums): CommWindow | null {
 
 /** The processes on this GPU (or its physical GPU) that are not the job's own pids. */
 export function otherProcesses(apps: readonly ComputeApp[] | null, gpu: Pick<GpuSample, 'uuid' | 'parentUuid'>, jobPids: ReadonlySet<number>): OtherProcesses | null {
-  if (apps === null) return null;
   const known = { uuid: gpu.uuid, parentUuid: gpu.parentUuid ?? null };
-  const here = apps.filter((app) => appOnGpu(app.gpuUuid, known) !== null);
+  const here = appsOn(apps, known);
+  if (here === null) return null;
   const others = here
     .filter((app) => !jobPids.has(app.pid))
     .map((app) => ({ pid: app.pid, name: app.name, used_mib: app.usedMiB }))

@@ -92,9 +92,13 @@ export const APPS_STALE_MS = 15_000;
  * Whether a compute process listed under `gpuUuid` runs on `gpu`: on it, or on its physical GPU when
  * it is a MIG instance (nvidia-smi lists those by the physical GPU's UUID).
  */
-export function appOnGpu(gpuUuid: string, gpu: Pick<KnownGpu, 'uuid' | 'parentUuid'>): 'gpu' | 'physical-gpu' | null {
-  if (gpu.parentUuid !== null && gpuUuid === gpu.parentUuid) return 'physical-gpu';
-  return gpu.uuid !== null && gpuUuid === gpu.uuid ? 'gpu' : null;
+function listedOn(gpuUuid: string, gpu: Pick<KnownGpu, 'uuid' | 'parentUuid'>): boolean {
+  return (gpu.parentUuid !== null && gpuUuid === gpu.parentUuid) || (gpu.uuid !== null && gpuUuid === gpu.uuid);
+}
+
+/** The compute apps `apps` lists on `gpu` (a MIG instance: on its physical GPU); null where none were read. */
+export function appsOn<T extends { gpuUuid: string }>(apps: readonly T[] | null, gpu: Pick<KnownGpu, 'uuid' | 'parentUuid'>): T[] | null {
+  return apps === null ? null : apps.filter((app) => listedOn(app.gpuUuid, gpu));
 }
 
 /** Recent counter samples, by GPU and for the host, for matching against steps in time. */
@@ -125,7 +129,7 @@ export class CounterStore<Host extends { at: number } = { at: number }> {
   addApps(reading: AppsReading): void {
     this.apps.push(reading);
     for (const entry of this.gpus.values()) {
-      addProcesses(sliceAt(entry, reading.at), reading.apps.filter((app) => appOnGpu(app.gpuUuid, entry.known) !== null));
+      addProcesses(sliceAt(entry, reading.at), appsOn(reading.apps, entry.known)!);
     }
   }
 

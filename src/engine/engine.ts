@@ -3,8 +3,7 @@ import type { NodeInventory } from '../counters/inventory-parse.js';
 import { deviceHint, matchGpu } from '../analysis/gpu-match.js';
 import { compare } from '../analysis/compare.js';
 import { JobAnalysis, type AnalysisDump } from '../analysis/job-analysis.js';
-import { appOnGpu, CounterStore, type CountersDump, type KnownGpu } from '../counters/counter-store.js';
-import type { ComputeApp } from '../counters/compute-apps.js';
+import { appsOn, CounterStore, type CountersDump } from '../counters/counter-store.js';
 import type { HostSample } from '../counters/host.js';
 import { JobStore, LimitError, UnknownSessionError, type JobsDump } from '../store/job-store.js';
 import { Analyst, type Windows } from './analyst.js';
@@ -36,8 +35,6 @@ export interface EngineLimits {
 }
 
 const NO_PIDS: ReadonlySet<number> = new Set();
-
-const processesOn = (gpu: KnownGpu, apps: ComputeApp[] | null) => (apps === null ? null : apps.filter((app) => appOnGpu(app.gpuUuid, gpu) !== null));
 
 export const DEFAULT_CONFIG: EngineConfig = { windowMs: 4_000, holdMs: 2_000, endGraceMs: 10_000 };
 
@@ -234,6 +231,7 @@ export class Engine {
   private publish(at: number, events: EngineSnapshot['events'], ended: EndedRun[], windows: Windows = this.windows(at)): EngineSnapshot {
     const { jobs, counters } = this.world;
     const knownGpus = counters.knownGpus();
+    const apps = counters.appsAt(at)?.apps ?? null;
     const views = jobs.rankViews();
     const baseline = this.analyst.options.baseline;
     const jobStates = jobs.snapshot(at).map((job): JobState => {
@@ -273,7 +271,7 @@ export class Engine {
       source: this.source,
       node: this.node,
       jobs: jobStates,
-      gpus: knownGpus.map((known) => ({ known, recent: counters.gpuSamples(known.key, at - this.config.windowMs, at), processes: processesOn(known, counters.appsAt(at)?.apps ?? null) })),
+      gpus: knownGpus.map((known) => ({ known, recent: counters.gpuSamples(known.key, at - this.config.windowMs, at), processes: appsOn(apps, known) })),
       host: counters.latestHost(),
       ranks,
       history: historySeries(views, counters, historyFrom, at, HISTORY_SLICE_MS),
