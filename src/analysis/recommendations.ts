@@ -1,5 +1,6 @@
 import type { Env } from '../protocol/messages.js';
 import type { Cause, Verdict } from './verdict.js';
+import { envGroup, num, REDUCED } from './stack.js';
 import type { RankWindow } from './window.js';
 
 /**
@@ -27,13 +28,7 @@ interface Context {
   hostCores: number | null;
 }
 
-type Group = Record<string, unknown>;
-const group = (env: Env, name: string): Group => {
-  const value = env[name];
-  return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Group) : {};
-};
-const loader = (env: Env) => group(env, 'loader');
-const num = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : null);
+const loader = (env: Env) => envGroup(env, 'loader');
 
 const r = (id: string, text: string): Recommendation => ({ id, text });
 
@@ -57,11 +52,9 @@ interface Setup {
   workersWait: boolean;
 }
 
-const REDUCED = /float16|bfloat16|half|bf16|fp16/;
-
 function setup({ env, window, hostCores }: Context): Setup {
-  const stack = group(env, 'stack');
-  const compile = group(env, 'compile');
+  const stack = envGroup(env, 'stack');
+  const compile = envGroup(env, 'compile');
   const ampValue = typeof stack.amp === 'string' ? stack.amp : null;
   const precision = typeof stack.matmul_precision === 'string' ? stack.matmul_precision : null;
   const gpuSeen = window.gpu !== null || env.gpu_name != null || env.gpu_index != null;

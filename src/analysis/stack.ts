@@ -35,7 +35,13 @@ const WEIGHT: Record<Effect, number> = { large: 3, medium: 2, small: 1, unknown:
 /** A change that usually goes the other way explains the observed change less: a large one then ranks below a small one. */
 const CONTRARY = 0.25;
 
-const num = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : null);
+/** A finite number, else null: the hook's values are checked here, not trusted. */
+export const num = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : null);
+/** One group of the env the hook sends (`stack`, `compile`, `loader`): {} where absent or not an object. */
+export function envGroup(env: Readonly<Record<string, unknown>>, name: string): Record<string, unknown> {
+  const value = env[name];
+  return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : {};
+}
 const show = (v: unknown) => (typeof v === 'string' ? v : JSON.stringify(v ?? null));
 const j = (effect: Effect, direction: Direction, reason: string): Judged => ({ effect, direction, reason });
 
@@ -64,7 +70,8 @@ const version =
   (before, after) =>
     j(effect, 'either', `${name} ${show(before)} → ${show(after)}: a new version may have taken a slower path (kernels, defaults)`);
 
-const REDUCED = /float16|bfloat16|half|bf16|fp16/;
+/** A reduced-precision dtype, as the hook names what autocast ran with. */
+export const REDUCED = /float16|bfloat16|half|bf16|fp16/;
 const usesAmp = (env: Flat) => typeof env.get('stack.amp') === 'string' && REDUCED.test(env.get('stack.amp') as string);
 
 const amp: Rule = (before, after) => {
@@ -306,9 +313,7 @@ export const RECOMPILE_THRESHOLDS = { perMinute: 8, timeShare: 0.1 } as const;
  * does not say. `window` (the rank's) turns the rate into steps: "a recompile every 6 steps".
  */
 export function recompileCause(env: Readonly<Record<string, unknown>>, window?: Pick<RankWindow, 'steps' | 'seconds'> | null): { cause: 'recompiles'; why: string } | null {
-  const group = env.compile;
-  if (group === null || typeof group !== 'object' || Array.isArray(group)) return null;
-  const compile = group as Record<string, unknown>;
+  const compile = envGroup(env, 'compile');
   const recompiles = num(compile.recompiles_1m);
   if (recompiles === null || recompiles < 1) return null;
   const seconds = num(compile.recompile_s_1m);

@@ -3,7 +3,7 @@ import type { ThrottleReasonName } from '../counters/types.js';
 import type { Cause, CommCause, ComputeCause, Evidence, InputCause, Limiter, MemoryCause, ThrottleCause, Verdict } from '../model/verdict.js';
 import { recommendationsFor, type Recommendation } from './recommendations.js';
 import { gpuSharedCause, topConsumersText } from './neighbours.js';
-import { recompileCause } from './stack.js';
+import { envGroup, num, recompileCause } from './stack.js';
 import type { RankWindow } from './window.js';
 
 /**
@@ -307,11 +307,7 @@ function computeSplit(window: RankWindow): { cause: ComputeCause | null; why: st
   return { cause: null, why: `SMs ${pct(sm)} active${tensor === null ? '' : `, tensor pipes ${pct(tensor)}`}${dram === null ? '' : `, memory ${pct(dram)}`}: balanced` };
 }
 
-function compileFigure(env: Env, key: 'recompiles_1m' | 'recompile_s_1m'): number | null {
-  const compile = env.compile as Record<string, unknown> | undefined;
-  const value = compile !== null && typeof compile === 'object' ? compile[key] : undefined;
-  return typeof value === 'number' ? value : null;
-}
+const compileFigure = (env: Env, key: 'recompiles_1m' | 'recompile_s_1m'): number | null => num(envGroup(env, 'compile')[key]);
 
 function evidenceFigures(window: RankWindow, context: RankContext): Record<string, number | string | null> {
   const b = window.breakdown;
