@@ -196,10 +196,11 @@ export class RunSeries {
       accountedTo: this.accountedTo,
       startedAt: this.startedAt,
       gpus: [...this.gpus.values()].map(({ key, index, uuid, name }) => ({ key, index, uuid, name })),
-      slices: this.slices.map((slice) => ({
-        sums: { ...slice.sums },
+      // A copy, as clone() makes it, so the checkpoint does not change under a later tick.
+      slices: this.slices.map(cloneSlice).map((slice) => ({
+        sums: slice.sums,
         ranks: [...slice.ranks].map(([rank, r]): [number, number, number] => [rank, r.steps, r.durNs]),
-        gpus: [...slice.gpus].map(([key, g]): [string, GpuSlice] => [key, { ...g, util: { ...g.util }, clockPct: { ...g.clockPct }, powerW: { ...g.powerW } }]),
+        gpus: [...slice.gpus],
       })),
     };
   }
