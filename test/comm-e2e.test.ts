@@ -1,4 +1,3 @@
-import { createServer } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { decode, encode } from '../src/protocol/codec.js';
@@ -6,6 +5,7 @@ import { cleanupList } from './support/cleanup-list.js';
 import { findPython } from './support/python.js';
 import { fixture, runPython } from './support/run-python.js';
 import { startSidecar, waitFor } from './support/sidecar.js';
+import { freePort } from './support/listening.js';
 
 /**
  * Communication measured by the hook in real torch.distributed jobs (gloo on CPU, 2 and 4 processes,
@@ -61,16 +61,6 @@ async function captureSidecar() {
   };
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 /** Runs the scenarios on `worldSize` ranks of one gloo process group (forked from one Python process); returns each rank's result. */
 async function runJob(worldSize: number, job: string, scenarios: string[], url: string) {

@@ -1,5 +1,4 @@
 import { existsSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { cleanupList } from './support/cleanup-list.js';
@@ -9,6 +8,7 @@ import { findPython } from './support/python.js';
 import { fixture, runPython } from './support/run-python.js';
 import { expectScenario, RECORDING, recordScenario, type ScenarioMeta } from './support/scenarios.js';
 import { startSidecar, tempDir } from './support/sidecar.js';
+import { freePort } from './support/listening.js';
 
 /**
  * A real two-rank data-parallel job (torch.distributed, gloo on CPU) in which rank 1's loader is
@@ -29,16 +29,6 @@ function killByPidFile(pidFile: string) {
   }
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 describe.skipIf(!torch.python)(`straggler in a real torch.distributed job${torch.python ? '' : ` (skipped: ${torch.why})`}`, () => {
   it("names rank 1, whose loader is slow, though both ranks' steps take the same time", async (context) => {

@@ -6,7 +6,6 @@ torch (batch sizes, version guard, the start-up file, ``python -m stepscope``) r
 """
 
 import importlib.util
-import io
 import os
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from stepscope import _auto, _log
 from stepscope._scope import Scope
 
 from .fake_sidecar import FakeSidecar
+from .quiet import Quiet
 
 HOOK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(stepscope.__file__)))
 BOOT_DIR = os.path.join(HOOK_DIR, "stepscope", "_boot")
@@ -39,16 +39,6 @@ def child_env(**env):
         environ.pop(name, None)
     environ.update(env)
     return environ
-
-
-class Quiet(unittest.TestCase):
-    def setUp(self):
-        _log.reset()
-        self.addCleanup(_log.reset)
-        self.stderr = io.StringIO()
-        patcher = mock.patch.object(sys, "stderr", self.stderr)
-        patcher.start()
-        self.addCleanup(patcher.stop)
 
 
 class BatchSamplesTest(unittest.TestCase):

@@ -1,17 +1,16 @@
 """End to end: stepscope.init() against a fake sidecar (acks, reconnects, resends, end)."""
 
-import io
 import os
 import socket
-import sys
 import time
 import unittest
 from unittest import mock
 
 import stepscope
-from stepscope import _log, _protocol
+from stepscope import _protocol
 
 from .fake_sidecar import FakeSidecar, Store, wait_until
+from .quiet import Quiet
 
 
 def free_port():
@@ -33,14 +32,7 @@ def run_steps(scope, n, samples=8):
         scope.step(samples=samples)
 
 
-class DeliveryCase(unittest.TestCase):
-    def setUp(self):
-        _log.reset()
-        self.stderr = io.StringIO()
-        patcher = mock.patch.object(sys, "stderr", self.stderr)
-        patcher.start()
-        self.addCleanup(patcher.stop)
-        self.addCleanup(_log.reset)
+class DeliveryCase(Quiet):
 
     def init(self, **kwargs):
         scope = stepscope.init(**kwargs)
@@ -51,9 +43,6 @@ class DeliveryCase(unittest.TestCase):
         server = FakeSidecar(**kwargs)
         self.addCleanup(server.stop)
         return server
-
-    def warnings(self):
-        return [line for line in self.stderr.getvalue().splitlines() if line]
 
 
 class BasicDeliveryTest(DeliveryCase):

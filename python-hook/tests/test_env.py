@@ -1,13 +1,13 @@
-import io
 import os
 import re
-import sys
 import types
 import unittest
 import uuid
 from unittest import mock
 
 from stepscope import _env, _log
+
+from .quiet import Quiet
 
 _LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "STEPSCOPE_JOB", "TORCHELASTIC_RUN_ID")
 
@@ -18,15 +18,7 @@ def clean_environ(**values):
     return mock.patch.dict(os.environ, environ, clear=True)
 
 
-class IdentityTest(unittest.TestCase):
-    def setUp(self):
-        _log.reset()
-        self.addCleanup(_log.reset)
-        self.stderr = io.StringIO()
-        patcher = mock.patch.object(sys, "stderr", self.stderr)
-        patcher.start()
-        self.addCleanup(patcher.stop)
-
+class IdentityTest(Quiet):
     def warnings(self):
         return self.stderr.getvalue().splitlines()
 

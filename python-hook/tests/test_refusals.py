@@ -5,10 +5,8 @@ that does not resolve (yet) and a sidecar that says "try again later" are retrie
 each kind of problem said once.
 """
 
-import io
 import os
 import socket
-import sys
 import time
 import unittest
 from unittest import mock
@@ -18,6 +16,7 @@ from stepscope import _env, _log, _ws
 from stepscope._scope import Scope
 
 from .fake_sidecar import FakeSidecar, wait_until
+from .quiet import Quiet
 from .test_delivery import free_port, run_steps
 
 ACCEPTED = (
@@ -27,17 +26,7 @@ ACCEPTED = (
 NOT_SENT = "; not retrying: steps are still timed here but not sent"
 
 
-class RefusalCase(unittest.TestCase):
-    def setUp(self):
-        _log.reset()
-        self.stderr = io.StringIO()
-        patcher = mock.patch.object(sys, "stderr", self.stderr)
-        patcher.start()
-        self.addCleanup(patcher.stop)
-        self.addCleanup(_log.reset)
-
-    def warnings(self):
-        return [line for line in self.stderr.getvalue().splitlines() if line]
+class RefusalCase(Quiet):
 
     def server(self, **kwargs):
         server = FakeSidecar(**kwargs)

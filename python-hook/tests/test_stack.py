@@ -15,7 +15,8 @@ import stepscope
 from stepscope import _env, _stack
 
 from .fake_sidecar import FakeSidecar
-from .test_auto import HAS_TORCH, Quiet
+from .quiet import Quiet
+from .test_auto import HAS_TORCH
 
 
 class Hostile:

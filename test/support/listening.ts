@@ -1,3 +1,4 @@
+import { createServer } from 'node:net';
 import type { InProcess } from './in-process.js';
 
 export interface Listening {
@@ -16,4 +17,16 @@ export async function listen(side: Pick<InProcess, 'app'>): Promise<Listening> {
   const address = side.app.server.address();
   const port = typeof address === 'object' && address ? address.port : 0;
   return { port, http: `http://127.0.0.1:${port}`, ingestUrl: `ws://127.0.0.1:${port}/v1/ingest`, streamUrl: `ws://127.0.0.1:${port}/v1/stream` };
+}
+
+/** A loopback port free now, for a process the test starts to listen on (torch.distributed's MASTER_PORT). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
 }
