@@ -1,3 +1,4 @@
+import type { NodeSummary } from './summary.js';
 import type { RankWindow } from './window.js';
 
 /**
@@ -227,18 +228,8 @@ export function stackDrifts(baseline: Readonly<Record<string, unknown>>, current
 // ---------------------------------------------------------------------------------------------------
 // The node inventory (a summary's `node`): the hardware around the GPUs.
 
-/** The fields of a run's node inventory (src/counters/inventory-parse.ts, in summaries as `node`) that drifts are read from. */
-export interface NodeInventory {
-  cpu_model?: string | null;
-  cores_logical?: number | null;
-  cores_physical?: number | null;
-  memory_bytes?: number | null;
-  gpu_models?: ReadonlyArray<{ name: string; count: number }> | null;
-  gpu_count?: number | null;
-  driver_version?: string | null;
-  cuda_version?: string | null;
-  cores_per_gpu?: number | null;
-}
+/** A run's node inventory as summaries carry it (`node`), any part of it: drifts are read from what both have. */
+export type NodeInventory = Partial<NodeSummary>;
 
 /** "8× NVIDIA H100 80GB HBM3, 1× NVIDIA A10" from the inventory's models and counts. */
 const gpuModels = (v: unknown) =>

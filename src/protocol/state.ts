@@ -576,5 +576,4 @@ export type Comparison = Static<typeof ComparisonSchema>;
 export type RankState = Static<typeof RankStateSchema>;
 export type JobState = Static<typeof JobStateSchema>;
 export type SidecarState = Static<typeof SidecarStateSchema>;
-export type NodeState = Static<typeof NodeInventorySchema>;
 export type Waste = Static<typeof WasteSchema>;
