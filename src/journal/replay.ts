@@ -37,6 +37,23 @@ const MAX_EXAMPLES = 20;
 export const TICK_MS = 250;
 
 /**
+ * The made-up ticks after an entry at `lastAt`, up to (not past) `until`: every TICK_MS while time
+ * alone can still change the state (windows emptying, verdicts held, runs ending: `settleMs`), then
+ * at doubling spacing, so that a gap of a year costs a few dozen ticks and a time-based change in
+ * it is still seen within a fraction of its age. Each tick's interval since the previous one covers
+ * the stretch it jumped, which is how the analysis counts time: idle comes out of the gap itself.
+ */
+export function* madeUpTicks(from: number, lastAt: number, until: number, settleMs: number): Generator<number> {
+  let at = from;
+  let step = TICK_MS;
+  while (at + TICK_MS <= until) {
+    if (at + step > lastAt + settleMs) step = Math.min(step * 2, Math.max(TICK_MS, Math.floor((until - at) / TICK_MS) * TICK_MS));
+    at = Math.min(at + step, until - ((until - at) % TICK_MS));
+    yield at;
+  }
+}
+
+/**
  * Streams a journal folder (its newest good checkpoint, then the segments after it) into a new
  * engine. Never throws for content: whatever cannot be read or used is skipped, counted and
  * reported with its file and offset. Memory is bounded by the state, not by the journal.
@@ -55,6 +72,7 @@ export async function replayJournal(dir: string, options: ReplayOptions = {}): P
   let sawTick = false;
   let sawStart = false;
   let nextTick: number | null = null;
+  let lastAt = 0;
   const apply = async (entry: JournalEntry) => {
     const applied = engine.stats.applied;
     engine.apply(entry);
@@ -83,11 +101,13 @@ export async function replayJournal(dir: string, options: ReplayOptions = {}): P
     if (entry.t === 'tick') sawTick = true;
     if (entry.t === 'start') sawStart = true;
     if (!sawTick) {
-      nextTick ??= entry.at;
-      while (nextTick + TICK_MS <= entry.at) {
-        nextTick += TICK_MS;
-        await apply({ t: 'tick', at: nextTick });
+      nextTick ??= lastAt = entry.at;
+      const { windowMs, holdMs, endGraceMs } = engine.config;
+      for (const at of madeUpTicks(nextTick, lastAt, entry.at, 2 * (windowMs + holdMs + endGraceMs))) {
+        nextTick = at;
+        await apply({ t: 'tick', at });
       }
+      lastAt = Math.max(lastAt, entry.at);
     }
     await apply(entry);
     if (!sawStart && entry.t === 'hello') await apply({ t: 'connect', at: entry.at, session: entry.hello.session });
