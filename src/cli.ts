@@ -228,8 +228,10 @@ program
   })
   .addOption(new Option('--format <format>', 'how to print each summary').choices(['text', 'md', 'json']).default('text'))
   .option('--write <dir>', 'also write the summaries there, as the sidecar would')
-  .action(async (dir: string, options: { speed?: number; format: 'text' | 'md' | 'json'; write?: string }) => {
-    process.exitCode = await runReplay(dir, options);
+  .addOption(new Option('--max-jobs <n>', "the recording sidecar's --max-jobs (bounds the checkpoint it could write)").default(DEFAULT_LIMITS.maxJobs).argParser(integer(1, 10_000)))
+  .addOption(new Option('--max-ranks <n>', "the recording sidecar's --max-ranks").default(DEFAULT_LIMITS.maxRanksPerJob).argParser(integer(1, 65_536)))
+  .action(async (dir: string, options: { speed?: number; format: 'text' | 'md' | 'json'; write?: string; maxJobs: number; maxRanks: number }) => {
+    process.exitCode = await runReplay(dir, { ...options, limits: { maxJobs: options.maxJobs, maxRanksPerJob: options.maxRanks } });
   });
 
 program

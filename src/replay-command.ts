@@ -3,6 +3,7 @@ import path from 'node:path';
 import type { Engine } from './engine/engine.js';
 import type { JournalEntry } from './engine/entries.js';
 import type { EndedRun } from './engine/snapshot.js';
+import { checkpointBytesFor, type IngestLimits } from './ingest/limits.js';
 import { replayJournal } from './journal/replay.js';
 import { renderSummary } from './outputs/summary-render.js';
 import { writeSummaryFiles } from './outputs/summary-files.js';
@@ -11,6 +12,8 @@ export interface ReplayCommandOptions {
   speed?: number;
   format: 'text' | 'md' | 'json';
   write?: string;
+  /** The recording sidecar's --max-jobs and --max-ranks: how large a checkpoint it could have written. */
+  limits?: Partial<IngestLimits>;
   out?: NodeJS.WritableStream;
   err?: NodeJS.WritableStream;
 }
@@ -49,7 +52,7 @@ export async function runReplay(target: string, options: ReplayCommandOptions): 
     }
   };
   // At once, ticks publish nothing and the runs that ended come with the one snapshot at the end.
-  const { engine, report } = await replayJournal(dir, { onEntry, publishTicks: paced });
+  const { engine, report } = await replayJournal(dir, { onEntry, publishTicks: paced, maxCheckpointBytes: checkpointBytesFor(options.limits) });
   if (!paced) ended.push(...engine.snapshot().ended);
   if (report.problems + report.skipped > 0) {
     err.write(`stepscope replay: ${report.problems} unreadable and ${report.skipped} unusable entries skipped, e.g.:\n`);

@@ -11,7 +11,7 @@ import { SimCollector } from './counters/sim.js';
 import { Engine } from './engine/engine.js';
 import type { EndedRun, EngineSnapshot } from './engine/snapshot.js';
 import { Ingest } from './ingest/ingest.js';
-import { checkMemoryFits, DEFAULT_LIMITS, type IngestLimits } from './ingest/limits.js';
+import { checkMemoryFits, checkpointBytesFor, DEFAULT_LIMITS, type IngestLimits } from './ingest/limits.js';
 import { Recorder } from './journal/recorder.js';
 import { replayJournal, TICK_MS } from './journal/replay.js';
 import { Wal } from './journal/wal.js';
@@ -103,14 +103,16 @@ async function openJournal(options: ServeOptions, baseline: Summary | null, log:
     const engine = new Engine({ baseline });
     return { engine, recorder: new Recorder(engine, null, recorderOptions(0)) };
   }
-  const { engine, report } = await replayJournal(options.out, { baseline, limits: { ...DEFAULT_LIMITS, ...options.limits } });
+  const limits = { ...DEFAULT_LIMITS, ...options.limits };
+  const maxCheckpointBytes = checkpointBytesFor(limits);
+  const { engine, report } = await replayJournal(options.out, { baseline, limits, maxCheckpointBytes });
   if (report.entries + report.skipped + report.problems > 0 || report.checkpoint) {
     const fields = { out: options.out, checkpoint: report.checkpoint, entries: report.entries, skipped: report.skipped, problems: report.problems, ms: report.ms, jobs: engine.world.jobs.jobCount };
     if (report.problems + report.skipped > 0) log.warn({ ...fields, examples: report.examples.slice(0, 5) }, 'resumed from journal; some of it could not be used');
     else log.info(fields, 'resumed from journal');
   }
   const maxBytes = options.journalMaxBytes ?? DEFAULT_JOURNAL_MAX_BYTES;
-  const wal = await Wal.open({ dir: options.out, maxBytes });
+  const wal = await Wal.open({ dir: options.out, maxBytes, maxCheckpointBytes });
   const recorder = new Recorder(engine, wal, recorderOptions(maxBytes));
   recorder.replay = { entries: report.entries, skipped: report.skipped, problems: report.problems, ms: report.ms };
   return { engine, recorder };

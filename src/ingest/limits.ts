@@ -37,6 +37,18 @@ export const DEFAULT_LIMITS: IngestLimits = {
  * its histograms, process samples, 16 sessions, its part of a snapshot.
  */
 export const RANK_BYTES = 1024 * 1024;
+/**
+ * The most a journal checkpoint can hold under the limits: each rank's part (262 KiB measured at
+ * its fullest by the same script, bounded at twice that) and each GPU's counters (540 KiB for a day
+ * of 500 ms samples, bounded at 1 MiB) for up to 64 devices (8 GPUs of 7 MIG instances, and room).
+ * A larger checkpoint was not written by this sidecar: it is refused before a byte of it is read.
+ */
+export const RANK_CHECKPOINT_BYTES = 512 * 1024;
+export const CHECKPOINT_GPUS_BYTES = 64 * 1024 * 1024;
+export function checkpointBytesFor(limits: Partial<IngestLimits> = {}): number {
+  const { maxJobs, maxRanksPerJob } = { ...DEFAULT_LIMITS, ...limits };
+  return maxJobs * maxRanksPerJob * RANK_CHECKPOINT_BYTES + CHECKPOINT_GPUS_BYTES;
+}
 /** The heap the limits may fill; the rest is for GPU/host history, the stream and summaries. */
 const HEAP_SHARE = 0.5;
 

@@ -30,6 +30,8 @@ export interface ReplayOptions {
   onEntry?: (entry: JournalEntry, engine: Engine) => Promise<void> | void;
   /** Publish a snapshot at every tick (slower; for paced replays), instead of once at the end. */
   publishTicks?: boolean;
+  /** A checkpoint larger than this is refused unread (ingest/limits.ts checkpointBytesFor: what the limits could write). */
+  maxCheckpointBytes?: number;
 }
 
 const MAX_EXAMPLES = 20;
@@ -80,7 +82,7 @@ export async function replayJournal(dir: string, options: ReplayOptions = {}): P
     else report.skipped += 1;
     await options.onEntry?.(entry, engine);
   };
-  for await (const item of readWal(dir, { onBad: (bad) => problem(bad.file, bad.offset, bad.reason) })) {
+  for await (const item of readWal(dir, { onBad: (bad) => problem(bad.file, bad.offset, bad.reason), maxCheckpointBytes: options.maxCheckpointBytes })) {
     if (item.kind === 'checkpoint') {
       try {
         engine = Engine.fromCheckpoint(item.value, options.baseline ?? null, options.limits ?? null);

@@ -1,4 +1,6 @@
 import path from 'node:path';
+import { crc32 } from 'node:zlib';
+import { parseChunked } from '@discoveryjs/json-ext';
 import {
   BAD_LINE,
   LEGACY_FILE,
@@ -35,6 +37,11 @@ export interface ReadWalOptions {
   fs?: WalFs;
   /** Entry lines longer than this (newline included) are skipped; default MAX_RECORD_BYTES. */
   maxLineBytes?: number;
+  /**
+   * A checkpoint file larger than this is not read at all (default MAX_CHECKPOINT_BYTES): the
+   * sidecar passes the most its limits could produce, so a forged one cannot take the heap.
+   */
+  maxCheckpointBytes?: number;
 }
 
 type EntryItem = Extract<WalItem, { kind: 'entry' }>;
@@ -63,7 +70,7 @@ export async function* readWal(dir: string, options: ReadWalOptions): AsyncGener
 
   let checkpoint: { value: unknown; file: string; number: number } | null = null;
   for (const candidate of [...listing.checkpoint].reverse()) {
-    const value = await readCheckpoint(reader, candidate.name, onBad);
+    const value = await readCheckpoint(reader, candidate.name, onBad, options.maxCheckpointBytes ?? MAX_CHECKPOINT_BYTES);
     if (value) {
       checkpoint = { value: value.value, file: candidate.name, number: candidate.number };
       break;
@@ -104,28 +111,39 @@ export async function* readWal(dir: string, options: ReadWalOptions): AsyncGener
   }
 }
 
-/** The value of a checkpoint file whose first line is intact; anything else in it is reported. */
-async function readCheckpoint(reader: FileReader, file: string, onBad: ReadWalOptions['onBad']): Promise<{ value: unknown } | null> {
+/**
+ * The value of a checkpoint file whose first line is intact; anything else in it is reported. The
+ * record is checked (its crc over the whole line) before it is parsed, and parsed as a stream of
+ * chunks: memory is the value it holds plus a chunk, never the text too. A file larger than
+ * `maxBytes` is refused unread.
+ */
+async function readCheckpoint(reader: FileReader, file: string, onBad: ReadWalOptions['onBad'], maxBytes: number): Promise<{ value: unknown } | null> {
+  const record = await reader.checkpointRecord(file, maxBytes);
+  const after = (problem: WalProblem) => onBad({ ...problem, reason: 'unexpected data after the checkpoint record' });
+  if ('reason' in record) {
+    const { rest: _rest, ...problem } = record;
+    onBad({ ...problem, reason: record.reason.startsWith('checkpoint of ') ? record.reason : `checkpoint unreadable: ${record.reason}` });
+    if (record.rest === null) return null;
+  }
   let found: { value: unknown } | null = null;
-  let first = true;
-  for await (const lines of reader.scan(file, decodeLine, MAX_CHECKPOINT_BYTES, false)) {
-    for (const line of lines) {
-      if ('kind' in line) {
-        if (first) found = { value: line.value };
-        else {
-          // A second intact record line: its length as the writer makes it (crc, space, JSON, newline).
-          const bytes = Buffer.byteLength(JSON.stringify(line.value)) + 10;
-          onBad({ file, offset: line.offset, bytes, reason: 'unexpected data after the checkpoint record' });
-        }
-      } else {
-        onBad({ ...line, reason: first ? `checkpoint unreadable: ${line.reason}` : 'unexpected data after the checkpoint record' });
-      }
-      first = false;
+  if (!('reason' in record)) {
+    try {
+      found = { value: (await parseChunked(() => reader.bytes(file, record.bodyStart, record.bodyEnd))) as unknown };
+    } catch (error) {
+      onBad({ file, offset: 0, bytes: record.rest, reason: `checkpoint unreadable: ${error instanceof CheckpointReadError ? error.message : 'not JSON'}` });
     }
   }
-  if (first) onBad({ file, offset: 0, bytes: 0, reason: 'checkpoint unreadable: empty file' });
+  for await (const lines of reader.scan(file, () => BAD_LINE, FIRST_CHUNK_BYTES, false, record.rest ?? 0)) {
+    for (const line of lines) if (!('kind' in line)) after(line);
+  }
   return found;
 }
+
+/** A read that failed while a checkpoint was being parsed (as opposed to the text not being JSON). */
+class CheckpointReadError extends Error {}
+
+/** The first line of a checkpoint file: where its JSON is, or why it is unusable; `rest`: where what follows it starts (null: nothing to scan). */
+type CheckpointRecord = { bodyStart: number; bodyEnd: number; rest: number } | (WalProblem & { rest: number | null });
 
 /** Reads start small (most segments and checkpoints are) and grow while reads fill the buffer. */
 const FIRST_CHUNK_BYTES = 64 * 1024;
@@ -142,12 +160,94 @@ class FileReader {
   ) {}
 
   /**
+   * Finds a checkpoint's record line without keeping it: checks its prefix and its crc as the bytes
+   * stream past, and says where its JSON lies. The same reasons as decodeLine gives a bad line.
+   */
+  async checkpointRecord(file: string, maxBytes: number): Promise<CheckpointRecord> {
+    const size = (await this.fs.stat(path.join(this.dir, file)).catch(() => null))?.size ?? null;
+    if (size !== null && size > maxBytes) {
+      return { file, offset: 0, bytes: size, rest: null, reason: `checkpoint of ${size} bytes is larger than any this sidecar's limits could write (${maxBytes} bytes): not read` };
+    }
+    const bad = (bytes: number, reason: string, rest: number | null): CheckpointRecord => ({ file, offset: 0, bytes, reason, rest });
+    let header = Buffer.alloc(0);
+    let crc = 0;
+    let length = 0;
+    try {
+      for await (let data of this.bytes(file, 0, maxBytes + 1)) {
+        if (header.length < 9) {
+          const taken = data.subarray(0, 9 - header.length);
+          const newline = taken.indexOf(0x0a);
+          if (newline >= 0) return bad(header.length + newline + 1, header.length + newline === 0 ? 'empty line' : 'not a record line', header.length + newline + 1);
+          header = Buffer.concat([header, taken]);
+          length = header.length;
+          data = data.subarray(taken.length);
+          if (header.length < 9) continue;
+          if (header[8] !== 0x20 || !/^[0-9a-f]{8}$/.test(header.toString('latin1', 0, 8))) {
+            const rest = await this.lineEnd(file, 9);
+            return bad(rest ?? size ?? 9, 'not a record line', rest);
+          }
+        }
+        const newline = data.indexOf(0x0a);
+        const body = newline >= 0 ? data.subarray(0, newline) : data;
+        crc = crc32(body, crc);
+        length += body.length;
+        if (newline < 0) continue;
+        const rest = length + 1;
+        if (length < 10) return bad(rest, 'not a record line', rest);
+        if (crc !== Number.parseInt(header.toString('latin1', 0, 8), 16)) return bad(rest, 'crc mismatch', rest);
+        return { bodyStart: 9, bodyEnd: length, rest };
+      }
+    } catch (error) {
+      return bad(0, errorMessage(error), null);
+    }
+    if (length === 0) return bad(0, 'empty file', null);
+    return bad(length, 'torn: no newline at the end of the file', null);
+  }
+
+  /** Where the line that runs through `from` ends, past its newline (null: at the end of the file, torn). */
+  private async lineEnd(file: string, from: number): Promise<number | null> {
+    let position = from;
+    for await (const data of this.bytes(file, from, Number.POSITIVE_INFINITY)) {
+      const newline = data.indexOf(0x0a);
+      if (newline >= 0) return position + newline + 1;
+      position += data.length;
+    }
+    return null;
+  }
+
+  /** The bytes of `file` in [from, to), a new buffer each read; throws `cannot open: …` or `read failed: …`. */
+  async *bytes(file: string, from: number, to: number): AsyncGenerator<Buffer> {
+    let handle;
+    try {
+      handle = await this.fs.open(path.join(this.dir, file), 'r');
+    } catch (error) {
+      throw new CheckpointReadError(`cannot open: ${errorMessage(error)}`);
+    }
+    try {
+      for (let position = from; position < to; ) {
+        const buffer = Buffer.allocUnsafe(Math.min(MAX_CHUNK_BYTES, to - position));
+        let read;
+        try {
+          read = await handle.read(buffer, position);
+        } catch (error) {
+          throw new CheckpointReadError(`read failed: ${errorMessage(error)}`);
+        }
+        if (read === 0) return;
+        position += read;
+        yield buffer.subarray(0, read);
+      }
+    } finally {
+      await handle.close().catch(() => undefined);
+    }
+  }
+
+  /**
    * A file's lines, decoded, one array per chunk read. Memory is one chunk plus the longest line
    * kept, which `maxLine` bounds: a longer one is skipped as it streams past. Never throws: a
    * file that cannot be opened or read ends in a problem. `legacy`: a missing file and empty
    * lines are not problems (the old journal never minded them).
    */
-  async *scan(file: string, decode: Decode, maxLine: number, legacy: boolean): AsyncGenerator<Scanned[]> {
+  async *scan(file: string, decode: Decode, maxLine: number, legacy: boolean, from = 0): AsyncGenerator<Scanned[]> {
     let handle;
     try {
       handle = await this.fs.open(path.join(this.dir, file), 'r');
@@ -158,8 +258,8 @@ class FileReader {
     const problem = this.problem;
     const tooLong = `line longer than ${maxLine} bytes`;
     try {
-      let position = 0;
-      let lineStart = 0;
+      let position = from;
+      let lineStart = from;
       // The start of a line that runs past the chunk, copied (the buffer is reused).
       let carry: Buffer[] = [];
       let carryBytes = 0;

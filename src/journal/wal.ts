@@ -84,6 +84,8 @@ export interface WalOptions {
   onPressure?: () => Promise<void> | void;
   /** Called whenever `health().ok` flips. */
   onHealthChange?: (health: WalHealth) => void;
+  /** A checkpoint larger than this is not written (default MAX_CHECKPOINT_BYTES): the reader would refuse it. */
+  maxCheckpointBytes?: number;
 }
 
 const DEFAULT_SEGMENT_BYTES = 4 * 1024 * 1024;
@@ -146,6 +148,7 @@ export class Wal {
   private readonly now: () => number;
   private readonly onPressure: (() => Promise<void> | void) | null;
   private readonly onHealthChange: ((health: WalHealth) => void) | null;
+  private readonly maxCheckpointBytes: number;
 
   /** Every file of the log and its size (an upper bound where a failed write left bytes). */
   private readonly files = new Map<string, number>();
@@ -192,6 +195,7 @@ export class Wal {
     this.now = options.now ?? Date.now;
     this.onPressure = options.onPressure ?? null;
     this.onHealthChange = options.onHealthChange ?? null;
+    this.maxCheckpointBytes = Math.min(options.maxCheckpointBytes ?? MAX_CHECKPOINT_BYTES, MAX_CHECKPOINT_BYTES);
     for (const [name, size] of files) this.setFile(name, size);
     this.segment = newSegment(firstSegment);
   }
@@ -636,8 +640,8 @@ export class Wal {
       const { number, line } = job;
       if (job.error) throw job.error;
       if (number === null || line === null) throw new WalWriteError('WAL_INTERNAL', 'journal checkpoint was not prepared');
-      if (line.length > MAX_CHECKPOINT_BYTES) {
-        throw new WalWriteError('WAL_TOO_LARGE', `journal checkpoint of ${line.length} bytes is over the ${MAX_CHECKPOINT_BYTES} byte limit`);
+      if (line.length > this.maxCheckpointBytes) {
+        throw new WalWriteError('WAL_TOO_LARGE', `journal checkpoint of ${line.length} bytes is over the ${this.maxCheckpointBytes} byte limit`);
       }
       // It must fit beside the files it replaces: they are only deleted once it is durable.
       if (this.total + line.length > this.maxBytes) throw new WalFullError(this.maxBytes);
