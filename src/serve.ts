@@ -1,5 +1,5 @@
 import path from 'node:path';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyServerFactory } from 'fastify';
 import type { Summary } from './analysis/summary.js';
 import type { ComputeApp } from './counters/compute-apps.js';
 import { DcgmCollector } from './counters/dcgm.js';
@@ -22,6 +22,7 @@ import { readSummary, writeSummaryFiles } from './outputs/summary-files.js';
 import { sidecarHistory, type SidecarHistory } from './outputs/history-sidecar.js';
 import { buildServer } from './server.js';
 import { isLoopback } from './auth.js';
+import { listenEarly } from './early-server.js';
 
 export interface ServeOptions {
   host: string;
@@ -165,8 +166,18 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
   checkExposure(options, log);
   checkMemoryFits(options.limits);
   const baseline = await loadBaseline(options.baseline);
+  // `[::1]` as in a URL is `::1` to listen on.
+  const listenHost = options.host.replace(/^\[(.*)\]$/, '$1');
+  // Listening from the start: a long replay is `recovering`, not a sidecar that is down.
+  const early = await listenEarly(listenHost, options.port, options.token);
+  const url = `ws://${listenHost.includes(':') ? `[${listenHost}]` : listenHost}:${early.port}`;
+  if (options.out) log.info({ url, port: early.port, out: options.out }, 'recovering: listening while the journal is replayed (/readyz 503 until done)');
   // Comparisons (with --baseline or the run history) are made beside the engine, in `history`.
-  const { engine, recorder } = await openJournal(options, null, log);
+  const { engine, recorder } = await openJournal(options, null, log).catch(async (error: Error) => {
+    await early.close();
+    throw error;
+  });
+  early.doing = 'starting: reading the node and choosing the GPU counter source';
   const history: SidecarHistory = sidecarHistory({
     dir: options.historyDir ?? (options.out ? path.join(options.out, 'history') : null),
     keep: options.historyKeep,
@@ -206,6 +217,7 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
     gpu = await startGpuSource(options.gpuSource, collectorFactories(options, log, onApps), (samples) => void ingest.gpuSamples(samples).catch(fail('GPU samples')), log);
   } catch (error) {
     await recorder.close();
+    await early.close();
     if (error instanceof GpuSourceError) throw new Error(`--gpu-source ${options.gpuSource}: ${error.message}`);
     throw error;
   }
@@ -244,6 +256,7 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
   };
   const tickTimer = setInterval(() => void recorder.record({ t: 'tick', at: Date.now() }).then(published, fail('tick')), options.tickMs ?? TICK_MS);
 
+  let onRequest: Parameters<FastifyServerFactory>[0] = () => undefined;
   const app = await buildServer({
     ingest,
     log,
@@ -258,6 +271,7 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
     // Hooks learn in `welcome` whether to forward GPU readings, so not before the source is chosen.
     ready: () => (gpu === undefined || stopping !== null ? { ready: false, reason: stopping ? 'stopping' : 'choosing the GPU counter source' } : { ready: true, reason: null }),
     stream: { rateHz: options.streamRateHz, limits: options.streamLimits },
+    serverFactory: (handler) => ((onRequest = handler), early.server),
   });
   history.route(app);
   let resolveStopped: (code: number) => void = () => undefined;
@@ -272,6 +286,7 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
       await writing;
       await Promise.allSettled([gpu.collector?.stop(), filler?.stop(), host.stop()]);
       await app.close();
+      await early.close();
       await recorder.close();
       resolveStopped(0);
       return 0;
@@ -283,13 +298,9 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
     for (const signal of ['SIGTERM', 'SIGINT'] as const) process.once(signal, () => void stop(signal));
   }
 
-  // `[::1]` as in a URL is `::1` to listen on.
-  const listenHost = options.host.replace(/^\[(.*)\]$/, '$1');
-  await app.listen({ host: listenHost, port: options.port });
-  const address = app.server.address();
-  const port = typeof address === 'object' && address ? address.port : options.port;
-  const url = `ws://${listenHost.includes(':') ? `[${listenHost}]` : listenHost}:${port}`;
-  log.info({ url, port, out: options.out ?? null, gpu_source: gpu.source }, 'listening');
+  await app.ready();
+  early.handOver(onRequest);
+  log.info({ url, port: early.port, out: options.out ?? null, gpu_source: gpu.source }, 'listening');
 
   return { app, ingest, engine, log, url, stopped, stop };
 }

@@ -1,5 +1,5 @@
 import websocket from '@fastify/websocket';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyServerFactory } from 'fastify';
 import type { Logger } from 'pino';
 import { ConnectionSlots, HookConnection } from './ingest/connection.js';
 import type { SourceStatus } from './counters/status.js';
@@ -31,6 +31,8 @@ export interface ServerOptions {
   ready?: () => { ready: boolean; reason: string | null };
   /** When set, every request and websocket upgrade must carry `Authorization: Bearer <token>`. */
   token?: string;
+  /** The server to serve on (one listening already: early-server.ts); default a new one, for app.listen. */
+  serverFactory?: FastifyServerFactory;
 }
 
 export const VERSION = '0.1.0';
@@ -49,6 +51,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   const app = Fastify({
     loggerInstance: log as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
+    ...(options.serverFactory ? { serverFactory: options.serverFactory } : {}),
   });
   await app.register(websocket, {
     options: { maxPayload: options.maxFrameBytes },
