@@ -1,5 +1,5 @@
-import { constants } from 'node:fs';
 import { mkdir, open, readdir, rename, stat, unlink, type FileHandle } from 'node:fs/promises';
+import { openRegular } from '../io/bounded-read.js';
 
 /**
  * The few file operations the write-ahead log needs, behind an interface so that tests can make
@@ -79,13 +79,8 @@ export const nodeWalFs: WalFs = {
   async open(path, flags) {
     // Only the sidecar's user reads its journal: it holds what hooks sent and the sessions' resume secrets.
     if (flags !== 'r') return new NodeFileHandle(await open(path, flags, 0o600));
-    // Opened without blocking and checked: a FIFO or device planted in the folder would hang a plain open or read.
-    const handle = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
-    if (!(await handle.stat()).isFile()) {
-      await handle.close();
-      throw new Error('not a regular file (a FIFO, socket or device is never part of a journal)');
-    }
-    return new NodeFileHandle(handle);
+    // A FIFO or device planted in the folder would hang a plain open or read.
+    return new NodeFileHandle(await openRegular(path));
   },
   rename(from, to) {
     return rename(from, to);

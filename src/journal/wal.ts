@@ -86,11 +86,17 @@ export interface WalOptions {
   onHealthChange?: (health: WalHealth) => void;
   /** A checkpoint larger than this is not written (default MAX_CHECKPOINT_BYTES): the reader would refuse it. */
   maxCheckpointBytes?: number;
+  /**
+   * An append not settled after this long makes health() not ok (default 5000 ms), whatever holds it:
+   * a disk that stopped answering, or file-system threads taken by something else.
+   */
+  stallMs?: number;
 }
 
 const DEFAULT_SEGMENT_BYTES = 4 * 1024 * 1024;
 const DEFAULT_FLUSH_DELAY_MS = 5;
 const DEFAULT_RETRY_MS = 1000;
+const DEFAULT_STALL_MS = 5000;
 
 interface Waiter {
   resolve(): void;
@@ -149,6 +155,10 @@ export class Wal {
   private readonly onPressure: (() => Promise<void> | void) | null;
   private readonly onHealthChange: ((health: WalHealth) => void) | null;
   private readonly maxCheckpointBytes: number;
+  private readonly stallMs: number;
+  /** When each append not yet settled was made, oldest first (appends settle in order); from `pendingHead` on. */
+  private pendingAt: number[] = [];
+  private pendingHead = 0;
 
   /** Every file of the log and its size (an upper bound where a failed write left bytes). */
   private readonly files = new Map<string, number>();
@@ -196,6 +206,7 @@ export class Wal {
     this.onPressure = options.onPressure ?? null;
     this.onHealthChange = options.onHealthChange ?? null;
     this.maxCheckpointBytes = Math.min(options.maxCheckpointBytes ?? MAX_CHECKPOINT_BYTES, MAX_CHECKPOINT_BYTES);
+    this.stallMs = options.stallMs ?? DEFAULT_STALL_MS;
     for (const [name, size] of files) this.setFile(name, size);
     this.segment = newSegment(firstSegment);
   }
@@ -265,11 +276,12 @@ export class Wal {
     if (line.length > MAX_RECORD_BYTES) {
       return Promise.reject(new WalWriteError('WAL_TOO_LARGE', `journal record of ${line.length} bytes is over the ${MAX_RECORD_BYTES} byte limit`));
     }
+    this.pendingAt.push(this.now());
     return new Promise<void>((resolve, reject) => {
       const batch = (this.open ??= newBatch());
       batch.lines.push(line);
       batch.bytes += line.length;
-      batch.waiters.push({ resolve, reject });
+      batch.waiters.push({ resolve: () => (this.settledOne(), resolve()), reject: (error) => (this.settledOne(), reject(error)) });
       this.flushTimer ??= setTimeout(() => {
         this.flushTimer = null;
         this.cutOpen();
@@ -335,7 +347,29 @@ export class Wal {
     return this.total;
   }
 
+  /** One more append settled (they settle in order: the oldest pending moves on). */
+  private settledOne(): void {
+    this.pendingHead += 1;
+    if (this.pendingHead === this.pendingAt.length) {
+      this.pendingAt = [];
+      this.pendingHead = 0;
+    } else if (this.pendingHead >= 1024 && this.pendingHead * 2 >= this.pendingAt.length) {
+      // Under steady load the queue never empties: drop the settled front now and then.
+      this.pendingAt = this.pendingAt.slice(this.pendingHead);
+      this.pendingHead = 0;
+    }
+  }
+
+  /** Why the log is stalled (an append waiting past `stallMs`), or null. */
+  private stalled(): string | null {
+    const oldest = this.pendingAt[this.pendingHead];
+    if (oldest === undefined) return null;
+    const waited = this.now() - oldest;
+    return waited > this.stallMs ? `journal stalled: a write has waited ${(waited / 1000).toFixed(1)} s for the disk (or for a file-system thread)` : null;
+  }
+
   health(): WalHealth {
+    const stalled = this.ok ? this.stalled() : null;
     let segments = 0;
     let checkpoints = 0;
     for (const name of this.files.keys()) {
@@ -344,8 +378,8 @@ export class Wal {
       else if (kind === 'checkpoint') checkpoints += 1;
     }
     return {
-      ok: this.ok,
-      reason: this.reason,
+      ok: this.ok && stalled === null,
+      reason: this.reason ?? stalled,
       writeErrors: this.writeErrors,
       lastError: this.lastError,
       segments,

@@ -6,6 +6,7 @@ import type { Logger } from '../log/log.js';
 import { RUNS_SCHEMA, type RunsResponse } from '../protocol/runs.js';
 import { chooseReference, DEFAULT_HISTORY_KEEP, DEFAULT_REGRESSION_THRESHOLD_PCT, describeReference, runRecord } from './history.js';
 import { LIVE_DEFAULTS, LiveComparisons, type LiveOptions, type LiveSnapshot } from './history-live.js';
+import { IoTimeoutError } from '../io/bounded-read.js';
 import { HistoryStore } from './history-store.js';
 
 /**
@@ -36,7 +37,12 @@ export interface SidecarHistory {
   /** A run that ended: its summary completed, and kept in the history. */
   finish(ended: EndedRun): Promise<Summary>;
   route(app: FastifyInstance): void;
+  /** Where the history is kept (null without --out): what it holds in memory is bounded (history-store.ts). */
+  readonly store: HistoryStore | null;
 }
+
+/** As hooks may name a job (hook-schema.ts). */
+const MAX_JOB_NAME = 128;
 
 /** Earlier runs listed in a summary. */
 const RUNS_IN_SUMMARY = 10;
@@ -52,7 +58,8 @@ export function sidecarHistory(options: SidecarHistoryOptions): SidecarHistory {
       has: (job) => {
         if (baseline) return true;
         if (!store) return false;
-        void store.load(job);
+        // A job the sidecar holds: kept in the history's cache even with no runs on disk yet.
+        void store.load(job, true).catch(() => undefined);
         return store.entries(job).length > 0;
       },
       choose: (summary) => chooseReference(store?.entries(summary.job) ?? [], summary, baseline),
@@ -62,6 +69,8 @@ export function sidecarHistory(options: SidecarHistoryOptions): SidecarHistory {
   const decorated = new WeakMap<EngineSnapshot, LiveSnapshot>();
 
   return {
+    store,
+
     decorate(snapshot) {
       let done = decorated.get(snapshot);
       if (done) return done;
@@ -76,7 +85,7 @@ export function sidecarHistory(options: SidecarHistoryOptions): SidecarHistory {
     },
 
     async finish({ job, run, summary }) {
-      const earlier = store ? await store.load(job) : [];
+      const earlier = store ? await store.load(job, true) : [];
       const { comparison, regression } = live.finish(run, summary);
       const completed: Summary = {
         ...summary,
@@ -95,7 +104,15 @@ export function sidecarHistory(options: SidecarHistoryOptions): SidecarHistory {
       app.get<{ Querystring: { job?: string } }>('/v1/runs', async (request, reply) => {
         const job = request.query.job;
         if (typeof job !== 'string' || job === '') return reply.code(400).send({ error: 'give the job: /v1/runs?job=NAME' });
-        const entries = store ? await store.load(job) : [];
+        if (job.length > MAX_JOB_NAME) return reply.code(400).send({ error: `a job name has at most ${MAX_JOB_NAME} characters` });
+        // Known to the sidecar or not, a name is only kept if it has a history on disk: names cannot grow memory.
+        let entries: Awaited<ReturnType<HistoryStore['load']>> = [];
+        try {
+          entries = store ? await store.load(job, engine.world.jobs.hasJob(job)) : [];
+        } catch (error) {
+          if (!(error instanceof IoTimeoutError)) throw error;
+          return reply.code(503).header('retry-after', '5').send({ error: `the run history cannot be read now: ${error.message}` });
+        }
         // What the run going on (else the next one) is compared with: the latest run tells the fingerprint.
         const running = engine.world.jobs.liveJobs().includes(job);
         const latest = engine.analyst.summary(job, engine.snapshot().at, { series: false }) ?? entries.at(-1)?.summary ?? null;
