@@ -201,6 +201,9 @@ export class HookConnection {
         this.welcomed = true;
         this.send({ type: 'welcome', session: hello.session, resume: result.secret, ack: result.ack, counters: this.ingest.wants });
         this.log.info({ session: hello.session, resumed: result.resumed, ack: result.ack, world_size: hello.world_size }, 'hook connected');
+        if (result.legacy) {
+          this.log.warn({ session: hello.session, pid: hello.pid, host: hello.host, ack: result.ack }, 'session journaled before resume secrets: continued by its own process (same pid and host) under a new secret; any other process is refused it');
+        }
         for (const message of this.early.splice(0)) {
           if (this.closed) break;
           try {

@@ -29,6 +29,8 @@ export interface HelloResult {
   resumed: boolean;
   /** The session's resume secret, for `welcome`. */
   secret: string;
+  /** A session journaled before secrets, gone on with by its own process under this new secret. */
+  legacy: boolean;
 }
 
 export { CLOCK_SANITY } from '../model/clock.js';
@@ -99,6 +101,7 @@ export class Ingest {
     const conflict = pending !== undefined && pending !== resume ? `session ${hello.session} is being opened by another connection` : this.store.sessionConflict(hello, resume);
     if (conflict) throw new ProtocolError(CloseCode.policyViolation, `hello: ${conflict}`);
     const resumed = this.store.hasSession(hello.session, hello.job);
+    const legacy = resumed && pending === undefined && this.store.secretOf(hello.session) === null;
     const secret = pending ?? this.store.secretOf(hello.session) ?? mintSecret();
     this.minted.set(hello.session, secret);
     try {
@@ -106,7 +109,7 @@ export class Ingest {
     } finally {
       this.minted.delete(hello.session);
     }
-    return { ack: this.store.ack(hello.session), resumed, secret };
+    return { ack: this.store.ack(hello.session), resumed, secret, legacy };
   }
 
   /** An env update that would grow the rank's env past its bound is refused (1007); the rank's env is kept. */

@@ -12,6 +12,11 @@ export const MAX_INPUT_ERROR_LENGTH = 300;
 const MAX_SEGMENT = 40;
 const MAX_VALUE = 40;
 const MAX_ALTERNATIVES = 8;
+/**
+ * Fields whose values are secrets (a hello's `resume`): a refusal never shows what was sent in
+ * them, so a near miss cannot land in a log or a close reason. The one place this is decided.
+ */
+const SECRET_FIELDS: ReadonlySet<string> = new Set(['resume']);
 
 export class InputError extends Error {
   constructor(
@@ -126,7 +131,8 @@ function describe(errors: ErrorObject[]): { path: string[]; reason: string } {
   const deepest = specific.filter((error) => pathOf(error).length === depth);
   const first = deepest[0]!;
   const path = pathOf(first);
-  const got = first.keyword === 'required' ? '' : ` (got ${shown(first.data)})`;
+  const secret = path.some((segment) => SECRET_FIELDS.has(segment));
+  const got = first.keyword === 'required' ? '' : ` (got ${secret ? '[redacted]' : shown(first.data)})`;
   const alternatives = deepest.filter((error) => pathOf(error).join('.') === path.join('.')).map(alternative);
   if (alternatives.every((a) => a !== null)) return { path, reason: `must be ${oneOf(alternatives)}${got}` };
   if (first.keyword === 'required') return { path, reason: 'missing' };

@@ -113,13 +113,18 @@ export class JobStore {
   /**
    * Why this hello may not take its session, or null: a session id stays bound to the job and rank
    * that first used it, and only a hook that presents the secret handed out for it may resume it.
-   * `resume` is what the hello presented (null: none); a session journaled before secrets existed takes any.
+   * `resume` is what the hello presented (null: none). A session journaled before secrets existed
+   * has none to present: only its own process (the same pid on the same host) may go on with it,
+   * under a new secret; anyone else who knows its id is refused.
    */
   sessionConflict(hello: Hello, resume: string | null): string | null {
     const session = this.sessions.get(hello.session);
     if (!session) return null;
     if (session.job.id !== hello.job || session.rank.rank !== hello.rank) {
       return `session ${hello.session} belongs to another job or rank: each process needs its own session id`;
+    }
+    if (session.secret === null && (session.pid !== hello.pid || session.host !== hello.host)) {
+      return `session ${hello.session} was journaled before resume secrets and is held by another process: each process needs its own session id`;
     }
     if (session.secret !== null && !secretMatches(session.secret, resume)) {
       return `session ${hello.session} is already held: resuming it needs the secret its welcome handed out`;
