@@ -14,6 +14,7 @@ import { DEFAULT_JOURNAL_MAX_BYTES, serve, type ServeOptions } from './serve.js'
 import { runReplay } from './replay-command.js';
 import { registerRunCommand } from './run-command.js';
 import { VERSION } from './server.js';
+import { inertJson, inertText } from './protocol/terminal-text.js';
 
 function integer(min: number, max: number) {
   return (value: string): number => {
@@ -193,7 +194,7 @@ program
     const file = await summaryFile(target);
     const summary = await readSummary(file);
     if (!options.html) {
-      process.stdout.write(options.format === 'json' ? JSON.stringify(summary, null, 2) + '\n' : renderSummary(summary, options.format));
+      process.stdout.write(options.format === 'json' ? inertJson(JSON.stringify(summary, null, 2)) + '\n' : inertText(renderSummary(summary, options.format)));
       return;
     }
     const html = await htmlReport(summary);
@@ -214,7 +215,7 @@ program
   .option('--json', 'print the comparison as JSON')
   .action(async (baselineFile: string, currentFile: string, options: { json?: boolean }) => {
     const comparison = compare(await readSummary(baselineFile), await readSummary(currentFile));
-    process.stdout.write(options.json ? JSON.stringify(comparison, null, 2) + '\n' : comparison.text + '\n');
+    process.stdout.write(options.json ? inertJson(JSON.stringify(comparison, null, 2)) + '\n' : inertText(comparison.text) + '\n');
   });
 
 program
@@ -277,7 +278,7 @@ program
       process.exit(0);
     } catch (error) {
       if (!(error instanceof DemoError)) throw error;
-      process.stderr.write(`stepscope demo: ${error.message}\n`);
+      process.stderr.write(`stepscope demo: ${inertText(error.message)}\n`);
       process.exit(1);
     }
   });
@@ -285,6 +286,7 @@ program
 registerRunCommand(program);
 
 program.parseAsync().catch((error: Error) => {
-  process.stderr.write(`stepscope: ${error.message}\n`);
+  // A message may quote what kubectl, a sidecar or a file said.
+  process.stderr.write(`stepscope: ${inertText(error.message)}\n`);
   process.exit(1);
 });

@@ -5,6 +5,7 @@ import type { JournalEntry } from './engine/entries.js';
 import type { EndedRun } from './engine/snapshot.js';
 import { checkpointBytesFor, type IngestLimits } from './ingest/limits.js';
 import { replayJournal } from './journal/replay.js';
+import { inertJson, inertLine, inertText } from './protocol/terminal-text.js';
 import { renderSummary } from './outputs/summary-render.js';
 import { writeSummaryFiles } from './outputs/summary-files.js';
 
@@ -48,7 +49,7 @@ export async function runReplay(target: string, options: ReplayCommandOptions): 
     ended.push(...snapshot.ended);
     for (const event of snapshot.events) {
       const who = event.rank === null ? `job ${event.job}` : `job ${event.job} rank ${event.rank}`;
-      out.write(`${new Date(event.at).toISOString()} ${who}: ${event.from ?? '-'} → ${event.to}${event.cause ? ` (${event.cause})` : ''}: ${event.judgement.evidence.rule}\n`);
+      out.write(inertLine(`${new Date(event.at).toISOString()} ${who}: ${event.from ?? '-'} → ${event.to}${event.cause ? ` (${event.cause})` : ''}: ${event.judgement.evidence.rule}`) + '\n');
     }
   };
   // At once, ticks publish nothing and the runs that ended come with the one snapshot at the end.
@@ -56,7 +57,7 @@ export async function runReplay(target: string, options: ReplayCommandOptions): 
   if (!paced) ended.push(...engine.snapshot().ended);
   if (report.problems + report.skipped > 0) {
     err.write(`stepscope replay: ${report.problems} unreadable and ${report.skipped} unusable entries skipped, e.g.:\n`);
-    for (const example of report.examples.slice(0, 5)) err.write(`  ${example.file} at byte ${example.offset}: ${example.reason}\n`);
+    for (const example of report.examples.slice(0, 5)) err.write(`  ${example.file} at byte ${example.offset}: ${inertLine(example.reason)}\n`);
   }
   if (report.entries === 0 && !report.checkpoint) {
     err.write(`stepscope replay: no journal in ${dir}\n`);
@@ -65,7 +66,8 @@ export async function runReplay(target: string, options: ReplayCommandOptions): 
   // Runs still going when the recording stops are summarised as of its last entry.
   const runs = [...ended, ...engine.world.jobs.liveJobs().flatMap((job) => engine.runSummary(job, lastAt ?? engine.snapshot().at))];
   for (const run of runs) {
-    out.write(options.format === 'json' ? JSON.stringify(run.summary, null, 2) + '\n' : renderSummary(run.summary, options.format) + '\n');
+    // A journal holds what hooks and collectors named: printed inert.
+    out.write(options.format === 'json' ? inertJson(JSON.stringify(run.summary, null, 2)) + '\n' : inertText(renderSummary(run.summary, options.format)) + '\n');
     if (options.write) await writeSummaryFiles(options.write, run.summary, run.run);
   }
   err.write(`stepscope replay: ${report.entries} entries, ${runs.length} run(s), ${report.ms} ms\n`);

@@ -4,11 +4,13 @@ import { wasteSentence, type Summary } from '../analysis/summary.js';
 
 export type SummaryFormat = 'text' | 'md';
 
+import { mdProse, mdText } from './markdown.js';
 import { nodeLine, num, otherProcessesLine, pct, RANK_COLUMNS, rankCells, withCause } from './summary-text.js';
 
 function table(format: SummaryFormat, header: string[], rows: string[][]): string[] {
   if (format === 'md') {
-    return [`| ${header.join(' | ')} |`, `|${header.map(() => '---').join('|')}|`, ...rows.map((row) => `| ${row.join(' | ')} |`)];
+    // Every cell is text from the run (hosts, GPU and process names): inert, and no `|` ends a cell early.
+    return [`| ${header.join(' | ')} |`, `|${header.map(() => '---').join('|')}|`, ...rows.map((row) => `| ${row.map(mdText).join(' | ')} |`)];
   }
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
   const line = (cells: string[]) => cells.map((cell, i) => cell.padEnd(widths[i]!)).join('  ').trimEnd();
@@ -17,19 +19,22 @@ function table(format: SummaryFormat, header: string[], rows: string[][]): strin
 
 export function renderSummary(summary: Summary, format: SummaryFormat = 'text'): string {
   const md = format === 'md';
+  // In Markdown, what the run named (job, hosts, GPUs, env) is escaped: `name` plain text, `prose` ours quoting it.
+  const name = md ? mdText : (text: string) => text;
+  const prose = md ? mdProse : (text: string) => text;
   const heading = (text: string) => (md ? `## ${text}` : `${text}\n${'-'.repeat(text.length)}`);
   const out: string[] = [];
-  out.push(md ? `# stepscope: ${summary.job}` : `stepscope summary: ${summary.job}`);
+  out.push(md ? `# stepscope: ${name(summary.job)}` : `stepscope summary: ${summary.job}`);
   out.push('');
   // A regression against the job's own history comes before anything else.
   if (summary.regression) {
-    out.push(md ? `**Regression:** ${summary.regression.text}` : `REGRESSION: ${summary.regression.text}`);
+    out.push(md ? `**Regression:** ${prose(summary.regression.text)}` : `REGRESSION: ${summary.regression.text}`);
     out.push('');
   }
   // What the job's bottlenecks cost comes first: the number a person acts on.
   const lost = summary.waste ? wasteSentence(summary.waste) : null;
-  if (lost) out.push(md ? `**${lost}**` : lost);
-  out.push(md ? `**${summary.headline}**` : summary.headline);
+  if (lost) out.push(md ? `**${prose(lost)}**` : lost);
+  out.push(md ? `**${prose(summary.headline)}**` : summary.headline);
   out.push('');
   const b = summary.breakdown;
   out.push(
@@ -43,11 +48,11 @@ export function renderSummary(summary: Summary, format: SummaryFormat = 'text'):
     out.push(`On the GPU (CUDA events): h2d ${pct(g.h2d)}, compute ${pct(g.compute)}, idle between steps ${pct(g.idle)} of step time.`);
   }
   if (summary.lost > 0) out.push(`The hooks dropped ${summary.lost} step records (buffer full); figures above leave them out.`);
-  if (summary.straggler) out.push(`Straggler: ${summary.straggler.text} (for ${num(summary.straggler.seconds, 0)} s).`);
+  if (summary.straggler) out.push(`Straggler: ${prose(summary.straggler.text)} (for ${num(summary.straggler.seconds, 0)} s).`);
   if (summary.baseline) {
     out.push('');
     out.push(heading('Against the reference'));
-    out.push(summary.baseline.text);
+    out.push(prose(summary.baseline.text));
   }
 
   out.push('');
@@ -92,7 +97,7 @@ export function renderSummary(summary: Summary, format: SummaryFormat = 'text'):
         ]),
       ),
     );
-    const shared = summary.gpus.flatMap((g) => otherProcessesLine(g) ?? []);
+    const shared = summary.gpus.flatMap((g) => otherProcessesLine(g) ?? []).map(name);
     if (shared.length) out.push('', ...shared);
   }
 
@@ -118,24 +123,24 @@ export function renderSummary(summary: Summary, format: SummaryFormat = 'text'):
   out.push('');
   out.push(heading('What to do'));
   if (summary.recommendations.length === 0) out.push('Nothing to recommend.');
-  summary.recommendations.forEach((r, i) => out.push(`${i + 1}. ${r.text}`));
+  summary.recommendations.forEach((r, i) => out.push(`${i + 1}. ${prose(r.text)}`));
   if (summary.evidence) {
     out.push('');
     out.push(heading('Evidence'));
-    out.push(summary.evidence.rule + '.');
+    out.push(prose(summary.evidence.rule) + '.');
     const figures = Object.entries(summary.evidence.figures).filter(([, v]) => v !== null);
-    out.push(figures.map(([k, v]) => `${k}=${typeof v === 'number' ? Number(v.toFixed(4)) : v}`).join(' '));
+    out.push(name(figures.map(([k, v]) => `${k}=${typeof v === 'number' ? Number(v.toFixed(4)) : v}`).join(' ')));
   }
   const env = Object.entries(summary.env)
     .filter(([k]) => ['python', 'torch', 'cuda', 'cudnn', 'gpu_name', 'driver'].includes(k))
     .map(([k, v]) => `${k} ${String(v)}`);
   if (env.length) {
     out.push('');
-    out.push(`Environment: ${env.join(', ')}.`);
+    out.push(`Environment: ${name(env.join(', '))}.`);
   }
   if (summary.node) {
     if (!env.length) out.push('');
-    out.push(nodeLine(summary.node));
+    out.push(name(nodeLine(summary.node)));
   }
   return out.join('\n') + '\n';
 }

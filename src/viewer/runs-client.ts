@@ -1,5 +1,6 @@
 import { parseInput } from '../protocol/parse.js';
 import { RunsResponseSchema, type RunsResponse } from '../protocol/runs.js';
+import { inertStrings } from '../protocol/terminal-text.js';
 import type { WatchStore } from './model/watch-store.js';
 
 /** `ws://host:port/v1/stream` → `http://host:port/v1/runs?job=…` */
@@ -18,7 +19,7 @@ export async function fetchRuns(streamUrl: string, job: string, token: string | 
     signal: AbortSignal.timeout(timeoutMs),
   });
   if (!response.ok) throw new Error(`HTTP ${response.status}`);
-  return parseInput(RunsResponseSchema, await response.json(), 'runs');
+  return inertStrings(parseInput(RunsResponseSchema, await response.json(), 'runs'));
 }
 
 export interface RunsPollOptions {

@@ -1,4 +1,5 @@
 import { InputError, parseInput } from '../../protocol/parse.js';
+import { inertStrings } from '../../protocol/terminal-text.js';
 import {
   RegressionFrameSchema,
   SnapshotFrameSchema,
@@ -48,7 +49,8 @@ export function parseFrame(text: string): ViewerFrame {
   const type = value.type;
   if (!isFrameType(type)) throw new FrameError(`unknown frame type ${JSON.stringify(type)?.slice(0, 32) ?? 'undefined'}`);
   try {
-    return parseInput(SCHEMAS[type], value, type);
+    // A sidecar (or anything answering as one: ws:// has no TLS) names jobs, hosts and GPUs: printed inert.
+    return inertStrings(parseInput(SCHEMAS[type], value, type));
   } catch (error) {
     if (error instanceof InputError) throw new FrameError(error.message, type);
     throw error;

@@ -2,6 +2,7 @@ import type { RunsResponse } from '../../protocol/runs.js';
 import type { ViewerFrame } from './frames.js';
 import { buildView, type WatchView } from './job-view.js';
 import { applyFrame, disconnected, initialSource, refusedFrame, type SourceState } from './source.js';
+import { inertLine } from '../../protocol/terminal-text.js';
 
 /**
  * What changed: a frame from a sidecar, a frame refused (`first` for the first one this connection
@@ -38,6 +39,8 @@ export class WatchStore {
 
   /** A frame that did not parse was dropped; the source keeps what it had and takes the frames after it. */
   refused(source: number, reason: string): void {
+    // Why a frame was refused quotes what the sidecar sent, and a lost connection its close reason: shown inert.
+    reason = inertLine(reason);
     const held = this.sources[source]!;
     const first = held.refused === null;
     this.replace(source, refusedFrame(held, reason), { kind: 'refused', source, reason, first });
@@ -49,6 +52,7 @@ export class WatchStore {
   }
 
   lost(source: number, error: string, retryAt: number): void {
+    error = inertLine(error);
     this.replace(source, disconnected(this.sources[source]!, error, retryAt), { kind: 'lost', source });
   }
 
