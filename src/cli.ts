@@ -247,19 +247,25 @@ program
   .option('--kubectl <path>', 'the kubectl to run', 'kubectl')
   .option('--sidecar-port <n>', "the sidecar's port in each pod", integer(1, 65535), 9477)
   .action(async (given: string[], options: { plain?: boolean; token?: string; selector?: string; namespace?: string; context?: string; kubectl: string; sidecarPort: number }) => {
-    let quit: () => void = () => undefined;
-    const stop = new Promise<void>((resolve) => (quit = resolve));
-    for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => quit());
+    const stopping = new AbortController();
+    const stop = new Promise<void>((resolve) => stopping.signal.addEventListener('abort', () => resolve(), { once: true }));
+    // The first signal stops the viewer in order; a second exits at once (the port-forwards still stopped, on 'exit').
+    let signals = 0;
+    for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => (++signals > 1 ? process.exit(130) : stopping.abort()));
     // Loaded here, not at start: the sidecar never needs the viewer's React and ink.
     const { startWatch } = await import('./viewer/watch.js');
     const { kubeTargets } = await import('./viewer/kube.js');
     const kube = options.selector
-      ? await kubeTargets({ selector: options.selector, namespace: options.namespace, context: options.context, kubectl: options.kubectl, port: options.sidecarPort })
+      ? await kubeTargets({ selector: options.selector, namespace: options.namespace, context: options.context, kubectl: options.kubectl, port: options.sidecarPort, signal: stopping.signal })
       : null;
-    const targets = [...given, ...(kube?.targets ?? [])];
-    const { done } = startWatch({ targets: targets.length ? targets : ['ws://127.0.0.1:9477'], token: options.token, plain: options.plain, stop });
-    await done;
-    kube?.close();
+    // Every way out stops the port-forwards: an error, a signal, the viewer quitting.
+    try {
+      const targets = [...given, ...(kube?.targets ?? [])];
+      const { done } = startWatch({ targets: targets.length ? targets : ['ws://127.0.0.1:9477'], token: options.token, plain: options.plain, stop });
+      await done;
+    } finally {
+      kube?.close();
+    }
     process.exit(0);
   });
 

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { track } from './support/children.js';
@@ -67,5 +67,58 @@ describe('stepscope watch --selector', () => {
     const code = await new Promise<number | null>((resolve) => viewer.once('exit', (c) => resolve(c)));
     expect(code).toBe(1);
     expect(err.trim()).toBe('stepscope: no running pod matches --selector job-name=none');
+  });
+});
+
+describe('stepscope watch --selector stops every port-forward it started', () => {
+  const alive = (pid: number) => {
+    try {
+      process.kill(pid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  const pods = (...names: string[]) => JSON.stringify({ items: names.map((name) => ({ metadata: { name }, status: { phase: 'Running' } })) });
+  const forwardPids = (dir: string, names: string[]) => names.map((pod) => Number(readFileSync(path.join(dir, `${pod}.pid`), 'utf8')));
+  function viewer(dir: string, env: Record<string, string>, plain = true) {
+    const child = track(spawn(process.execPath, [CLI, 'watch', ...(plain ? ['--plain'] : []), '--selector', 'job-name=train', '--kubectl', FAKE_KUBECTL], { env: { ...process.env, FAKE_KUBECTL_DIR: dir, ...env }, stdio: ['ignore', 'pipe', 'pipe'] }), 'viewer');
+    cleanups.push(() => void child.kill('SIGKILL'));
+    let err = '';
+    child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (err += chunk));
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    return { child, exited, err: () => err };
+  }
+
+  it('on an error after they started (kubectl forwarding from a port that is none): exits 1, saying why', async () => {
+    const sidecar = await startSidecar(['--gpu-source', 'none']);
+    cleanups.push(() => sidecar.stop('SIGKILL'));
+    const dir = tempDir();
+    const run = viewer(dir, { FAKE_KUBECTL_PODS: pods('train-0', 'train-1'), FAKE_KUBECTL_PORTS: JSON.stringify({ 'train-0': 99_999, 'train-1': sidecar.port }) });
+    expect(await run.exited).toBe(1);
+    expect(run.err()).toMatch(/port-forward pod\/train-0: forwards from port 99999, which is no port/);
+    const forwards = forwardPids(dir, ['train-0', 'train-1']);
+    await waitFor(() => forwards.every((pid) => !alive(pid)) || null, 5_000);
+  });
+
+  it('on a signal while they are still starting', async () => {
+    const dir = tempDir();
+    const run = viewer(dir, { FAKE_KUBECTL_PODS: pods('train-0'), FAKE_KUBECTL_PORTS: JSON.stringify({ 'train-0': 1 }), FAKE_KUBECTL_DELAY_MS: '60000' });
+    const [forward] = await waitFor(() => (existsSync(path.join(dir, 'train-0.pid')) ? forwardPids(dir, ['train-0']) : null), 10_000);
+    run.child.kill('SIGTERM');
+    expect(await run.exited).toBe(1);
+    await waitFor(() => !alive(forward!) || null, 5_000);
+  });
+
+  it('when the viewer ends on its own (its reader went away)', async () => {
+    const sidecar = await startSidecar(['--gpu-source', 'none']);
+    cleanups.push(() => sidecar.stop('SIGKILL'));
+    const dir = tempDir();
+    const run = viewer(dir, { FAKE_KUBECTL_PODS: pods('train-0'), FAKE_KUBECTL_PORTS: JSON.stringify({ 'train-0': sidecar.port }) });
+    await new Promise((resolve) => run.child.stdout!.once('data', resolve));
+    const [forward] = forwardPids(dir, ['train-0']);
+    run.child.stdout!.destroy();
+    expect(await run.exited).toBe(0);
+    await waitFor(() => !alive(forward!) || null, 5_000);
   });
 });

@@ -18,6 +18,8 @@ export interface KubeOptions {
   port?: number;
   /** How long a port-forward may take to start. */
   timeoutMs?: number;
+  /** Gives up (stopping every port-forward started) when it aborts: the viewer was told to stop. */
+  signal?: AbortSignal;
 }
 
 /** What is read of `kubectl get pods -o json`: checked, as anything that comes from outside. */
@@ -63,16 +65,33 @@ export async function selectPods(options: KubeOptions): Promise<string[]> {
 }
 
 /** `kubectl port-forward pod/NAME :PORT`, resolved with the local port once it forwards. */
+/**
+ * Every port-forward this process started and has not stopped: stopped, whatever way the process
+ * leaves (an error thrown anywhere, process.exit), so that none outlives the viewer.
+ */
+const children = new Set<ChildProcess>();
+const stopChild = (child: ChildProcess) => {
+  children.delete(child);
+  if (children.size === 0) process.off('exit', stopAll);
+  if (child.exitCode === null && child.signalCode === null) child.kill();
+};
+const stopAll = () => [...children].forEach(stopChild);
+
 function portForward(pod: string, options: KubeOptions): Promise<{ port: number; child: ChildProcess }> {
   const kubectl = options.kubectl ?? 'kubectl';
   const child = spawn(kubectl, ['port-forward', `pod/${pod}`, `:${options.port ?? 9477}`, '--address', '127.0.0.1', ...scope(options)], { stdio: ['ignore', 'pipe', 'pipe'] });
+  if (children.size === 0) process.on('exit', stopAll);
+  children.add(child);
   return new Promise((resolve, reject) => {
     let said = '';
     const fail = (why: string) => {
       clearTimeout(timer);
-      child.kill();
+      options.signal?.removeEventListener('abort', aborted);
+      stopChild(child);
       reject(new Error(`${kubectl} port-forward pod/${pod}: ${why}`));
     };
+    const aborted = () => fail('stopped before it forwarded');
+    options.signal?.addEventListener('abort', aborted, { once: true });
     const timer = setTimeout(() => fail('no forwarding in time'), options.timeoutMs ?? 15_000);
     child.on('error', (error) => fail(error.message));
     child.on('exit', (code) => fail(`exited ${code}: ${said.trim().split('\n').at(-1) ?? ''}`));
@@ -82,9 +101,15 @@ function portForward(pod: string, options: KubeOptions): Promise<{ port: number;
       // "Forwarding from 127.0.0.1:40123 -> 9477"
       const match = /Forwarding from 127\.0\.0\.1:(\d+)/.exec(said);
       if (!match) return;
+      const port = Number(match[1]);
+      if (!(port >= 1 && port <= 65_535)) {
+        fail(`forwards from port ${match[1]}, which is no port`);
+        return;
+      }
       clearTimeout(timer);
+      options.signal?.removeEventListener('abort', aborted);
       child.removeAllListeners('exit');
-      resolve({ port: Number(match[1]), child });
+      resolve({ port, child });
     });
   });
 }
@@ -95,11 +120,11 @@ export async function kubeTargets(options: KubeOptions): Promise<KubeTargets> {
   if (pods.length === 0) throw new Error(`no running pod matches --selector ${options.selector}${options.namespace ? ` in ${options.namespace}` : ''}`);
   const started = await Promise.allSettled(pods.map((pod) => portForward(pod, options)));
   const forwards = started.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
-  const close = () => forwards.forEach((forward) => forward.child.kill());
+  const close = () => forwards.forEach((forward) => stopChild(forward.child));
   const failed = started.find((s): s is PromiseRejectedResult => s.status === 'rejected');
-  if (failed) {
+  if (failed || options.signal?.aborted) {
     close();
-    throw failed.reason as Error;
+    throw failed ? (failed.reason as Error) : new Error('stopped before every port-forward was up');
   }
   return { targets: forwards.map((forward) => `ws://127.0.0.1:${forward.port}`), pods, close };
 }

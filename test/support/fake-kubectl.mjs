@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // A stand-in for kubectl in the viewer's tests: `get pods` prints FAKE_KUBECTL_PODS; `port-forward
 // pod/NAME :PORT` says it forwards to the local port FAKE_KUBECTL_PORTS[NAME] (a sidecar the test
-// started), writes its pid to FAKE_KUBECTL_DIR/NAME.pid, and stays up until killed, as kubectl does.
+// started), writes its pid to FAKE_KUBECTL_DIR/NAME.pid, and stays up until killed, as kubectl does;
+// FAKE_KUBECTL_DELAY_MS holds back its "Forwarding" line that long (a slow cluster).
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 
@@ -16,7 +17,7 @@ if (command === 'get') {
     process.exit(1);
   }
   writeFileSync(path.join(process.env.FAKE_KUBECTL_DIR, `${name}.pid`), String(process.pid));
-  process.stdout.write(`Forwarding from 127.0.0.1:${port} -> 9477\n`);
+  setTimeout(() => process.stdout.write(`Forwarding from 127.0.0.1:${port} -> 9477\n`), Number(process.env.FAKE_KUBECTL_DELAY_MS ?? 0));
   setInterval(() => undefined, 60_000);
 } else {
   process.stderr.write(`fake kubectl: ${command}?\n`);
