@@ -126,6 +126,28 @@ function writePaddedCheckpoint(file, bytes) {
   closeSync(fd);
 }
 
+const statSizeOf = (file) => readFileSync(file).length;
+
+/** The engine's checkpoint with `ranks` ranks at their fullest (16 sessions, 10 minutes of steps, process samples), as bench-journal.mjs rank-memory builds them. */
+async function fullCheckpoint(ranks) {
+  const { Engine } = await import(dist('engine/engine.js'));
+  const engine = new Engine();
+  engine.apply({ t: 'start', at: T0, config: { windowMs: 4000, holdMs: 2000, endGraceMs: 10000 } });
+  for (let r = 0; r < ranks; r++) {
+    const base = { type: 'hello', job: 'bench', rank: r, local_rank: r % 8, world_size: ranks, pid: 1000 + r, host: 'node-a', clock: { wall_ms: T0, mono_ns: 0 }, env: { gpu_index: r % 8 } };
+    for (let s = 0; s < 16; s++) engine.apply({ t: 'hello', at: T0, hello: { ...base, session: `s${r}-${s}` } });
+    const rows = [];
+    for (let i = 1; i <= 12000; i++) rows.push([i, i, i * 50e6, 50e6, 1e6, 1e6, 40e6, 8, null, null, null]);
+    engine.apply({ t: 'steps', at: T0 + 600_000, session: `s${r}-15`, dropped: 0, rows });
+    for (let i = 0; i < 120; i++) {
+      const sample = { at_ns: i * 1e9, cpu_main_s: i, cpu_workers_s: i, workers: 4, rss_bytes: 1, cgroup_nr_periods: null, cgroup_nr_throttled: null, cgroup_throttled_usec: null, cgroup_quota_cores: null, cgroup_usage_usec: null };
+      engine.apply({ t: 'counters', at: T0 + i * 1000, session: `s${r}-15`, batch: { source: 'process', samples: [sample] } });
+    }
+  }
+  engine.apply({ t: 'tick', at: T0 + 600_000 });
+  return engine.toCheckpoint();
+}
+
 /** The real sidecar on `dir`: ms from spawn to the first /healthz 200 and to `listening` (ready), and its peak RSS. */
 async function serveTimes(dir) {
   const child = spawn(process.execPath, [dist('cli.js'), 'serve', '--port', '0', '--out', dir, '--gpu-source', 'none', '--log-level', 'info'], { stdio: ['ignore', 'pipe', 'ignore'] });
@@ -187,11 +209,16 @@ console.log('\n# hostile journals');
   const replay = measured('replay', dir);
   const served = await serveTimes(dir);
   console.log(`a 250 MB checkpoint, valid checksum: replay ${replay.ms.toFixed(0)} ms, peak RSS ${mib(replay.maxRssBytes)} MiB (problems: ${replay.problems}); serve /healthz ${served.healthyMs.toFixed(0)} ms, ready ${served.readyMs.toFixed(0)} ms, peak RSS ${mib(served.peakRss)} MiB`);
-  // Within the bound (the same padded shape, 100 MB): the stream against reading it whole, as before.
-  writePaddedCheckpoint(path.join(dir, 'checkpoint-00000002.json'), 100_000_000);
+  rmSync(dir, { recursive: true, force: true });
+}
+{
+  // Within the bound: a real checkpoint of 64 ranks at their fullest, streamed against read and parsed whole (as before).
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'stepscope-bench-replay-'));
+  const file = path.join(dir, 'checkpoint-00000001.json');
+  writeFileSync(file, line(await fullCheckpoint(64)));
   const streamed = measured('read-checkpoint', dir);
-  const whole = measured('parse-whole', path.join(dir, 'checkpoint-00000002.json'));
-  console.log(`a 100 MB checkpoint within the bound: streamed ${streamed.ms.toFixed(0)} ms, peak RSS ${mib(streamed.maxRssBytes)} MiB; read and parsed whole (the old way) ${whole.ms.toFixed(0)} ms, peak RSS ${mib(whole.maxRssBytes)} MiB`);
+  const whole = measured('parse-whole', file);
+  console.log(`a real checkpoint of 64 full ranks (${mib(statSizeOf(file))} MiB): streamed ${streamed.ms.toFixed(0)} ms, peak RSS ${mib(streamed.maxRssBytes)} MiB; read and parsed whole (the reader before) ${whole.ms.toFixed(0)} ms, peak RSS ${mib(whole.maxRssBytes)} MiB`);
   rmSync(dir, { recursive: true, force: true });
 }
 {

@@ -1,8 +1,9 @@
 /**
  * Names and text from elsewhere (a job, a host, a GPU, a process, an env value) placed in Markdown
  * inert, wherever it is rendered (GitHub, GitLab, notebooks render raw HTML): HTML's `<`, `>` and
- * `&` as entities, Markdown's punctuation backslash-escaped (no emphasis, link, code, heading or
- * table cell can be opened), line breaks and control characters as spaces. The one escaper for the
+ * `&` as entities, the punctuation that opens Markdown inline backslash-escaped (`*`, `_`, `~`
+ * emphasis, `[` `]` links and images, `` ` `` code, `|` a table cell, `\` itself), line breaks and
+ * control characters as spaces (a name never starts a line, so `#`, `>` and list marks are inert). The one escaper for the
  * summary's Markdown.
  */
 
@@ -13,7 +14,7 @@ export function mdText(text: string): string {
   return text
     .replace(/[\u0000-\u001f\u007f-\u009f]+/g, ' ')
     .replace(/[<>&"]/g, (char) => ENTITIES[char]!)
-    .replace(/[\\`*_[\]()#!|~{}]/g, (char) => `\\${char}`);
+    .replace(/[\\`*_[\]|~]/g, (char) => `\\${char}`);
 }
 
 /**
