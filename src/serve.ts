@@ -11,7 +11,8 @@ import { SimCollector } from './counters/sim.js';
 import { Engine } from './engine/engine.js';
 import type { EndedRun, EngineSnapshot } from './engine/snapshot.js';
 import { Ingest } from './ingest/ingest.js';
-import { checkMemoryFits, DEFAULT_LIMITS, type IngestLimits } from './ingest/limits.js';
+import { DEFAULT_LIMITS, type IngestLimits } from './ingest/limits.js';
+import { fitToMemory } from './ingest/memory-budget.js';
 import { Recorder } from './journal/recorder.js';
 import { replayJournal, TICK_MS } from './journal/replay.js';
 import { Wal } from './journal/wal.js';
@@ -158,10 +159,11 @@ function checkExposure(options: ServeOptions, log: Logger): void {
   log.warn({ host: options.host }, 'listening beyond loopback without a token (--insecure): anyone who can reach this port can send steps and read the state');
 }
 
-export async function serve(options: ServeOptions): Promise<Sidecar> {
-  const log = createLogger(options.logLevel);
-  checkExposure(options, log);
-  checkMemoryFits(options.limits);
+export async function serve(given: ServeOptions): Promise<Sidecar> {
+  const log = createLogger(given.logLevel);
+  checkExposure(given, log);
+  // The jobs and ranks its container's memory holds, before anything is replayed into it.
+  const options = { ...given, limits: await fitToMemory(given.limits ?? {}, log) };
   const baseline = await loadBaseline(options.baseline);
   // Comparisons (with --baseline or the run history) are made beside the engine, in `history`.
   const { engine, recorder } = await openJournal(options, null, log);

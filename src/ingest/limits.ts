@@ -1,5 +1,3 @@
-import { getHeapStatistics } from 'node:v8';
-
 /** What one sidecar accepts from hooks before it refuses more; each refusal closes only the offender. */
 export interface IngestLimits {
   maxConnections: number;
@@ -16,6 +14,7 @@ export interface IngestLimits {
   idleTimeoutMs: number;
 }
 
+/** What a sidecar takes when not told; its jobs and ranks are lowered where its memory is smaller (memory-budget.ts). */
 export const DEFAULT_LIMITS: IngestLimits = {
   maxConnections: 1024,
   // A hook sends about 10 frames a second (steps every 100 ms, counters at 1-2 Hz).
@@ -31,30 +30,6 @@ export const DEFAULT_LIMITS: IngestLimits = {
   idleTimeoutMs: 60_000,
 };
 
-/**
- * What one rank can hold at most, rounded up from 655 KiB measured (`node --expose-gc
- * scripts/bench-journal.mjs rank-memory`): its 10 minutes of 250 ms step slices, 256 recent steps,
- * its histograms, process samples, 16 sessions, its part of a snapshot.
- */
-export const RANK_BYTES = 1024 * 1024;
-/** The heap the limits may fill; the rest is for GPU/host history, the stream and summaries. */
-const HEAP_SHARE = 0.5;
-
-/** Refuses, with the arithmetic, limits whose ranks could not all fit in the heap. */
-export function checkMemoryFits(limits: Partial<IngestLimits> = {}, heapBytes = heapLimit()): void {
-  const { maxJobs, maxRanksPerJob } = { ...DEFAULT_LIMITS, ...limits };
-  const need = maxJobs * maxRanksPerJob * RANK_BYTES;
-  if (need <= heapBytes * HEAP_SHARE) return;
-  const mib = (bytes: number) => `${Math.round(bytes / 1024 / 1024)} MiB`;
-  throw new Error(
-    `--max-jobs ${maxJobs} × --max-ranks ${maxRanksPerJob} × ${mib(RANK_BYTES)} per rank = ${mib(need)}, more than half of the ${mib(heapBytes)} heap: ` +
-      'lower the limits, or raise the heap (NODE_OPTIONS=--max-old-space-size=MiB)',
-  );
-}
-
-function heapLimit(): number {
-  return getHeapStatistics().heap_size_limit;
-}
 
 /** Token bucket; `now` in ms is passed in so it is tested without a clock. */
 export class RateLimiter {
