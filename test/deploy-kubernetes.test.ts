@@ -5,6 +5,9 @@ import { parseAllDocuments } from 'yaml';
 import { describe, expect, it } from 'vitest';
 import { throttleCoverage } from '../src/counters/coverage.js';
 import { canonicalMetric, DCGM_METRICS, parseDcgmMetrics } from '../src/counters/dcgm-parse.js';
+import { describePlan, heapFlag, MemoryError, planMemory } from '../src/ingest/memory-budget.js';
+import { dockerfile, envOf as imageEnvOf } from './support/dockerfile.js';
+import { measuredHeap } from './support/node-heap.js';
 import { CLI, ROOT, startSidecar } from './support/sidecar.js';
 
 /**
@@ -338,6 +341,42 @@ describe('Kubernetes manifests', () => {
       const annotations = job.spec.template.metadata.annotations as Record<string, string> | undefined;
       if (annotations?.['prometheus.io/scrape']) expect(annotations['prometheus.io/port']).toBe(String(PORT));
     }
+  });
+});
+
+/** The Node versions the image is built on: its default (24) and the other LTS a NODE_IMAGE may give (22). */
+const IMAGE_NODES = ['22', '24'];
+/** NODE_OPTIONS as the image sets it, which a manifest's own replaces. */
+const IMAGE_NODE_OPTIONS = imageEnvOf(dockerfile().stages.at(-1)!).get('NODE_OPTIONS') ?? '';
+/** What the sidecar of `job` would decide at start, on Node `major`, with `nodeOptions` in place of what it declares. */
+function startUp(job: Manifest, major: string, nodeOptions?: string) {
+  const { sidecar } = pod(job);
+  const limit = String(sidecar.resources!.limits!.memory!);
+  const options = nodeOptions ?? valueOf(sidecar, 'NODE_OPTIONS') ?? IMAGE_NODE_OPTIONS;
+  const number = (name: string) => (valueOf(sidecar, name) === undefined ? undefined : Number(valueOf(sidecar, name)));
+  const facts = { limitBytes: mib(limit) * 1024 * 1024, limitSource: `${job.file}: resources.limits.memory ${limit}`, heapBytes: measuredHeap(major, limit, options), heapFlag: heapFlag([], options) };
+  return { facts, plan: planMemory(facts, { maxJobs: number('STEPSCOPE_MAX_JOBS'), maxRanksPerJob: number('STEPSCOPE_MAX_RANKS') }) };
+}
+
+/** The ranks a pod of `job` starts: torchrun's processes per node, else one. */
+function ranksOf(job: Manifest): number {
+  const perNode = pod(job).trainers.flatMap((t) => t.command ?? []).find((word) => word.startsWith('--nproc-per-node='));
+  return perNode ? Number(perNode.split('=')[1]) : 1;
+}
+
+describe("the sidecar's start-up check on each manifest's memory limit and settings", () => {
+  it.each(jobs.map((job) => [job.file, job] as const))('%s starts, and holds every rank its pod runs', (_file, job) => {
+    for (const major of IMAGE_NODES) {
+      // planMemory throws, with the sidecar's own message, where the sidecar would refuse to start.
+      const { facts, plan } = startUp(job, major);
+      expect(plan.warning, `Node ${major}`).toBeNull();
+      expect(plan.maxJobs, `Node ${major}: ${describePlan(plan, facts)}`).toBeGreaterThanOrEqual(1);
+      expect(plan.maxRanksPerJob, `Node ${major}: ${describePlan(plan, facts)}`).toBeGreaterThanOrEqual(ranksOf(job));
+    }
+  });
+
+  it('would have failed on what they set before: a 192 MiB old space under 256 MiB', () => {
+    for (const job of jobs) expect(() => startUp(job, '24', '--max-old-space-size=192'), job.file).toThrow(MemoryError);
   });
 });
 

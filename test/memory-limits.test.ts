@@ -4,25 +4,20 @@ import { describe, expect, it } from 'vitest';
 import { memoryCgroupDirs, parseCgroupMounts, parseLimitFile, parseProcCgroup, readMemoryLimit } from '../src/counters/cgroup-memory.js';
 import { BESIDE_HEAP_BYTES, describePlan, heapFlag, MemoryError, planMemory, RANK_BYTES, type MemoryFacts } from '../src/ingest/memory-budget.js';
 import { DEFAULT_LIMITS } from '../src/ingest/limits.js';
+import { measuredHeap } from './support/node-heap.js';
 import { CLI, ROOT, startSidecar } from './support/sidecar.js';
 
 const MiB = 1024 * 1024;
 const FIXTURES = path.join(ROOT, 'test', 'fixtures', 'cgroup');
 
-/**
- * V8's heap_size_limit as Node gave it in a container with a memory limit (podman run --memory=…,
- * cgroup v1): `node [flag] -p 'require("v8").getHeapStatistics().heap_size_limit'`, on Node 22.23.5
- * and 24.22.3 alike unless said.
- */
+/** Node 24's heap under a memory limit, as measured (test/fixtures/node-heap.json). */
 const HEAP = {
-  percent50In128: 70_254_592,
-  percent50In256: 137_363_456,
-  /** Node 24.22.3; Node 22.23.5 gives 549453824. */
-  percent50In1G: 587_202_560,
-  /** --max-old-space-size=192 under a 256 MiB limit, Node 20, 22 and 24. */
-  old192In256: 204_472_320,
-  /** No flag under a 256 MiB limit: V8's floor, above the limit itself. */
-  defaultIn256: 271_581_184,
+  percent50In128: measuredHeap('24', '128Mi', '--max-old-space-size-percentage=50'),
+  percent50In256: measuredHeap('24', '256Mi', '--max-old-space-size-percentage=50'),
+  percent50In1G: measuredHeap('24', '1Gi', '--max-old-space-size-percentage=50'),
+  old192In256: measuredHeap('24', '256Mi', '--max-old-space-size=192'),
+  /** No flag: V8's floor, above the limit itself. */
+  defaultIn256: measuredHeap('24', '256Mi', ''),
 };
 const PERCENT = 'NODE_OPTIONS=--max-old-space-size-percentage=50';
 
