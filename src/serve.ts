@@ -267,11 +267,12 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
     stopping ??= (async () => {
       clearInterval(tickTimer);
       log.info({ reason }, 'stopping');
+      // The hooks go first: a step acknowledged once the summaries are being made would be in neither.
+      await app.close();
       const last = await recorder.record({ t: 'stop', at: Date.now() }).catch(() => null);
       if (last) void writeUpAll(last.ended);
       await writing;
       await Promise.allSettled([gpu.collector?.stop(), filler?.stop(), host.stop()]);
-      await app.close();
       await recorder.close();
       resolveStopped(0);
       return 0;
