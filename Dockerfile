@@ -33,8 +33,10 @@ FROM ${NODE_IMAGE}
 # /healthz and /metrics included, must then carry Authorization: Bearer <token>), or, on a network
 # you trust, `serve --insecure` (-e STEPSCOPE_INSECURE=1).
 # --out by default: the journal, each run's summary and HTML report, and the run history that each
-# new run of a job is compared with (history/). Mount a volume there to keep them past the container
-# (docker run -v stepscope:/var/lib/stepscope); the Kubernetes manifests set their own.
+# new run of a job is compared with (history/), and the only place written: with a volume there the
+# container runs on a read-only root filesystem and keeps them past itself
+# (docker run --read-only -v stepscope:/var/lib/stepscope); the Kubernetes manifests set their own.
+# (No VOLUME: each container would leave an anonymous volume behind, unused where --out is elsewhere.)
 # NODE_OPTIONS: Node's heap at half the container's memory limit (Node reads it from the cgroup), the
 # other half for Node outside its heap and the probes' short-lived Node processes; serve sizes its
 # --max-jobs and --max-ranks from both and logs what it chose (deploy/kubernetes/README.md). Setting
@@ -51,9 +53,6 @@ COPY package.json ./
 COPY docs ./docs
 COPY python-hook ./python-hook
 RUN ln -s /app/dist/cli.js /usr/local/bin/stepscope && mkdir -p /var/lib/stepscope && chown 1000:1000 /var/lib/stepscope
-# --out is a volume, the one place written: the container runs with a read-only root filesystem
-# (docker run --read-only), and its journal outlives the container unless removed with it.
-VOLUME ["/var/lib/stepscope"]
 # Numeric, so that Kubernetes can check runAsNonRoot (it is the image's `node` user).
 USER 1000:1000
 EXPOSE 9477
