@@ -3,8 +3,9 @@
 //
 //   node scripts/pod-ci.mjs            the stage (needs podman, rootful; `npm run build` first)
 //   node scripts/pod-ci.mjs bench      the image's size and cold start, for BENCHMARKS.md
-//   node scripts/pod-ci.mjs heap [LIMIT NODE_OPTIONS]...
-//                                      V8's heap under memory limits, for test/fixtures/node-heap.json
+//   node scripts/pod-ci.mjs heap       V8's heap under memory limits, for test/fixtures/node-heap.json
+//   node scripts/pod-ci.mjs pod MANIFEST --train-image IMAGE [--image IMAGE] [--port N]
+//                                      a Job's pod template as a Pod for `podman kube play`
 //
 // The image is built from the Dockerfile as it ships, only its base given (--build-arg NODE_IMAGE: no
 // image registry is reached; scripts/pod-images.sh makes the base images from Debian and npm). Each
@@ -20,6 +21,7 @@ import { createServer } from 'node:net';
 import { availableParallelism, tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
 import { parse, stringify } from 'yaml';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -159,8 +161,8 @@ function jobOf(file) {
  * - a native sidecar (an init container with restartPolicy: Always), which podman 4.3 runs as an
  *   init container to its end (so never past it), becomes a container; the stage stops it after the
  *   training container ends, as the kubelet would (podStop);
- * - the Secret's name is this run's, and the sidecar's port is published on 127.0.0.1 (hostPort),
- *   as a port-forward would reach it;
+ * - the Secret's name is this run's (podman's secrets are the machine's), and the sidecar's port is
+ *   published on 127.0.0.1 (hostPort), as a port-forward would reach it;
  * - the labels the Job controller puts on its pods (job-name), which the manifests read by fieldRef.
  */
 function podPlay(file, { images, secret, port, ranks, name }) {
@@ -170,8 +172,10 @@ function podPlay(file, { images, secret, port, ranks, name }) {
   const changes = [];
   const all = () => [...(spec.initContainers ?? []), ...spec.containers];
   for (const container of all()) {
-    if (container.image === SHIPPED_IMAGE) container.image = images.image;
-    else if (container.name === 'train') {
+    if (container.image === SHIPPED_IMAGE) {
+      changes.push(`${container.name}: image ${container.image} → ${images.image}`);
+      container.image = images.image;
+    } else if (container.name === 'train') {
       changes.push(`${container.name}: image ${container.image} → ${images.train}`);
       container.image = images.train;
     } else fail(`${file}: container ${container.name} has an image this stage does not know: ${container.image}`);
@@ -181,7 +185,7 @@ function podPlay(file, { images, secret, port, ranks, name }) {
       delete limits['nvidia.com/gpu'];
     }
     const perNode = container.command?.findIndex((word) => /^--nproc[-_]per[-_]node=/.test(word));
-    if (perNode !== undefined && perNode >= 0) {
+    if (ranks !== undefined && perNode !== undefined && perNode >= 0) {
       const flag = container.command[perNode].split('=')[0];
       changes.push(`${container.name}: ${container.command[perNode]} → ${flag}=${ranks} (CPU processes, gloo)`);
       container.command[perNode] = `${flag}=${ranks}`;
@@ -202,7 +206,10 @@ function podPlay(file, { images, secret, port, ranks, name }) {
         variable.value = given;
       }
       const ref = variable.valueFrom?.secretKeyRef;
-      if (ref) ref.name = secret;
+      if (ref && ref.name !== secret) {
+        changes.push(`${container.name}: ${variable.name} from the Secret ${secret} (not ${ref.name})`);
+        ref.name = secret;
+      }
       if (typeof variable.value === 'string') defined.set(variable.name, variable.value);
     }
   }
@@ -215,7 +222,10 @@ function podPlay(file, { images, secret, port, ranks, name }) {
   }
   const sidecar = spec.containers.find((c) => c.name === 'stepscope');
   check(sidecar, `${file}: a stepscope container`);
-  for (const published of sidecar.ports ?? []) Object.assign(published, { hostPort: port, hostIP: '127.0.0.1' });
+  if (port !== undefined) {
+    for (const published of sidecar.ports ?? []) Object.assign(published, { hostPort: port, hostIP: '127.0.0.1' });
+    changes.push(`stepscope: port ${sidecar.ports?.[0]?.containerPort} published on 127.0.0.1:${port}`);
+  }
   const pod = {
     apiVersion: 'v1',
     kind: 'Pod',
@@ -350,7 +360,7 @@ class Pod {
 
 /** The lines the hook prints when records were not delivered: none where every step was acknowledged. */
 const hookLoss = (log) => log.split('\n').filter((line) => /step records delivered to the sidecar/.test(line));
-const trainedSteps = (log) => [...log.matchAll(/^trained (\d+) steps \(rank (\d+)\)$/gm)].map((m) => ({ steps: Number(m[1]), rank: Number(m[2]) }));
+const trainedSteps = (log) => [...log.matchAll(/trained (\d+) steps \(rank (\d+)\)/g)].map((m) => ({ steps: Number(m[1]), rank: Number(m[2]) }));
 
 /** The readiness and liveness probes of the manifest pass inside the sidecar's container; without the token it answers 401. */
 async function probesPass(pod) {
@@ -458,7 +468,7 @@ async function plainStopped(ctx) {
       const [, delivered, records] = /(\d+) of (\d+) step records delivered/.exec(line ?? '') ?? [];
       const [{ steps }] = trainedSteps(pod.logs('train'));
       check(line && Number(records) === steps && Number(delivered) <= summary.steps && Number(delivered) >= before, `${pod.name}: the hook's account of what it delivered (${line}) disagrees with the summary (${summary.steps} steps) or the script (${steps})`);
-      say(`  ${pod.name}: the hook, at exit: ${line.replace(/^stepscope: /, '')}`);
+      say(`  ${pod.name}: the hook said: ${line.replace(/^stepscope: /, '')}`);
     } else say(`  ${pod.name}: training did not end within the grace period (exit ${trained?.code}), so its hook said nothing`);
     const finished = Number(podman(['container', 'inspect', pod.container('stepscope'), '--format', '{{.State.FinishedAt.UnixMilli}}']).stdout.trim());
     say(`  ${pod.name}: stopped after ${before}+ steps; the sidecar exited 0 ${((finished - stopped) / 1000).toFixed(1)} s after SIGTERM; summary: ${summary.steps} steps, ${summary.verdict}, ended: ${summary.end_reason}`);
@@ -584,7 +594,7 @@ async function stage() {
   writeFileSync(secretFile, JSON.stringify({ token: Buffer.from(token).toString('base64') }), { mode: 0o600 });
   made.secrets.push(secret);
   podman(['secret', 'create', secret, secretFile]);
-  const ctx = { images, secret, token, ranks: 1 };
+  const ctx = { images, secret, token };
   await part('job-plain-sidecar.yaml: to its end (probes, watch from outside, exit on end, summary)', () => plainToEnd(ctx));
   await part('job-plain-sidecar.yaml: the pod stopped mid-run (SIGTERM)', () => plainStopped(ctx));
   await part('job-native-sidecar.yaml: its sidecar killed and restarted mid-run', () => nativeRestarted(ctx));
@@ -641,8 +651,9 @@ async function bench([runs = '9'] = []) {
     await coldStart('stepscope', name, ['-v', `${volume}:/var/lib/stepscope`, '-e', `STEPSCOPE_TOKEN=${token}`, '-e', 'STEPSCOPE_GPU_SOURCE=none', image], '/readyz');
     await sleep(2000);
     idle.push(containerMemory(name));
-    // The probe's Node process beside the sidecar: the container's memory while it runs, at its highest.
-    const probe = spawn('podman', ['exec', name, 'node', '-e', 'require("/app/dist/probe.js"); setTimeout(() => {}, 1500)'], { stdio: 'ignore' });
+    // A probe's Node process beside the sidecar (one request, as probe.js makes, then held 1.5 s so
+    // that it is seen): the container's memory while it runs, at its highest.
+    const probe = spawn('podman', ['exec', name, 'node', '-e', 'fetch("http://127.0.0.1:9477/healthz").catch(() => null).finally(() => setTimeout(() => {}, 1500))'], { stdio: 'ignore' });
     let high = 0;
     const probeDone = new Promise((resolve) => probe.once('exit', resolve));
     for (let t = 0; t < 10; t++) {
@@ -665,6 +676,29 @@ async function bench([runs = '9'] = []) {
     `load average at the end: ${load} (${availableParallelism()} CPUs)`,
   ];
   for (const line of out) process.stdout.write(`${line}\n`);
+}
+
+/**
+ * A manifest's pod as `podman kube play` takes it, on stdout, with the changes the stage makes (podPlay)
+ * on stderr: to try an example pod without a cluster (deploy/kubernetes/README.md).
+ */
+async function pod(args) {
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: { image: { type: 'string', default: 'localhost/stepscope:dev' }, 'train-image': { type: 'string' }, port: { type: 'string', default: '9477' }, secret: { type: 'string', default: 'stepscope-token' }, ranks: { type: 'string' } },
+  });
+  const [file] = positionals;
+  check(file && values['train-image'], 'usage: node scripts/pod-ci.mjs pod MANIFEST --train-image IMAGE [--image IMAGE] [--port 9477] [--secret stepscope-token] [--ranks N]');
+  const job = jobOf(path.basename(file));
+  const played = podPlay(path.basename(file), {
+    images: { image: values.image, train: values['train-image'] },
+    secret: values.secret,
+    port: Number(values.port),
+    ranks: values.ranks === undefined ? undefined : Number(values.ranks),
+    name: job.metadata.name,
+  });
+  process.stdout.write(stringify(played.pod));
 }
 
 /** A Kubernetes quantity as podman's --memory takes it. */
@@ -722,9 +756,9 @@ async function heap() {
 }
 
 const command = process.argv[2] ?? 'stage';
-const commands = { stage, bench, heap };
+const commands = { stage, bench, heap, pod };
 if (!commands[command]) {
-  process.stderr.write(`pod-ci.mjs: unknown command ${command} (stage, bench, heap)\n`);
+  process.stderr.write(`pod-ci.mjs: unknown command ${command} (stage, bench, heap, pod)\n`);
   process.exit(2);
 }
 try {

@@ -388,6 +388,33 @@ describe("the sidecar's start-up check on each manifest's memory limit and setti
   it('would have failed on what they set before: a 192 MiB old space under 256 MiB', () => {
     for (const job of jobs) expect(() => startUp(job, '24', { nodeOptions: '--max-old-space-size=192' }), job.file).toThrow(MemoryError);
   });
+
+  it('are described in the README as the sidecar decides: what each limit holds, its log line, its refusal', () => {
+    const readme = readFileSync(path.join(DIR, 'README.md'), 'utf8');
+    const MiB = 1024 * 1024;
+    const facts = (limit: string, options = IMAGE_NODE_OPTIONS) => ({
+      limitBytes: mib(limit) * MiB,
+      limitSource: '/sys/fs/cgroup/memory.max',
+      heapBytes: measuredHeap('24', limit, options),
+      heapFlag: heapFlag([], options),
+    });
+    const rows = [...readme.matchAll(/^\| (\d+(?:Mi|Gi))[^|]*\| (\d+) MiB \| (\d+) × (\d+) \|$/gm)];
+    expect(rows.map((row) => row[1])).toEqual(['256Mi', '512Mi', '1Gi']);
+    for (const [, limit, heap, jobCount, ranks] of rows) {
+      const plan = planMemory(facts(limit!), {});
+      expect([Math.floor(facts(limit!).heapBytes / MiB), plan.maxJobs, plan.maxRanksPerJob], limit).toEqual([Number(heap), Number(jobCount), Number(ranks)]);
+    }
+    expect(readme).toContain(describePlan(planMemory(facts('256Mi'), {}), facts('256Mi')));
+    const refusal = (() => {
+      try {
+        planMemory(facts('256Mi', '--max-old-space-size=192'), {});
+        return 'started';
+      } catch (error) {
+        return (error as Error).message;
+      }
+    })();
+    expect(readme).toContain(`stepscope: ${refusal}`);
+  });
 });
 
 describe('dcgm-exporter counters (dcgm-exporter-counters.yaml)', () => {

@@ -20,9 +20,9 @@ export const RANK_BYTES = 1 * MiB;
 /** The heap the ranks may fill; the rest is for GPU/host history, the stream, summaries and garbage. */
 export const HEAP_SHARE = 0.5;
 /**
- * What the container holds besides Node's heap: Node itself (about 50 MiB in the image, idle) and
- * an exec probe's short-lived Node process beside it (about 17 MiB), with room for socket and
- * journal buffers (BENCHMARKS.md, "The image").
+ * What the container holds besides Node's heap: the sidecar (40 MiB in the image once ready, its
+ * heap still small) and an exec probe's short-lived Node process beside it (17 MiB more), with room
+ * for socket and journal buffers (BENCHMARKS.md, "The image").
  */
 export const BESIDE_HEAP_BYTES = 96 * MiB;
 
