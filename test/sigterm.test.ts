@@ -58,7 +58,8 @@ describe.skipIf(!plain.python)(`SIGTERM to a sidecar in the middle of a job${pla
 
     const sentAt = Date.now();
     sidecar.process.kill('SIGTERM');
-    const summary = await waitFor(() => summaryIn(out), 5_000, 20);
+    // report.html is the last file written: summary.md, beside summary.json, is there by then.
+    const summary = await waitFor(() => existsSync(path.join(out, 'report.html')) && summaryIn(out), 5_000, 20);
     expect(Date.now() - sentAt).toBeLessThan(5_000);
     expect(summary).toMatchObject({ schema: 'stepscope.summary/v1', job, end_reason: 'shutdown', world_size: 1 });
     expect(summary.steps).toBeGreaterThanOrEqual(held);
