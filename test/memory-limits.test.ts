@@ -118,7 +118,7 @@ describe('jobs and ranks sized to the memory', () => {
     expect(refusal(() => planMemory(facts(128, HEAP.percent50In128, PERCENT), {}))).toBe(
       `${PERCENT} gives Node a 67 MiB heap, more than the container's 128 MiB memory limit leaves 32 MiB beside the 96 MiB Node needs outside its heap: raise resources.limits.memory to 208Mi`,
     );
-    expect(refusal(() => planMemory(facts(64, 40 * MiB, PERCENT), {}))).toMatch(/^the container's 64 MiB memory limit leaves 0 MiB beside the 96 MiB Node needs outside its heap, too little for one rank: raise resources.limits.memory to \d+Mi$/);
+    expect(refusal(() => planMemory(facts(64, 40 * MiB, PERCENT), {}))).toMatch(/^the container's 64 MiB memory limit leaves 0 MiB beside the 96 MiB Node needs outside its heap, too little for one rank: raise resources.limits.memory to \d+Mi \(one job of 64 ranks\)$/);
   });
 
   it('keeps ranks before jobs, and lowers only what was not set', () => {

@@ -6,7 +6,8 @@ import { DEFAULT_LIMITS, type IngestLimits } from './limits.js';
 /**
  * How many jobs and ranks a sidecar can hold in the memory it has: its container's limit and the
  * heap Node was given. Defaults are lowered to fit; values set explicitly that cannot fit are
- * refused, saying which setting to change and to what. Pure: serve() reads the facts (memoryFacts).
+ * refused, saying which setting to change and to what. planMemory is pure; memoryFacts and
+ * fitToMemory, at the end, are the thin I/O that serve() calls.
  */
 
 const MiB = 1024 * 1024;
@@ -18,7 +19,7 @@ const MiB = 1024 * 1024;
  */
 export const RANK_BYTES = 1 * MiB;
 /** The heap the ranks may fill; the rest is for GPU/host history, the stream, summaries and garbage. */
-export const HEAP_SHARE = 0.5;
+const HEAP_SHARE = 0.5;
 /**
  * What the container holds besides Node's heap: the sidecar (40 MiB in the image once ready, its
  * heap still small) and an exec probe's short-lived Node process beside it (17 MiB more), with room
@@ -90,7 +91,10 @@ function room(facts: MemoryFacts): { room: number; warning: string | null } {
   if (facts.limitBytes === null) return { room: facts.heapBytes, warning: null };
   const leaves = facts.limitBytes - BESIDE_HEAP_BYTES;
   const where = `the container's ${mib(facts.limitBytes)} memory limit leaves ${mib(Math.max(0, leaves))} beside the ${mib(BESIDE_HEAP_BYTES)} Node needs outside its heap`;
-  if (leaves < RANK_BYTES / HEAP_SHARE) throw new MemoryError(`${where}, too little for one rank: raise resources.limits.memory to ${quantity(limitFor(64 * RANK_BYTES / HEAP_SHARE, facts))}`);
+  if (leaves < RANK_BYTES / HEAP_SHARE) {
+    const oneJob = DEFAULT_LIMITS.maxRanksPerJob * RANK_BYTES / HEAP_SHARE;
+    throw new MemoryError(`${where}, too little for one rank: raise resources.limits.memory to ${quantity(limitFor(oneJob, facts))} (one job of ${DEFAULT_LIMITS.maxRanksPerJob} ranks)`);
+  }
   if (facts.heapBytes <= leaves) return { room: facts.heapBytes, warning: null };
   if (facts.heapFlag === null) {
     return { room: leaves, warning: `Node's default heap (${mib(facts.heapBytes)}) is larger than ${where}: what the sidecar holds is sized to ${mib(leaves)}; set NODE_OPTIONS=--max-old-space-size-percentage=50 for Node to collect garbage within it too` };
