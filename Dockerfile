@@ -1,29 +1,48 @@
 # syntax=docker/dockerfile:1
 # The stepscope sidecar, and the Python hook beside it for an init container to copy into a volume
 # shared with the training container (deploy/kubernetes/README.md).
+#
+# The Node base: the current LTS by default; any image of Node 22.21+ or 24.6+ with npm will do
+# (--max-old-space-size-percentage, below, is older than neither), e.g. a mirror of it:
+#   docker build --build-arg NODE_IMAGE=registry.example.com/mirror/node:24-bookworm-slim .
+ARG NODE_IMAGE=node:24-bookworm-slim
 
-FROM node:20-bookworm-slim AS build
+FROM ${NODE_IMAGE} AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci --ignore-scripts
+# npm's settings (a private registry and its token) and a CA to trust (a TLS-inspecting proxy's, or
+# the registry's) come in as build secrets, so that neither is left in a layer; both are optional:
+#   docker build --secret id=npmrc,src=$HOME/.npmrc --secret id=npmca,src=/path/to/ca.pem .
+RUN --mount=type=secret,id=npmrc,target=/run/secrets/npmrc --mount=type=secret,id=npmca,target=/run/secrets/npmca \
+    if [ -s /run/secrets/npmca ]; then export NODE_EXTRA_CA_CERTS=/run/secrets/npmca; fi; \
+    NPM_CONFIG_USERCONFIG=/run/secrets/npmrc npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json ./
 COPY src ./src
 RUN npm run build && chmod +x dist/cli.js
 
-FROM node:20-bookworm-slim AS production-deps
+FROM ${NODE_IMAGE} AS production-deps
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev --ignore-scripts && npm cache clean --force
+RUN --mount=type=secret,id=npmrc,target=/run/secrets/npmrc --mount=type=secret,id=npmca,target=/run/secrets/npmca \
+    if [ -s /run/secrets/npmca ]; then export NODE_EXTRA_CA_CERTS=/run/secrets/npmca; fi; \
+    NPM_CONFIG_USERCONFIG=/run/secrets/npmrc npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npm cache clean --force
 
-FROM node:20-bookworm-slim
+FROM ${NODE_IMAGE}
 # A sidecar is reached from outside its container: by Prometheus and port-forward. Listening beyond
 # loopback, serve refuses to start without a token: docker run -e STEPSCOPE_TOKEN=... (every request,
 # /healthz and /metrics included, must then carry Authorization: Bearer <token>), or, on a network
 # you trust, `serve --insecure` (-e STEPSCOPE_INSECURE=1).
 # --out by default: the journal, each run's summary and HTML report, and the run history that each
-# new run of a job is compared with (history/). Mount a volume there to keep them past the container
-# (docker run -v stepscope:/var/lib/stepscope); the Kubernetes manifests set their own.
+# new run of a job is compared with (history/), and the only place written: with a volume there the
+# container runs on a read-only root filesystem and keeps them past itself
+# (docker run --read-only -v stepscope:/var/lib/stepscope); the Kubernetes manifests set their own.
+# (No VOLUME: each container would leave an anonymous volume behind, unused where --out is elsewhere.)
+# NODE_OPTIONS: Node's heap at half the container's memory limit (Node reads it from the cgroup), the
+# other half for Node outside its heap and the probes' short-lived Node processes; serve sizes its
+# --max-jobs and --max-ranks from both and logs what it chose (deploy/kubernetes/README.md). Setting
+# NODE_OPTIONS replaces this: keep the flag in it, or give --max-old-space-size that fits.
 ENV NODE_ENV=production \
+    NODE_OPTIONS=--max-old-space-size-percentage=50 \
     STEPSCOPE_HOST=0.0.0.0 \
     STEPSCOPE_PORT=9477 \
     STEPSCOPE_OUT=/var/lib/stepscope

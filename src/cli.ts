@@ -108,8 +108,9 @@ program
   .addOption(new Option('--insecure', 'allow listening beyond loopback without a token').default(false).env('STEPSCOPE_INSECURE'))
   .addOption(new Option('--max-connections <n>', 'hook connections accepted at once').default(DEFAULT_LIMITS.maxConnections).argParser(integer(1, 100_000)).env('STEPSCOPE_MAX_CONNECTIONS'))
   .addOption(new Option('--max-frame-rate <n>', 'frames a second one hook connection may send (bursts of twice that)').default(DEFAULT_LIMITS.framesPerSecond).argParser(integer(1, 100_000)).env('STEPSCOPE_MAX_FRAME_RATE'))
-  .addOption(new Option('--max-jobs <n>', 'jobs one sidecar keeps').default(DEFAULT_LIMITS.maxJobs).argParser(integer(1, 10_000)).env('STEPSCOPE_MAX_JOBS'))
-  .addOption(new Option('--max-ranks <n>', 'ranks one job may have').default(DEFAULT_LIMITS.maxRanksPerJob).argParser(integer(1, 65_536)).env('STEPSCOPE_MAX_RANKS'))
+  // No commander default: unset, they are sized to the memory the sidecar has (and logged at start).
+  .addOption(new Option('--max-jobs <n>', `jobs one sidecar keeps (default: ${DEFAULT_LIMITS.maxJobs}, fewer where its memory holds fewer)`).argParser(integer(1, 10_000)).env('STEPSCOPE_MAX_JOBS'))
+  .addOption(new Option('--max-ranks <n>', `ranks one job may have (default: ${DEFAULT_LIMITS.maxRanksPerJob}, fewer where its memory holds fewer)`).argParser(integer(1, 65_536)).env('STEPSCOPE_MAX_RANKS'))
   .addOption(new Option('--gpu-source <source>', 'where GPU counters come from; auto tries nvidia-smi, then DCGM, then the hooks').choices(GPU_SOURCES).default('auto').env('STEPSCOPE_GPU_SOURCE'))
   .addOption(new Option('--nvidia-smi <path>', 'the nvidia-smi executable').default('nvidia-smi').env('STEPSCOPE_NVIDIA_SMI'))
   .addOption(new Option('--gpu-interval <ms>', 'GPU sampling interval').default(500).argParser(integer(100, 60_000)).env('STEPSCOPE_GPU_INTERVAL'))

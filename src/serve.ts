@@ -11,7 +11,8 @@ import { SimCollector } from './counters/sim.js';
 import { Engine } from './engine/engine.js';
 import type { EndedRun, EngineSnapshot } from './engine/snapshot.js';
 import { Ingest } from './ingest/ingest.js';
-import { checkMemoryFits, checkpointBytesFor, DEFAULT_LIMITS, type IngestLimits } from './ingest/limits.js';
+import { checkpointBytesFor, DEFAULT_LIMITS, type IngestLimits } from './ingest/limits.js';
+import { fitToMemory } from './ingest/memory-budget.js';
 import { Recorder } from './journal/recorder.js';
 import { replayJournal, TICK_MS } from './journal/replay.js';
 import { Wal } from './journal/wal.js';
@@ -161,10 +162,11 @@ function checkExposure(options: ServeOptions, log: Logger): void {
   log.warn({ host: options.host }, 'listening beyond loopback without a token (--insecure): anyone who can reach this port can send steps and read the state');
 }
 
-export async function serve(options: ServeOptions): Promise<Sidecar> {
-  const log = createLogger(options.logLevel);
-  checkExposure(options, log);
-  checkMemoryFits(options.limits);
+export async function serve(given: ServeOptions): Promise<Sidecar> {
+  const log = createLogger(given.logLevel);
+  checkExposure(given, log);
+  // The jobs and ranks its container's memory holds, before anything is replayed into it.
+  const options = { ...given, limits: await fitToMemory(given.limits ?? {}, log) };
   const baseline = await loadBaseline(options.baseline);
   // `[::1]` as in a URL is `::1` to listen on.
   const listenHost = options.host.replace(/^\[(.*)\]$/, '$1');
@@ -281,12 +283,13 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
     stopping ??= (async () => {
       clearInterval(tickTimer);
       log.info({ reason }, 'stopping');
+      // The hooks go first: a step acknowledged once the summaries are being made would be in neither.
+      await app.close();
+      await early.close();
       const last = await recorder.record({ t: 'stop', at: Date.now() }).catch(() => null);
       if (last) void writeUpAll(last.ended);
       await writing;
       await Promise.allSettled([gpu.collector?.stop(), filler?.stop(), host.stop()]);
-      await app.close();
-      await early.close();
       await recorder.close();
       resolveStopped(0);
       return 0;

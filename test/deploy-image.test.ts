@@ -3,44 +3,16 @@ import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { validate } from 'dockerfile-utils';
 import { describe, expect, it } from 'vitest';
+import { dockerfile, envOf, type Stage } from './support/dockerfile.js';
 import { CLI, ROOT, startSidecar } from './support/sidecar.js';
 
 /**
- * The Dockerfile read as text, since no image can be built here: what it copies exists and is not
- * left out of the build context, its entry point is the CLI the build produces, and the image runs
- * as a non-root user with a health check that sends the token (probe.js, also built here). (No Dockerfile linter installs from the npm registry or
- * Debian's archive: the npm `hadolint` package downloads its binary from GitHub.)
+ * The Dockerfile read as text, in seconds: what it copies exists and is not left out of the build
+ * context, its entry point is the CLI the build produces, and the image runs as a non-root user with
+ * a health check that sends the token (probe.js, also built here). The image itself is built and run
+ * in real pods by `.ci/run`'s pod stage (scripts/pod-ci.mjs). (No Dockerfile linter installs from the
+ * npm registry or Debian's archive: the npm `hadolint` package downloads its binary from GitHub.)
  */
-
-interface Instruction {
-  keyword: string;
-  args: string;
-}
-
-interface Stage {
-  name: string | null;
-  image: string;
-  instructions: Instruction[];
-}
-
-function dockerfileStages(text: string): Stage[] {
-  const lines = text
-    .replace(/\\\n/g, ' ')
-    .split('\n')
-    .map((line) => line.trim())
-    .filter((line) => line && !line.startsWith('#'));
-  const stages: Stage[] = [];
-  for (const line of lines) {
-    const [, keyword, args] = /^(\S+)\s+(.*)$/.exec(line)!;
-    if (keyword!.toUpperCase() === 'FROM') {
-      const [image, as, name] = args!.split(/\s+/);
-      stages.push({ image: image!, name: as?.toUpperCase() === 'AS' ? name! : null, instructions: [] });
-    } else {
-      stages.at(-1)!.instructions.push({ keyword: keyword!.toUpperCase(), args: args! });
-    }
-  }
-  return stages;
-}
 
 /** COPY's flags and its sources (the last argument is the destination). */
 function copyOf(args: string): { from: string | null; sources: string[]; destination: string } {
@@ -67,7 +39,7 @@ function ignored(patterns: string[], file: string): boolean {
   return out;
 }
 
-const stages = dockerfileStages(readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8'));
+const { args: globalArgs, stages } = dockerfile();
 const final = stages.at(-1)!;
 const dockerignore = readFileSync(path.join(ROOT, '.dockerignore'), 'utf8')
   .split('\n')
@@ -83,14 +55,47 @@ describe('Dockerfile', () => {
     expect(problems.map((p) => `${p.range.start.line + 1}: ${p.message}`)).toEqual([]);
   });
 
-  it('builds in stages on Node 20 slim, and the final stage holds production dependencies only', () => {
+  it('builds every stage on ARG NODE_IMAGE, the current Node LTS by default, and the final stage holds production dependencies only', () => {
     expect(stages.length).toBeGreaterThanOrEqual(2);
-    for (const stage of stages) expect(stage.image).toMatch(/^node:20(\.\d+)*-[a-z]+-slim$/);
+    expect(globalArgs.get('NODE_IMAGE')).toMatch(/^node:24(\.\d+)*-[a-z]+-slim$/);
+    for (const stage of stages) expect(stage.written).toBe('${NODE_IMAGE}');
     const sources = instructions('COPY').map((copy) => copyOf(copy.args));
     const modules = sources.find((copy) => copy.destination.replace(/\/$/, '').endsWith('node_modules'));
     expect(modules?.from, 'node_modules come from a stage').toBeTruthy();
     const installer = stages.find((stage) => stage.name === modules!.from)!;
     expect(instructions('RUN', installer).map((run) => run.args).join('\n')).toMatch(/npm (ci --omit=dev|prune --omit=dev)/);
+  });
+
+  it('says which Node it supports where npm and the README do: 22 and 24, Node 20 being past its end of life', () => {
+    const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { engines: { node: string } };
+    expect(pkg.engines.node).toBe('>=22');
+    expect(readFileSync(path.join(ROOT, 'README.md'), 'utf8')).toMatch(/Node 22 or 24/);
+  });
+
+  it("takes npm's settings and a CA as build secrets, which no layer keeps, and says how", () => {
+    const installs = stages.flatMap((stage: Stage) => instructions('RUN', stage)).filter((run) => /\bnpm ci\b/.test(run.args));
+    expect(installs.length).toBeGreaterThanOrEqual(2);
+    for (const run of installs) {
+      expect(run.args).toContain('--mount=type=secret,id=npmrc,');
+      expect(run.args).toContain('--mount=type=secret,id=npmca,');
+      expect(run.args).toContain('NPM_CONFIG_USERCONFIG=/run/secrets/npmrc');
+    }
+    const settings = stages.flatMap((stage: Stage) => [...instructions('ENV', stage), ...instructions('ARG', stage)]).map((i) => i.args).join('\n');
+    expect(settings).not.toMatch(/npmrc|NPM_|_authToken|registry/i);
+    expect(ignored(dockerignore, '.npmrc'), 'a project .npmrc, with its token, stays out of the context').toBe(true);
+    const readme = readFileSync(path.join(ROOT, 'deploy', 'kubernetes', 'README.md'), 'utf8');
+    expect(readme).toContain('--secret id=npmrc,src=');
+    expect(readme).toContain('--secret id=npmca,src=');
+    expect(readme).toContain('--build-arg NODE_IMAGE=');
+  });
+
+  it("sizes Node's heap from the container, and makes --out the one place it writes, its user's", () => {
+    const env = envOf(final);
+    expect(env.get('NODE_OPTIONS')).toBe('--max-old-space-size-percentage=50');
+    const [user] = instructions('USER').at(-1)!.args.split(':');
+    expect(instructions('RUN').map((run) => run.args).join('\n')).toContain(`mkdir -p ${env.get('STEPSCOPE_OUT')} && chown ${user}:`);
+    // No VOLUME: every container of the image would leave an anonymous volume, the manifests' included.
+    expect(instructions('VOLUME')).toEqual([]);
   });
 
   it('copies only files that exist and that .dockerignore leaves in the build context', () => {

@@ -5,6 +5,9 @@ import { parseAllDocuments } from 'yaml';
 import { describe, expect, it } from 'vitest';
 import { throttleCoverage } from '../src/counters/coverage.js';
 import { canonicalMetric, DCGM_METRICS, parseDcgmMetrics } from '../src/counters/dcgm-parse.js';
+import { describePlan, heapFlag, MemoryError, planMemory } from '../src/ingest/memory-budget.js';
+import { dockerfile, envOf as imageEnvOf } from './support/dockerfile.js';
+import { measuredHeap } from './support/node-heap.js';
 import { CLI, ROOT, startSidecar } from './support/sidecar.js';
 
 /**
@@ -288,7 +291,9 @@ describe('Kubernetes manifests', () => {
 
   it('run a torchrun job with one process per GPU it asks for', () => {
     const torchrun = jobs.flatMap((job) => pod(job).trainers).find((c) => c.command?.[0] === 'torchrun')!;
-    const perNode = torchrun.command!.find((word) => word.startsWith('--nproc-per-node='))!;
+    const perNode = torchrun.command!.find((word) => word.startsWith('--nproc_per_node='))!;
+    // The spelling every torchrun takes: torch 1.x's knows no --nproc-per-node.
+    expect(torchrun.command!.some((word) => word.startsWith('--nproc-per-node'))).toBe(false);
     expect(Number(perNode.split('=')[1])).toBe(Number(torchrun.resources!.limits!['nvidia.com/gpu']));
     expect(Number(perNode.split('=')[1])).toBeGreaterThan(1);
   });
@@ -338,6 +343,77 @@ describe('Kubernetes manifests', () => {
       const annotations = job.spec.template.metadata.annotations as Record<string, string> | undefined;
       if (annotations?.['prometheus.io/scrape']) expect(annotations['prometheus.io/port']).toBe(String(PORT));
     }
+  });
+});
+
+/** The Node versions the image is built on: its default (24) and the other LTS a NODE_IMAGE may give (22). */
+const IMAGE_NODES = ['22', '24'];
+/** NODE_OPTIONS as the image sets it, which a manifest's own replaces. */
+const IMAGE_NODE_OPTIONS = imageEnvOf(dockerfile().stages.at(-1)!).get('NODE_OPTIONS') ?? '';
+/**
+ * What the sidecar of `job` would decide at start, on Node `major`, with `nodeOptions` in place of what
+ * it declares; `soft`: its memory request also a soft limit, which Node then sizes its heap from (podman
+ * kube play sets it so; a cluster sets the limit alone).
+ */
+function startUp(job: Manifest, major: string, { soft = false, nodeOptions }: { soft?: boolean; nodeOptions?: string } = {}) {
+  const { sidecar } = pod(job);
+  const limit = String(sidecar.resources!.limits!.memory!);
+  const request = soft ? String(sidecar.resources!.requests!.memory!) : '';
+  const options = nodeOptions ?? valueOf(sidecar, 'NODE_OPTIONS') ?? IMAGE_NODE_OPTIONS;
+  const number = (name: string) => (valueOf(sidecar, name) === undefined ? undefined : Number(valueOf(sidecar, name)));
+  const facts = { limitBytes: mib(limit) * 1024 * 1024, limitSource: `${job.file}: resources.limits.memory ${limit}`, heapBytes: measuredHeap(major, limit, options, request), heapFlag: heapFlag([], options) };
+  return { facts, plan: planMemory(facts, { maxJobs: number('STEPSCOPE_MAX_JOBS'), maxRanksPerJob: number('STEPSCOPE_MAX_RANKS') }) };
+}
+
+/** The ranks a pod of `job` starts: torchrun's processes per node, else one. */
+function ranksOf(job: Manifest): number {
+  const perNode = pod(job).trainers.flatMap((t) => t.command ?? []).find((word) => word.startsWith('--nproc_per_node='));
+  return perNode ? Number(perNode.split('=')[1]) : 1;
+}
+
+describe("the sidecar's start-up check on each manifest's memory limit and settings", () => {
+  it.each(jobs.map((job) => [job.file, job] as const))('%s starts, and holds every rank its pod runs', (_file, job) => {
+    for (const major of IMAGE_NODES) {
+      for (const soft of [false, true]) {
+        // planMemory throws, with the sidecar's own message, where the sidecar would refuse to start.
+        const { facts, plan } = startUp(job, major, { soft });
+        const where = `Node ${major}${soft ? ', the request a soft limit' : ''}: ${describePlan(plan, facts)}`;
+        expect(plan.warning, where).toBeNull();
+        expect(plan.maxJobs, where).toBeGreaterThanOrEqual(1);
+        expect(plan.maxRanksPerJob, where).toBeGreaterThanOrEqual(ranksOf(job));
+      }
+    }
+  });
+
+  it('would have failed on what they set before: a 192 MiB old space under 256 MiB', () => {
+    for (const job of jobs) expect(() => startUp(job, '24', { nodeOptions: '--max-old-space-size=192' }), job.file).toThrow(MemoryError);
+  });
+
+  it('are described in the README as the sidecar decides: what each limit holds, its log line, its refusal', () => {
+    const readme = readFileSync(path.join(DIR, 'README.md'), 'utf8');
+    const MiB = 1024 * 1024;
+    const facts = (limit: string, options = IMAGE_NODE_OPTIONS) => ({
+      limitBytes: mib(limit) * MiB,
+      limitSource: '/sys/fs/cgroup/memory.max',
+      heapBytes: measuredHeap('24', limit, options),
+      heapFlag: heapFlag([], options),
+    });
+    const rows = [...readme.matchAll(/^\| (\d+(?:Mi|Gi))[^|]*\| (\d+) MiB \| (\d+) × (\d+) \|$/gm)];
+    expect(rows.map((row) => row[1])).toEqual(['256Mi', '512Mi', '1Gi']);
+    for (const [, limit, heap, jobCount, ranks] of rows) {
+      const plan = planMemory(facts(limit!), {});
+      expect([Math.floor(facts(limit!).heapBytes / MiB), plan.maxJobs, plan.maxRanksPerJob], limit).toEqual([Number(heap), Number(jobCount), Number(ranks)]);
+    }
+    expect(readme).toContain(describePlan(planMemory(facts('256Mi'), {}), facts('256Mi')));
+    const refusal = (() => {
+      try {
+        planMemory(facts('256Mi', '--max-old-space-size=192'), {});
+        return 'started';
+      } catch (error) {
+        return (error as Error).message;
+      }
+    })();
+    expect(readme).toContain(`stepscope: ${refusal}`);
   });
 });
 

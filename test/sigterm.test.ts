@@ -4,6 +4,8 @@ import { describe, expect, it } from 'vitest';
 import { cleanupList } from './support/cleanup-list.js';
 import { findPython } from './support/python.js';
 import { fixture, runPython } from './support/run-python.js';
+import { STEP_FIELDS } from '../src/protocol/messages.js';
+import { hello, TestHook } from './support/hook-client.js';
 import { startSidecar, tempDir, waitFor } from './support/sidecar.js';
 
 /**
@@ -56,7 +58,8 @@ describe.skipIf(!plain.python)(`SIGTERM to a sidecar in the middle of a job${pla
 
     const sentAt = Date.now();
     sidecar.process.kill('SIGTERM');
-    const summary = await waitFor(() => summaryIn(out), 5_000, 20);
+    // report.html is the last file written: summary.md, beside summary.json, is there by then.
+    const summary = await waitFor(() => existsSync(path.join(out, 'report.html')) && summaryIn(out), 5_000, 20);
     expect(Date.now() - sentAt).toBeLessThan(5_000);
     expect(summary).toMatchObject({ schema: 'stepscope.summary/v1', job, end_reason: 'shutdown', world_size: 1 });
     expect(summary.steps).toBeGreaterThanOrEqual(held);
@@ -72,4 +75,34 @@ describe.skipIf(!plain.python)(`SIGTERM to a sidecar in the middle of a job${pla
     expect(logged).toMatchObject({ job, verdict: summary.verdict, steps: summary.steps });
     expect(logged!.msg).toContain(summary.headline);
   });
+
+  // A hook still sending when SIGTERM comes: whatever the sidecar acknowledged is in the summary it
+  // writes (no step may be acknowledged once the summary is being made).
+  it('acknowledges no step that its summary leaves out', async () => {
+    const out = tempDir();
+    const sidecar = await startSidecar(['--gpu-source', 'none', '--out', out]);
+    cleanups.push(() => sidecar.stop('SIGKILL'));
+    const hook = await TestHook.connect(sidecar.ingestUrl);
+    cleanups.push(() => hook.close());
+    const started = performance.now();
+    hook.send(hello({ job: 'acked-then-stopped', clock: { wall_ns: BigInt(Date.now()) * 1_000_000n, mono_ns: 1_000_000 } }));
+    await hook.next((m) => m.type === 'welcome');
+    // One step every 5 ms, each ending now by the hook's clock, until the sidecar goes.
+    let seq = 0;
+    const sending = setInterval(() => {
+      if (hook.socket.readyState !== hook.socket.OPEN) return;
+      seq += 1;
+      const end = 1_000_000 + Math.round((performance.now() - started) * 1e6);
+      hook.send({ v: 1, type: 'steps', fields: [...STEP_FIELDS], rows: [[seq, seq - 1, end, 5e6, 4e6, 0, 1e6, 8, null, null, null]], dropped: 0 });
+    }, 5);
+    cleanups.push(() => clearInterval(sending));
+    const acked = () => Math.max(0, ...hook.received.filter((m) => m.type === 'ack').map((m) => Number(m.ack)));
+    await waitFor(async () => acked() >= 50, 30_000);
+    sidecar.process.kill('SIGTERM');
+    expect(await sidecar.exited).toEqual({ code: 0, signal: null });
+    clearInterval(sending);
+    const summary = summaryIn(out);
+    expect(summary.steps, `${acked()} acknowledged, ${seq} sent`).toBeGreaterThanOrEqual(acked());
+  });
 });
+

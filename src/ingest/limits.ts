@@ -1,5 +1,3 @@
-import { getHeapStatistics } from 'node:v8';
-
 /** What one sidecar accepts from hooks before it refuses more; each refusal closes only the offender. */
 export interface IngestLimits {
   maxConnections: number;
@@ -16,6 +14,7 @@ export interface IngestLimits {
   idleTimeoutMs: number;
 }
 
+/** What a sidecar takes when not told; its jobs and ranks are lowered where its memory is smaller (memory-budget.ts). */
 export const DEFAULT_LIMITS: IngestLimits = {
   maxConnections: 1024,
   // A hook sends about 10 frames a second (steps every 100 ms, counters at 1-2 Hz).
@@ -32,14 +31,8 @@ export const DEFAULT_LIMITS: IngestLimits = {
 };
 
 /**
- * What one rank can hold at most, rounded up from 655 KiB measured (`node --expose-gc
- * scripts/bench-journal.mjs rank-memory`): its 10 minutes of 250 ms step slices, 256 recent steps,
- * its histograms, process samples, 16 sessions, its part of a snapshot.
- */
-export const RANK_BYTES = 1024 * 1024;
-/**
  * The most a journal checkpoint can hold under the limits: each rank's part (262 KiB measured at
- * its fullest by the same script, bounded at twice that) and each GPU's counters (540 KiB for a day
+ * its fullest by `node --expose-gc scripts/bench-journal.mjs rank-memory`, bounded at twice that) and each GPU's counters (540 KiB for a day
  * of 500 ms samples, bounded at 1 MiB) for up to 64 devices (8 GPUs of 7 MIG instances, and room).
  * A larger checkpoint was not written by this sidecar: it is refused before a byte of it is read.
  */
@@ -48,24 +41,6 @@ export const CHECKPOINT_GPUS_BYTES = 64 * 1024 * 1024;
 export function checkpointBytesFor(limits: Partial<IngestLimits> = {}): number {
   const { maxJobs, maxRanksPerJob } = { ...DEFAULT_LIMITS, ...limits };
   return maxJobs * maxRanksPerJob * RANK_CHECKPOINT_BYTES + CHECKPOINT_GPUS_BYTES;
-}
-/** The heap the limits may fill; the rest is for GPU/host history, the stream and summaries. */
-const HEAP_SHARE = 0.5;
-
-/** Refuses, with the arithmetic, limits whose ranks could not all fit in the heap. */
-export function checkMemoryFits(limits: Partial<IngestLimits> = {}, heapBytes = heapLimit()): void {
-  const { maxJobs, maxRanksPerJob } = { ...DEFAULT_LIMITS, ...limits };
-  const need = maxJobs * maxRanksPerJob * RANK_BYTES;
-  if (need <= heapBytes * HEAP_SHARE) return;
-  const mib = (bytes: number) => `${Math.round(bytes / 1024 / 1024)} MiB`;
-  throw new Error(
-    `--max-jobs ${maxJobs} × --max-ranks ${maxRanksPerJob} × ${mib(RANK_BYTES)} per rank = ${mib(need)}, more than half of the ${mib(heapBytes)} heap: ` +
-      'lower the limits, or raise the heap (NODE_OPTIONS=--max-old-space-size=MiB)',
-  );
-}
-
-function heapLimit(): number {
-  return getHeapStatistics().heap_size_limit;
 }
 
 /** Token bucket; `now` in ms is passed in so it is tested without a clock. */
