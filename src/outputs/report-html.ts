@@ -26,6 +26,9 @@ const VERDICT_COLOUR: Record<Verdict, string> = {
   throttled: '#d62728',
   'warming-up': '#7aa6d6',
   idle: '#b0b7bf',
+  stalled: '#a61e4d',
+  hung: '#5c0011',
+  gone: '#343a40',
 };
 
 function header(s: Summary): string {
