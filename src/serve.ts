@@ -2,6 +2,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { readRankProcess } from './counters/proc-rank.js';
 import { StallWatch } from './ingest/stall-watch.js';
+import { StackDumps } from './outputs/stack-dumps.js';
 import type { FastifyInstance } from 'fastify';
 import type { Summary } from './analysis/summary.js';
 import type { ComputeApp } from './counters/compute-apps.js';
@@ -189,12 +190,14 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
     gpuHourPrice: options.gpuHourPrice ?? null,
     ...(options.stallSteps !== undefined ? { stallSteps: options.stallSteps } : {}),
     ...(options.stallFloorS !== undefined ? { stallFloorMs: options.stallFloorS * 1000 } : {}),
+    ...(options.stackDumps ? { stackDumps: true } : {}),
   };
   await recorder.record({ t: 'start', at: Date.now(), config }).catch(() => undefined);
   // Journaled, so a replayed summary names the node the live one did.
   await recorder.record({ t: 'node', at: Date.now(), node: await readInventory({ nvidiaSmi: options.nvidiaSmi, log }) }).catch(() => undefined);
   const ingest = new Ingest(engine, recorder, { gpuIntervalMs: options.gpuIntervalMs, limits: options.limits });
   ingest.deepCaptures = options.stackDumps === true;
+  const dumps = options.stackDumps && options.out ? new StackDumps(options.out) : null;
   const stalls = new StallWatch(ingest, { now: Date.now, readProcess: (rank) => readRankProcess(rank, { procRoot: options.procRoot, hostname: os.hostname() }) });
   const fail = (what: string) => (error: Error) => log.error({ err: error.message }, `${what} not recorded`);
 
@@ -245,6 +248,7 @@ export async function serve(options: ServeOptions): Promise<Sidecar> {
     if (!engineSnapshot) return;
     const snapshot = history.decorate(engineSnapshot);
     stalls.onSnapshot(snapshot);
+    if (dumps) void dumps.onSnapshot(snapshot).then((files) => files.length && log.info({ files }, 'job hung: every rank\'s stacks written'), (error: Error) => log.error({ err: error.message }, 'stack dumps not written'));
     for (const event of snapshot.events) {
       log.info(
         { job: event.job, rank: event.rank, from: event.from, to: event.to, cause: event.cause, since: new Date(event.since).toISOString(), rule: event.judgement.evidence.rule },

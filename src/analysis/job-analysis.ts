@@ -1,7 +1,7 @@
 import { findStraggler, type Straggler } from '../model/straggler.js';
 import { isStop, type StopVerdict } from '../model/verdict.js';
 import type { CodeFrame } from '../protocol/capture.js';
-import { jobStop, jobStopJudgement, rankStall, STALL_DEFAULTS, type RankStall, type StallConfig, type StallInput } from './stall.js';
+import { jobStop, jobStopJudgement, jobStopParts, rankStall, stackDumpDir, STALL_DEFAULTS, type RankStall, type StallConfig, type StallInput } from './stall.js';
 import { RunSeries, type SeriesDump } from './summary-series.js';
 import { VerdictTracker, type TrackerDump, type VerdictChange } from './tracker.js';
 import { judge, VERDICTS, type Cause, type Judgement, type RankContext, type Verdict } from './verdict.js';
@@ -34,8 +34,13 @@ export interface StopEpisode {
   culprits: number[];
   waiting: number[];
   waits_in: string | null;
-  /** The job's verdict rule, in words, as last judged. */
+  /** The job's verdict rule, in words, as last judged, and the part of it after its head (who, where, on what). */
   text: string;
+  detail: string;
+  /** Ranks that did not step through it (one GPU each). */
+  idle_ranks: number;
+  /** With --stack-dumps: the files of every rank's stacks when it was declared hung, under --out. */
+  dumps?: string[];
   /** The innermost frames of the script's own code where the first culprit stopped. */
   where: CodeFrame[];
   recommendations: Judgement['recommendations'];
@@ -99,6 +104,8 @@ export class JobAnalysis {
   private stallsNow = new Map<number, RankStall>();
   /** The stall rule's settings (--stall-steps, --stall-floor). */
   stallConfig: StallConfig = STALL_DEFAULTS;
+  /** --stack-dumps: name the files of every rank's stacks when the job is declared hung. */
+  stackDumps = false;
   /**
    * The run's figures over time for its report's charts, made by the Analyst beside the verdicts
    * and kept here so that a checkpoint holds them with the rest of the run's analysis.
@@ -169,14 +176,16 @@ export class JobAnalysis {
       const held = tracker.current?.judgement.verdict ?? null;
       let judgement: Judgement;
       let change: VerdictChange | null;
-      if (stall?.judgement) {
+      if (stall?.stop.capturePending && tracker.current) {
+        // Stalled, its stack on its way: the verdict changes once it has come (or stopped coming).
+        judgement = tracker.current.judgement;
+        change = null;
+      } else if (stall?.judgement) {
         const { since, ...stopped } = stall.judgement;
         judgement = stopped;
-        change = tracker.update(judgement, at, judgement.verdict === held ? {} : { since });
-      } else if (stall?.stop.capturePending) {
-        // Stalled, its stack on its way: the verdict changes once it has come (or stopped coming).
-        judgement = tracker.current?.judgement ?? judge(input.window, { ...input.context, current: null, peers, jobCpuCores });
-        change = tracker.current ? null : tracker.update(judgement, at);
+        // Into a stop, from when it began; a stop's first cause (where its stack was not known yet) is replaced at once.
+        const settling = isStop(held) && held === judgement.verdict && tracker.current?.judgement.cause === null;
+        change = tracker.update(judgement, at, judgement.verdict === held ? { immediate: settling } : { since });
       } else {
         judgement = judge(input.window, { ...input.context, current: held, peers, jobCpuCores });
         change = tracker.update(judgement, at, { immediate: isStop(held) });
@@ -211,7 +220,7 @@ export class JobAnalysis {
       const stopped = jobStopJudgement(stop, this.stallsNow, worldSize, at);
       ({ since } = stopped);
       jobJudgement = { verdict: stopped.verdict, cause: stopped.cause, evidence: stopped.evidence, recommendations: stopped.recommendations };
-      this.noteStop(stop.verdict, stopped, stop, at);
+      this.noteStop(stop.verdict, stopped, stop, at, worldSize);
     }
     if (jobJudgement) {
       this.lastOf.set(jobJudgement.verdict, jobJudgement);
@@ -227,10 +236,12 @@ export class JobAnalysis {
   }
 
   /** Keeps the run's current stop up to date (a new one when the stop changed or began again). */
-  private noteStop(verdict: StopVerdict, judged: { cause: Judgement['cause']; evidence: Judgement['evidence']; recommendations: Judgement['recommendations']; since: number }, stop: Exclude<ReturnType<typeof jobStop>, 'pending' | null>, at: number): void {
+  private noteStop(verdict: StopVerdict, judged: { cause: Judgement['cause']; evidence: Judgement['evidence']; recommendations: Judgement['recommendations']; since: number }, stop: Exclude<ReturnType<typeof jobStop>, 'pending' | null>, at: number, worldSize: number): void {
     const lead = this.stallsNow.get(stop.culprits[0] ?? -1);
     const steps = [...this.stallsNow.values()].map((s) => s.stop.lastStep);
     const episode: StopEpisode = {
+      detail: jobStopParts(stop, this.stallsNow, worldSize, at).detail,
+      idle_ranks: verdict === 'hung' ? new Set([...stop.culprits, ...stop.waiting]).size : stop.culprits.length,
       verdict,
       cause: judged.cause,
       since: judged.since,
@@ -244,12 +255,19 @@ export class JobAnalysis {
       recommendations: judged.recommendations,
     };
     const last = this.stops.at(-1);
-    if (last && last.since === episode.since) {
+    const same = last !== undefined && last.since === episode.since;
+    // Declared hung now: with --stack-dumps, every rank's stacks of this moment go to files named here.
+    if (this.stackDumps && verdict === 'hung' && !(same && last.verdict === 'hung')) {
+      const n = this.stops.filter((s) => s.dumps).length + 1;
+      episode.dumps = [...this.stallsNow.keys()].sort((a, b) => a - b).map((rank) => `${stackDumpDir(this.jobId, this.run, n)}/rank-${rank}.json`);
+    }
+    if (same) {
       // The same stop, judged again: what it became, hung if it ever was, and its culprit's stack if it had one.
       this.stops[this.stops.length - 1] = {
         ...episode,
         verdict: last.verdict === 'hung' ? 'hung' : episode.verdict,
         where: episode.where.length ? episode.where : last.where,
+        ...(last.dumps && !episode.dumps ? { dumps: last.dumps } : {}),
       };
     } else {
       this.stops.push(episode);
@@ -330,7 +348,7 @@ export class JobAnalysis {
     // A change that began after `at` (a run's end: an idle rank noticed after its last step) is not
     // part of it; every row runs forward.
     const all = rank === undefined ? this.changes : (this.rankChanges.get(rank) ?? []);
-    const changes = all.filter((change, i) => i === 0 || change.since < at);
+    const changes = all.filter((change, i) => i === 0 || change.since <= at);
     const toS = (t: number) => Math.round((t - this.startedAt) / 10) / 100;
     const segments = changes.map((change, i) => {
       const start_s = Math.max(0, toS(Math.min(change.since, at)));

@@ -4,6 +4,7 @@ import { jobStop, rankList, type JobStop, type RankStop } from '../model/stall.j
 import type { Cause, Evidence, Verdict } from '../model/verdict.js';
 import type { Recommendation } from './recommendations.js';
 import { stopAdvice } from './stall-advice.js';
+import { fileSafeName } from '../model/names.js';
 
 /**
  * When a rank stops stepping: stalled (alive and heard from), unresponsive (its connection open but
@@ -151,7 +152,7 @@ export function rankStall(input: StallInput, at: number, config: StallConfig): R
     stop.cause = cause;
     stop.wentAt = live.disconnectedAt;
     const judgement = goneJudgement(input, live, cause, at);
-    return { ...result, judgement, whereText: judgement.evidence.rule };
+    return { ...result, judgement, whereText: goneHow(cause) };
   }
   if (quietMs === null || thresholdMs === null) return { ...result, stop: { ...stop, state: 'waiting' } };
   if (quietMs < thresholdMs) {
@@ -223,15 +224,17 @@ function unresponsiveText(live: RankLiveness, heardAgoMs: number | null): string
   return `${silence}; /proc/${live.pid}: ${state}${proc.wchan ? `, waiting in ${proc.wchan}` : ''}${proc.cpu_s === null ? '' : `, ${proc.cpu_s.toFixed(1)} CPU-s in all`}`;
 }
 
+function goneHow(cause: Cause): string {
+  return cause === 'no-answer'
+    ? 'the sidecar closed its connection after hearing nothing from it (no frame, no answer to pings): its node or network was lost, or the process is frozen where /proc cannot show it'
+    : cause === 'not-reconnected'
+      ? 'it has not reconnected since the sidecar restarted'
+      : 'its connection dropped without an end: the process was killed (SIGKILL, the out-of-memory killer), crashed hard, or its node was lost';
+}
+
 function goneJudgement(input: StallInput, live: RankLiveness, cause: Cause, at: number): NonNullable<RankStall['judgement']> {
   const ago = seconds(at - live.disconnectedAt!);
-  const how =
-    cause === 'no-answer'
-      ? 'the sidecar closed its connection after hearing nothing from it (no frame, no answer to pings): its node or network was lost, or the process is frozen where /proc cannot show it'
-      : cause === 'not-reconnected'
-        ? 'it has not reconnected since the sidecar restarted'
-        : 'its connection dropped without an end: the process was killed (SIGKILL, the out-of-memory killer), crashed hard, or its node was lost';
-  const rule = `gone ${ago} ago, after step ${live.lastStep}: ${how}`;
+  const rule = `gone ${ago} ago, after step ${live.lastStep}: ${goneHow(cause)}`;
   const evidence: Evidence = {
     rule,
     lost: {},
@@ -279,6 +282,12 @@ export function jobStopJudgement(stop: JobStop, stalls: ReadonlyMap<number, Rank
  * rank 1 never entered all_reduce (collective #301 of default_pg), which rank 0 waits in".
  */
 export function jobStopText(stop: JobStop, stalls: ReadonlyMap<number, RankStall>, worldSize: number, at: number): string {
+  const { head, detail } = jobStopParts(stop, stalls, worldSize, at);
+  return detail ? `${head}: ${detail}` : head;
+}
+
+/** The stop's head ("hung for 42.0 s after step 149") and what follows it (who, where, waiting on what). */
+export function jobStopParts(stop: JobStop, stalls: ReadonlyMap<number, RankStall>, worldSize: number, at: number): { head: string; detail: string } {
   const ranks = (list: number[]) => `rank${list.length === 1 ? '' : 's'} ${rankList(list)}`;
   const lead = stalls.get(stop.culprits[0] ?? -1);
   const step = lead?.stop.lastStep ?? Math.max(...[...stalls.values()].map((s) => s.stop.lastStep));
@@ -287,13 +296,12 @@ export function jobStopText(stop: JobStop, stalls: ReadonlyMap<number, RankStall
   const stepping = [...stalls.values()].filter((s) => s.stop.state === 'stepping').map((s) => s.stop.rank);
   let head: string;
   if (stop.verdict === 'hung') head = `hung for ${seconds(at - stop.since)} after step ${step}`;
-  else if (stop.verdict === 'gone') head = ranks(stop.culprits);
+  else if (stop.verdict === 'gone') head = `${ranks(stop.culprits)} gone after step ${step}`;
   else head = `${ranks(stop.culprits)} stalled for ${seconds(at - stop.since)} after step ${step}${stepping.length ? ` while ${ranks(stepping)} ${stepping.length === 1 ? 'steps' : 'step'} on` : ''}`;
-  if (stop.verdict === 'gone') {
-    return `${head} ${detail(lead)}`;
-  }
+  if (stop.verdict === 'gone') return { head, detail: detail(lead) };
   if (stop.culprits.length && stop.verdict === 'hung') {
-    parts.push(`${ranks(stop.culprits)} ${detail(lead) || 'stopped'}`);
+    const is = stop.cause === 'rank-gone' ? ` ${stop.culprits.length === 1 ? 'is' : 'are'} gone:` : stop.cause === 'unresponsive' ? ` ${stop.culprits.length === 1 ? 'is' : 'are'} unresponsive:` : '';
+    parts.push(`${ranks(stop.culprits)}${is} ${detail(lead) || 'stopped'}`);
   } else if (detail(lead)) {
     parts.push(detail(lead));
   }
@@ -310,7 +318,12 @@ export function jobStopText(stop: JobStop, stalls: ReadonlyMap<number, RankStall
         : 'every rank waits in the same collective: the collective itself hangs (network, NCCL, a mismatched call)',
     );
   }
-  return parts.length ? `${head}: ${parts.join('; ')}` : head;
+  return { head, detail: parts.join('; ') };
+}
+
+/** The folder of a hang's stack dumps under --out (--stack-dumps): `stacks-<job>[.<run>]-<n>`, n counting the run's hangs. */
+export function stackDumpDir(job: string, run: number, n: number): string {
+  return `stacks-${fileSafeName(job)}${run > 1 ? `.${run}` : ''}-${n}`;
 }
 
 export { jobStop };

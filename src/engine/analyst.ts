@@ -18,6 +18,8 @@ export interface AnalystOptions {
   gpuHourPrice?: number | null;
   /** --stall-steps and --stall-floor. */
   stall?: StallConfig;
+  /** --stack-dumps. */
+  stackDumps?: boolean;
 }
 
 /** Steps whose median is a rank's recent step time, for its stall threshold. */
@@ -81,6 +83,7 @@ export class Analyst {
     // The start moves earlier when steps the hook buffered before the sidecar came arrive.
     analysis.startedAt = jobStart(job);
     analysis.stallConfig = this.options.stall ?? STALL_DEFAULTS;
+    analysis.stackDumps = this.options.stackDumps === true;
     return analysis;
   }
 

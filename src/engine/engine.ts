@@ -158,6 +158,7 @@ export class Engine {
         this.analyst.options.holdMs = entry.config.holdMs;
         this.analyst.options.gpuHourPrice = entry.config.gpuHourPrice ?? null;
         this.analyst.options.stall = stallConfig(entry.config);
+        this.analyst.options.stackDumps = entry.config.stackDumps === true;
         this.world.jobs.restarted(entry.at);
         return null;
       case 'node':

@@ -26,6 +26,8 @@ export interface EngineConfig {
   stallSteps?: number;
   /** ... and not before this, ms (--stall-floor). */
   stallFloorMs?: number;
+  /** --stack-dumps: every rank's stacks are written under --out when a job is declared hung. */
+  stackDumps?: boolean;
 }
 
 export type JournalEntry =
@@ -126,6 +128,7 @@ const ENTRY_SCHEMAS: Record<EntryType, object> = {
           gpuHourPrice: { type: ['number', 'null'], minimum: 0, maximum: 1e6 },
           stallSteps: { type: 'number', minimum: 1, maximum: 1000 },
           stallFloorMs: { type: 'number', minimum: 0, maximum: 3.6e6 },
+          stackDumps: { type: 'boolean' },
         },
       },
     },

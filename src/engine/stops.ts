@@ -40,5 +40,6 @@ export function jobStopState(episode: StopEpisode | undefined, current: boolean,
     waits_in: episode.waits_in,
     text: episode.text,
     where: episode.where,
+    ...(episode.dumps ? { dumps: episode.dumps } : {}),
   };
 }

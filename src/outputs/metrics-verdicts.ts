@@ -31,7 +31,7 @@ export const VERDICT_CAUSES = {
   'warming-up': [null],
   idle: [null],
   stalled: [null, 'collective', 'data-loader', 'code', 'busy', 'unresponsive'],
-  hung: ['collective', 'data-loader', 'code', 'unresponsive', 'rank-gone'],
+  hung: [null, 'collective', 'data-loader', 'code', 'unresponsive', 'rank-gone'],
   gone: ['connection-closed', 'no-answer', 'not-reconnected'],
 } as const satisfies Record<Verdict, readonly Cause[]>;
 

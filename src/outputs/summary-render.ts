@@ -1,10 +1,10 @@
-import { wasteSentence, type Summary } from '../analysis/summary.js';
+import { leadingStop, wasteSentence, type Summary } from '../analysis/summary.js';
 
 /** The end-of-job summary for a person: verdict first, then timeline, ranks, GPUs, what to do. */
 
 export type SummaryFormat = 'text' | 'md';
 
-import { nodeLine, num, otherProcessesLine, pct, RANK_COLUMNS, rankCells, withCause } from './summary-text.js';
+import { nodeLine, num, otherProcessesLine, pct, RANK_COLUMNS, rankCells, stopLines, withCause } from './summary-text.js';
 
 function table(format: SummaryFormat, header: string[], rows: string[][]): string[] {
   if (format === 'md') {
@@ -43,6 +43,15 @@ export function renderSummary(summary: Summary, format: SummaryFormat = 'text'):
     out.push(`On the GPU (CUDA events): h2d ${pct(g.h2d)}, compute ${pct(g.compute)}, idle between steps ${pct(g.idle)} of step time.`);
   }
   if (summary.lost > 0) out.push(`The hooks dropped ${summary.lost} step records (buffer full); figures above leave them out.`);
+  if (summary.stops?.length) {
+    out.push('');
+    out.push(heading(summary.stops.length === 1 ? 'Where it stopped' : `Where it stopped (${summary.stops.length} times)`));
+    const lead = leadingStop(summary.stops)!;
+    for (const stop of [lead, ...summary.stops.filter((s) => s !== lead)]) {
+      if (stop !== lead) out.push('');
+      out.push(...stopLines(stop));
+    }
+  }
   if (summary.straggler) out.push(`Straggler: ${summary.straggler.text} (for ${num(summary.straggler.seconds, 0)} s).`);
   if (summary.baseline) {
     out.push('');

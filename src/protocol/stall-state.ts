@@ -57,9 +57,56 @@ export const JobStopSchema = Type.Object(
     waits_in: StrOrNull('what the waiting ranks wait in, in words; null where they are not seen inside a collective'),
     text: Str('the stop in words, naming the ranks, where they are and what they wait on'),
     where: Where("the innermost frames of the script's own code where the first culprit stopped (at most 5)"),
+    dumps: Type.Optional(Type.Array(Str('a file under --out'), { description: "with --stack-dumps, once the job was declared hung: every rank's stacks of that moment, one file a rank" })),
   },
   { description: 'a job that stopped stepping' },
 );
 
+export const STACK_DUMP_SCHEMA = 'stepscope.stack-dump/v1';
+
+/** One rank's stacks when its job was declared hung (--stack-dumps), in a file of its own. */
+export const StackDumpSchema = Type.Object(
+  {
+    schema: Type.Literal(STACK_DUMP_SCHEMA),
+    job: Str('the job'),
+    run: Type.Integer({ minimum: 1, description: 'the run of the job' }),
+    rank: Count('the rank'),
+    declared_at: Time('when the job was declared hung'),
+    hung_since: Time('when it stopped stepping'),
+    job_rule: Str("the job's verdict, in words, when it was declared hung"),
+    state: Names(RANK_STOP_STATES, { description: "the rank's state then" }),
+    rule: StrOrNull("the rank's verdict, in words"),
+    capture: Nullable(CaptureSchema, { description: 'its stacks (every thread, whole, with --stack-dumps), its collectives, its loader workers, the Flight Recorder; null where none could be taken' }),
+    proc: Nullable(Type.Composite([ProcReadingSchema, Type.Object({ at: Num('when it was read, ms since the epoch') })]), { description: 'its process as /proc showed it, where read' }),
+    why_no_capture: StrOrNull('why there is no capture (unresponsive, gone, an older hook); null where there is one'),
+  },
+  { description: "one rank's stacks when its job was declared hung" },
+);
+export type StackDump = Static<typeof StackDumpSchema>;
+
 export type RankStallState = Static<typeof RankStallSchema>;
 export type JobStopState = Static<typeof JobStopSchema>;
+
+const RecommendationLike = Type.Object({ id: Str('a stable name for the advice'), text: Str('what to do, in words') });
+
+/** A stretch of a run in which it did not step, as its summary reports it. */
+export const SummaryStopSchema = Type.Object(
+  {
+    verdict: Names(STOP_VERDICTS, { description: 'hung: no rank stepped; stalled: a rank stopped while others stepped; gone: a rank went' }),
+    cause: StopCauseSchema,
+    since_s: Num("when it began (the last step's end), s from the run's start"),
+    seconds: Num('how long it lasted'),
+    wall_share: NumOrNull("its share of the run's wall time, 0..1"),
+    step: Type.Integer({ description: 'the last step before it' }),
+    culprits: Type.Array(Count('rank'), { description: 'the ranks the others waited for' }),
+    waiting: Type.Array(Count('rank'), { description: 'the ranks waiting for them' }),
+    waits_in: StrOrNull('what they waited in, in words'),
+    text: Str('who stopped where, and what the others waited on, in words (as last judged)'),
+    where: Where("the innermost frames of the script's own code where the first culprit stopped"),
+    gpu_seconds: Num('GPU time it held idle: its seconds times the ranks that did not step (one GPU a rank)'),
+    recommendations: Type.Array(RecommendationLike, { description: 'what to do about it' }),
+    dumps: Type.Optional(Type.Array(Str('a file under --out'), { description: "with --stack-dumps: every rank's stacks when the job was declared hung, one file a rank" })),
+  },
+  { description: 'a stop of the run' },
+);
+export type SummaryStop = Static<typeof SummaryStopSchema>;
