@@ -123,6 +123,7 @@ async function runScenario(s: Scenario, context: TestContext): Promise<void> {
     while (!finished) {
       const state = await jobOf().catch(() => undefined);
       if (state) seen.push(state);
+      if (state?.ended) break;
       await new Promise((resolve) => setTimeout(resolve, 250));
     }
     for (const run of await done) expect(run.code, run.stderr.slice(-2000)).toBe(0);

@@ -264,8 +264,8 @@ def _read(path: str):
 
 # --- PyTorch's Flight Recorder -----------------------------------------------------------------
 
-# (function, backend it dumps) in the order tried: the generic recorder (torch 2.8 and later, gloo
-# among others), then NCCL's own (torch 2.2 to 2.x, on builds with NCCL).
+# (function, whether it takes a backend) in the order tried: the generic recorder of recent torch
+# releases (gloo among others), then NCCL's own (torch 2.x builds with NCCL).
 _DUMPS = (("_dump_fr_trace_json", True), ("_dump_nccl_trace_json", False))
 
 

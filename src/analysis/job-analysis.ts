@@ -88,6 +88,17 @@ const MAX_STOPS = 50;
 /** Stepping, and judged on its steps: not warming up, idle, or stopped. */
 const ACTIVE = (verdict: Verdict) => verdict !== 'warming-up' && verdict !== 'idle' && !isStop(verdict);
 
+/**
+ * The changes a new one leaves in a timeline: those that began at or after it are dropped. A stop is
+ * dated back to when it began (a rank's last step, the moment it went), and a verdict decided since
+ * then was judged on steps the stop had already ended.
+ */
+function superseded(changes: VerdictChange[], change: VerdictChange): VerdictChange[] {
+  let keep = changes.length;
+  while (keep > 1 && changes[keep - 1]!.since >= change.since) keep--;
+  return keep === changes.length ? changes : changes.slice(0, keep);
+}
+
 export class JobAnalysis {
   private ranks = new Map<number, VerdictTracker>();
   private job: VerdictTracker;
@@ -191,7 +202,7 @@ export class JobAnalysis {
         change = tracker.update(judgement, at, { immediate: isStop(held) });
       }
       if (change) {
-        this.rankChanges.set(input.rank, [...(this.rankChanges.get(input.rank) ?? []), change].slice(-MAX_CHANGES));
+        this.rankChanges.set(input.rank, [...superseded(this.rankChanges.get(input.rank) ?? [], change), change].slice(-MAX_CHANGES));
         events.push({ ...change, job: this.jobId, rank: input.rank });
       }
       judged.push({ rank: input.rank, window: input.window, held: tracker.current!.judgement });
@@ -227,6 +238,7 @@ export class JobAnalysis {
       const heldJob = this.job.current?.judgement.verdict ?? null;
       const change = this.job.update(jobJudgement, at, since !== undefined && heldJob !== jobJudgement.verdict ? { since } : {});
       if (change) {
+        this.changes = superseded(this.changes, change);
         this.changes.push(change);
         if (this.changes.length > MAX_CHANGES) this.changes.shift();
         events.push({ ...change, job: this.jobId, rank: null });

@@ -250,7 +250,8 @@ export function buildSummary({ job, views, analysis, gpus, at, gpuHourPrice = nu
     started_at: job.started_at,
     ended_at: new Date(endedAt).toISOString(),
     end_reason: job.end_reason,
-    headline: lead ? `${stopSentence(lead)} ${usual.replace(/\.$/, '')}${job.steps ? ' before it' : ''}.` : usual,
+    // A stop leads; what the job was bound by while it stepped follows, where it held a verdict at all.
+    headline: lead ? (dominant ? `${stopSentence(lead)} ${usual.replace(/\.$/, '')} before it.` : `${stopSentence(lead)} It stopped before its first verdict.`) : usual,
     verdict,
     cause,
     verdict_share: share,

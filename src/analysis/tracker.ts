@@ -52,7 +52,8 @@ export class VerdictTracker {
   /**
    * `since`: when the new state began, where that is known and earlier than `at` (a rank stalled
    * since its last step ended): it holds from then, so it takes over as soon as that is `holdMs`
-   * ago, and the timeline starts it there (never before the state it replaces began).
+   * ago, and the timeline starts it there; a change dated before the one it replaces began
+   * supersedes it (see `superseded`).
    * `immediate`: takes over now, without the hold (a stalled rank that steps again).
    */
   update(judgement: Judgement, at: number, options: { since?: number; immediate?: boolean } = {}): VerdictChange | null {
@@ -68,7 +69,9 @@ export class VerdictTracker {
     }
     // A pending verdict whose cause is still settling keeps its start: the verdict has held since then.
     if (!this.pending || this.pending.judgement.verdict !== judgement.verdict || options.since !== undefined) {
-      const since = options.since === undefined ? at : Math.min(at, Math.max(options.since, this.held.since));
+      // A state dated back before the one in force began: that one was judged on what the new one had
+      // already made stale (a rank gone before the verdict it replaces was decided); it is dropped.
+      const since = options.since === undefined ? at : Math.min(at, options.since);
       this.pending = { judgement, since };
       if (this.holdMs > 0 && !options.immediate && at - since < this.holdMs) return null;
     }
