@@ -216,7 +216,7 @@ describe.skipIf(!current.python)(`a job that stops, on current PyTorch with its 
 
 describe.skipIf(!debian.python)(`a job that stops, on Debian's PyTorch 1.13 (no Flight Recorder)${debian.python ? '' : ` (skipped: ${debian.why})`}`, () => {
   it(
-    "four DDP ranks, rank 2's DataLoader worker never returns: hung, rank 2 named as waiting for its DataLoader, the others in backward",
+    "four DDP ranks, rank 2's DataLoader worker never returns: hung, rank 2 named as waiting for its DataLoader, its worker's __getitem__ named, the others in backward",
     (context) =>
       runScenario(
         {
@@ -230,7 +230,7 @@ describe.skipIf(!debian.python)(`a job that stops, on Debian's PyTorch 1.13 (no 
             verdict: 'hung',
             cause: 'data-loader',
             culprits: [2],
-            function: 'main',
+            function: '__getitem__',
             waiting: [0, 1, 3],
             waitsIn: 'backward',
             rankVerdicts: [

@@ -85,12 +85,17 @@ describe('a rank that stops stepping', () => {
   });
 
   it('waits for its DataLoader: slow while a worker runs, stuck while none does', () => {
-    const workers = (state: string) => [{ pid: 7, name: 'pt_data_worker', state, wchan: state === 'S' ? 'futex_wait_queue' : null, cpu_s: 0.1 }];
+    const workers = (state: string) => [{ pid: 7, name: 'pt_data_worker', state, wchan: state === 'S' ? 'futex_wait_queue' : null, cpu_s: 0.1, frames: null, stack_error: null }];
     const sleeping = rankStall(input({ heardAt: 11_000, capture: capture(10_100, [LOADER, frame('train')], { workers: workers('S') }) }), 12_000, config);
     expect(sleeping.stop).toMatchObject({ cause: 'data-loader', progressing: false });
     expect(sleeping.judgement!.evidence.rule).toContain('waits for its DataLoader in train (train.py:10); its workers: pid 7 S (futex_wait_queue) 0.1 CPU-s');
     const running = rankStall(input({ heardAt: 11_000, capture: capture(10_100, [LOADER, frame('train')], { workers: workers('R') }) }), 12_000, config);
     expect(running.stop).toMatchObject({ cause: 'data-loader', progressing: true });
+    // The worker's own stack, where it gave one: the Dataset's code that never returns comes first.
+    const inDataset = [{ ...workers('S')[0]!, frames: [WAIT, frame('__getitem__', '/job/data.py', 31), frame('fetch', '/venv/lib/python3.11/site-packages/torch/utils/data/_utils/fetch.py', 52, 'lib')] }, { ...workers('S')[0]!, pid: 8 }];
+    const stuck = rankStall(input({ heardAt: 11_000, capture: capture(10_100, [LOADER, frame('train')], { workers: inDataset }) }), 12_000, config);
+    expect(stuck.where.map((f) => f.function)).toEqual(['__getitem__', 'train']);
+    expect(stuck.judgement!.evidence.rule).toContain('waits for its DataLoader in train (train.py:10); its worker pid 7 (S, futex_wait_queue) is in __getitem__ (data.py:31); its other workers: pid 8 S (futex_wait_queue) 0.1 CPU-s');
   });
 
   it('is busy where its stack moved lately (an evaluation), and idle by design where none of its code runs', () => {

@@ -38,6 +38,8 @@ _NOTED_CODES = (1008, 1009, 1011, 1013)
 _TOKEN_STATUSES = (401, 403)
 _NOT_SENT = "steps are still timed here but not sent"
 _NO_COMM = (None, None, None)
+# How often the dump files of loader workers that are gone are removed (see _where.worker_stacks).
+_PRUNE_EVERY_S = 60.0
 
 
 class Sender:
@@ -86,6 +88,7 @@ class Sender:
         self._last_end_ns = None  # hook clock end of the newest step collected
         self._last_record_at = time.monotonic()
         self._proc_start = _proc_start()
+        self._next_prune = time.monotonic() + _PRUNE_EVERY_S
 
         self._pending = collections.deque()  # records waiting for their GPU times
         self._unacked = collections.deque()  # (seq, encoded row), seq increasing
@@ -220,6 +223,9 @@ class Sender:
         self._collect()
         now = time.monotonic()
         self._counters.sample_due(now, time.perf_counter_ns() - self._mono_origin)
+        if now >= self._next_prune:
+            self._next_prune = now + _PRUNE_EVERY_S
+            _where.forget_dead_children()
         if self.training_thread is not None:
             # Only once no step ended for a second: nothing at all while the job steps faster.
             self._still.sample(self.training_thread, now, now - self._last_record_at)
@@ -472,7 +478,9 @@ class Sender:
         comm = self.comm
         since = self._last_end_ns
         where["comm"] = comm.progress(since if since is not None else 0, now_ns) if comm is not None and comm.active_since is not None else None
-        where["workers"] = _where.workers()
+        workers = _where.workers()
+        _where.worker_stacks(workers)
+        where["workers"] = workers
         where["flight"] = _where.flight_recorder()
         return where
 

@@ -12,7 +12,10 @@ its process alive) is answered with one ``stack`` frame:
 - how long the training thread's stack has not moved (``Stillness``), so that a rank stuck at one
   line is told from one busy outside its steps (an evaluation, a checkpoint);
 - its DataLoader workers (the process's children) as ``/proc`` shows them: state, what the kernel
-  waits on (``wchan``), CPU time;
+  waits on (``wchan``), CPU time; and each worker's own Python stack, where it can tell: once captures
+  are on, every child the training process forks (a DataLoader worker) has ``faulthandler`` dump its
+  threads to a file of its own on ``SIGUSR2`` (only where nothing else handles that signal there),
+  and the sender signals those still alive, checked by their start time, and reads what they wrote;
 - PyTorch's Flight Recorder, where the torch in use has it and a process group exists: per process
   group, the sequence number of the last collective enqueued, started and completed, and the
   collectives still pending. Compared across ranks, it names the rank that never joined.
@@ -22,13 +25,19 @@ Everything is bounded (frames, threads, characters, bytes) and nothing here rais
 
 from __future__ import annotations
 
+import atexit
+import faulthandler
 import json
 import os
+import re
+import signal
 import sys
 import sysconfig
+import tempfile
 import threading
+import time
 
-__all__ = ["capture", "Stillness", "flight_recorder", "workers", "stack_key", "frame_kind", "MAX_FRAMES", "MAX_BYTES"]
+__all__ = ["capture", "Stillness", "flight_recorder", "workers", "worker_stacks", "arm_children", "parse_faulthandler", "stack_key", "frame_kind", "MAX_FRAMES", "MAX_BYTES"]
 
 MAX_FRAMES = 48  # of the training thread: the innermost 40 and the outermost 8
 _OUTER_KEPT = 8
@@ -70,7 +79,9 @@ def frame_kind(filename: str) -> str:
     (and frozen or generated code), ``user`` for the rest: the script's own code."""
     if filename.startswith(_HOOK_DIR):
         return HOOK
-    if filename.startswith("<") or any(mark in filename for mark in _LIB_MARKS) or filename.startswith(_LIB_DIRS):
+    if filename.startswith("<"):
+        return USER if filename in ("<stdin>", "<string>") or filename.startswith("<ipython-input") else LIB
+    if any(mark in filename for mark in _LIB_MARKS) or filename.startswith(_LIB_DIRS):
         return LIB
     return USER
 
@@ -247,6 +258,144 @@ def workers(pid=None, proc_root: str = "/proc") -> list:
     return sorted(out, key=lambda w: w["pid"])
 
 
+# --- the DataLoader workers' own stacks ------------------------------------------------------
+
+_ARMED = "stepscope-armed"
+_WORKER_FRAMES = 32
+_arming = hasattr(signal, "SIGUSR2")  # children forked from this process are armed (not theirs)
+_child_dump = None  # in an armed child: the file faulthandler writes to (kept open)
+
+
+def stacks_dir(pid=None) -> str:
+    """Where the children of process ``pid`` (this one) dump their stacks: a folder only its user reads."""
+    return os.path.join(tempfile.gettempdir(), "stepscope-stacks-%d" % (pid or os.getpid()))
+
+
+def _start_ticks(pid) -> str:
+    stat = _read("/proc/%s/stat" % pid) or ""
+    fields = stat[stat.rfind(")") + 2:].split()
+    return fields[19] if len(fields) > 19 else ""
+
+
+def _arm_in_child() -> None:
+    """A forked child of the training process (a DataLoader worker): dump every thread on SIGUSR2.
+
+    An open, a write and a ``faulthandler.register`` in the child, once, as it starts; the parent pays
+    nothing. Only where nothing else handles SIGUSR2 in the child; a child of a child is not armed."""
+    global _arming, _child_dump
+    if not _arming:
+        return
+    _arming = False
+    try:
+        if signal.getsignal(signal.SIGUSR2) != signal.SIG_DFL:
+            return  # something else handles it here: leave it alone, and never send it
+        folder = stacks_dir(os.getppid())
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        path = os.path.join(folder, str(os.getpid()))
+        with open(path, "w") as f:  # whatever an earlier process of this pid left
+            f.write("%s %d %s\n" % (_ARMED, os.getpid(), _start_ticks("self")))
+        _child_dump = open(path, "a")  # appends: after the parent empties it, dumps land at its start
+        faulthandler.register(signal.SIGUSR2, file=_child_dump, all_threads=True, chain=False)
+    except Exception:
+        _child_dump = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_arm_in_child)
+_OWNER = os.getpid()
+
+
+@atexit.register
+def _remove_dumps_at_exit() -> None:
+    if os.getpid() == _OWNER:  # not in a forked child that exits
+        forget_dead_children(remove_folder=True)
+
+
+_FRAME_LINE = re.compile(r'^\s+File "(.*)", line (\d+) in (.+)$')
+
+
+def parse_faulthandler(text: str):
+    """The frames of the main thread (the one that handled the signal, else the last listed), innermost first."""
+    blocks, current = [], None
+    for line in text.splitlines():
+        if line.startswith(("Current thread ", "Thread ")):
+            current = {"current": line.startswith("Current thread "), "frames": []}
+            blocks.append(current)
+            continue
+        match = _FRAME_LINE.match(line)
+        if match and current is not None and len(current["frames"]) < _WORKER_FRAMES:
+            filename = match.group(1)
+            current["frames"].append([_text(filename, keep_end=True), int(match.group(2)), _text(match.group(3)), frame_kind(filename)])
+    if not blocks:
+        return None
+    chosen = next((b for b in blocks if b["current"]), blocks[-1])
+    return chosen["frames"]
+
+
+def worker_stacks(workers, wait_s: float = 0.3) -> None:
+    """Adds its Python stack (``frames``) to each worker that was armed and is still the process it was."""
+    folder = stacks_dir()
+    if not workers or not os.path.isdir(folder):
+        return
+    asked = {}
+    for worker in workers:
+        path = os.path.join(folder, str(worker["pid"]))
+        head = (_read(path) or "").split("\n", 1)[0]
+        parts = head.split()
+        if len(parts) != 3 or parts[0] != _ARMED or parts[1] != str(worker["pid"]) or parts[2] != _start_ticks(worker["pid"]):
+            continue  # not armed, or another process now has its pid: never signalled
+        if worker["state"] == "Z":
+            continue
+        try:
+            with open(path, "r+") as f:
+                f.truncate(len(head) + 1)
+            os.kill(worker["pid"], signal.SIGUSR2)
+            asked[worker["pid"]] = (worker, path, len(head) + 1)
+        except OSError:
+            continue
+    deadline = time.monotonic() + wait_s
+    seen = {}
+    while asked and time.monotonic() < deadline:
+        time.sleep(0.02)
+        for pid, (worker, path, start) in list(asked.items()):
+            text = (_read(path, 65536) or "")[start:]
+            # Done once what it wrote stopped growing: the handler writes the whole dump at once.
+            if text and seen.get(pid) == len(text):
+                frames = parse_faulthandler(text)
+                if frames is not None:
+                    worker["frames"] = frames
+                    del asked[pid]
+            seen[pid] = len(text)
+    for worker, _, _ in asked.values():
+        worker["stack_error"] = "no answer in %.1f s (state %s: a process in uninterruptible I/O answers no signal)" % (wait_s, worker["state"])
+
+
+def forget_dead_children(remove_folder: bool = False) -> None:
+    """Removes the dump files of children that are gone (the sender does it now and then), or all of them."""
+    folder = stacks_dir()
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        if name.isdigit() and (remove_folder or not os.path.exists("/proc/%s" % name) or _parent(name) != os.getpid()):
+            try:
+                os.unlink(os.path.join(folder, name))
+            except OSError:
+                pass
+    if remove_folder:
+        try:
+            os.rmdir(folder)
+        except OSError:
+            pass
+
+
+def _parent(pid) -> int:
+    stat = _read("/proc/%s/stat" % pid) or ""
+    fields = stat[stat.rfind(")") + 2:].split()
+    return _int(fields[1], -1) if len(fields) > 1 else -1
+
+
 def _ticks() -> int:
     try:
         return int(os.sysconf("SC_CLK_TCK")) or 100
@@ -254,10 +403,10 @@ def _ticks() -> int:
         return 100
 
 
-def _read(path: str):
+def _read(path: str, limit: int = 4096):
     try:
         with open(path, "r", encoding="utf-8", errors="replace") as f:
-            return f.read(4096)
+            return f.read(limit)
     except OSError:
         return None
 

@@ -154,7 +154,53 @@ class StillnessTest(unittest.TestCase):
             thread.join(5)
 
 
+def stuck_in_getitem():
+    threading.Event().wait()
+
+
 class WorkersTest(unittest.TestCase):
+    @unittest.skipUnless(hasattr(os, "fork") and hasattr(os, "register_at_fork"), "needs fork")
+    def test_a_forked_workers_own_stack_on_the_hooks_signal(self):
+        """A child forked from this process (as a DataLoader worker is) gives its Python stack when
+        asked; one that is not armed (spawned, not forked) is never signalled."""
+        pid = os.fork()
+        if pid == 0:
+            try:
+                stuck_in_getitem()
+            finally:
+                os._exit(0)
+        spawned = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            self.assertTrue(wait_until(lambda: {pid, spawned.pid} <= {w["pid"] for w in _where.workers()}, 10))
+            time.sleep(0.2)  # into the wait
+            workers = [w for w in _where.workers() if w["pid"] in (pid, spawned.pid)]
+            _where.worker_stacks(workers, wait_s=5.0)
+            forked = [w for w in workers if w["pid"] == pid][0]
+            self.assertIn("stuck_in_getitem", [f[2] for f in forked["frames"]], forked)
+            self.assertEqual([f[3] for f in forked["frames"] if f[2] == "stuck_in_getitem"], ["user"])
+            other = [w for w in workers if w["pid"] == spawned.pid][0]
+            self.assertNotIn("frames", other)
+            self.assertIsNone(spawned.poll())  # not killed by a signal it had no handler for
+        finally:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            spawned.kill()
+            spawned.wait()
+        _where.forget_dead_children()
+        self.assertNotIn(str(pid), os.listdir(_where.stacks_dir()) if os.path.isdir(_where.stacks_dir()) else [])
+
+    def test_faulthandler_output_is_read_innermost_first(self):
+        text = (
+            'Thread 0x00007f0000000001 (most recent call first):\n  File "/x/threading.py", line 320 in wait\n\n'
+            'Current thread 0x00007f0000000002 (most recent call first):\n  File "/job/data.py", line 31 in __getitem__\n'
+            '  File "/x/site-packages/torch/utils/data/_utils/fetch.py", line 52 in fetch\n'
+        )
+        self.assertEqual(
+            _where.parse_faulthandler(text),
+            [["/job/data.py", 31, "__getitem__", "user"], ["/x/site-packages/torch/utils/data/_utils/fetch.py", 52, "fetch", "lib"]],
+        )
+        self.assertIsNone(_where.parse_faulthandler("nothing here"))
+
     def test_children_with_their_state(self):
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
         try:

@@ -127,7 +127,7 @@ export function rankStall(input: StallInput, at: number, config: StallConfig): R
   const thresholdMs = input.stepP50Ms === null ? null : stallThresholdMs(input.stepP50Ms, config);
   const heardAgoMs = live.heardAt === null ? null : Math.max(0, at - live.heardAt);
   const fresh = live.capture !== null && input.lastStepEndAt !== null && live.capture.at >= input.lastStepEndAt ? live.capture : null;
-  const where = (trainingStack(fresh) ?? []).filter((frame) => frame.kind === 'user').slice(0, 5);
+  let where = (trainingStack(fresh) ?? []).filter((frame) => frame.kind === 'user').slice(0, 5);
   const stop: RankStop = {
     rank: input.rank,
     state: 'stepping',
@@ -190,7 +190,14 @@ export function rankStall(input: StallInput, at: number, config: StallConfig): R
     } else if (inFile(stack, '/torch/utils/data/')) {
       cause = 'data-loader';
       stop.progressing = loaderWorks;
-      whereText = `waits for its DataLoader${where[0] ? ` in ${frameText(where[0])}` : ''}${workersText(fresh)}`;
+      // A worker stuck in the script's own code (its Dataset) is where the batch does not come from.
+      const stuck = (fresh.workers ?? []).find((worker) => worker.frames?.some((frame) => frame.kind === 'user'));
+      const inWorker = stuck?.frames?.filter((frame) => frame.kind === 'user') ?? [];
+      const loop = where[0];
+      where = [...inWorker, ...where].slice(0, 5);
+      result.where = where;
+      const worker = stuck ? `; its worker pid ${stuck.pid} (${stuck.state}${stuck.wchan ? `, ${stuck.wchan}` : ''}) is in ${frameText(inWorker[0]!)}` : '';
+      whereText = `waits for its DataLoader${loop ? ` in ${frameText(loop)}` : ''}${worker}${workersText(fresh, stuck?.pid)}`;
     } else if (moving) {
       cause = 'busy';
       stop.progressing = true;
@@ -208,11 +215,12 @@ export function rankStall(input: StallInput, at: number, config: StallConfig): R
   return { ...result, stop, judgement: { verdict: 'stalled', cause, evidence, recommendations: stopAdvice('stalled', cause, { ranks: [input.rank], where: where[0] ?? null, pid: live.pid, host: live.host }), since: input.lastStepEndAt! } };
 }
 
-function workersText(capture: Capture): string {
-  const workers = capture.workers ?? [];
-  if (workers.length === 0) return capture.workers === null ? '' : '; no worker processes (num_workers=0: the loading itself is stuck)';
+function workersText(capture: Capture, named?: number): string {
+  const workers = (capture.workers ?? []).filter((w) => w.pid !== named);
+  if ((capture.workers ?? []).length === 0) return capture.workers === null ? '' : '; no worker processes (num_workers=0: the loading itself is stuck)';
+  if (workers.length === 0) return '';
   const shown = workers.slice(0, 4).map((w) => `pid ${w.pid} ${w.state}${w.wchan ? ` (${w.wchan})` : ''} ${w.cpu_s.toFixed(1)} CPU-s`);
-  return `; its workers: ${shown.join(', ')}${workers.length > 4 ? `, and ${workers.length - 4} more` : ''}`;
+  return `; ${named === undefined ? 'its' : 'its other'} workers: ${shown.join(', ')}${workers.length > 4 ? `, and ${workers.length - 4} more` : ''}`;
 }
 
 function unresponsiveText(live: RankLiveness, heardAgoMs: number | null): string {

@@ -35,7 +35,15 @@ const WireGroup = Type.Object({
   completed: Type.Integer({ minimum: -1 }),
   pending: Type.Array(Type.Object({ seq: Uint(), op: Text(TEXT), state: Text(64) }), { maxItems: 8 }),
 });
-const WireWorker = Type.Object({ pid: Uint(), name: Text(64), state: Text(4), wchan: Type.Union([Text(128), Type.Null()]), cpu_s: Type.Number({ minimum: 0 }) });
+const WireWorker = Type.Object({
+  pid: Uint(),
+  name: Text(64),
+  state: Text(4),
+  wchan: Type.Union([Text(128), Type.Null()]),
+  cpu_s: Type.Number({ minimum: 0 }),
+  frames: Type.Optional(Type.Array(WireFrame, { maxItems: MAX_FRAMES })),
+  stack_error: Type.Optional(Text(TEXT)),
+});
 
 export const StackFrameSchema = Type.Object({
   id: Uint(),
@@ -133,6 +141,8 @@ export const CaptureSchema = Type.Object(
           state: Str('R running, S sleeping, D uninterruptible (disk, network filesystem), Z zombie, T stopped'),
           wchan: StrOrNull('the kernel function it waits in, where the kernel says'),
           cpu_s: Num('CPU seconds it used in all'),
+          frames: Nullable(Type.Array(CodeFrameSchema), { description: "its main thread's Python stack, innermost first, as faulthandler dumped it on the hook's signal; null where it could not (not forked by the hooked process, SIGUSR2 handled by something else, no answer)" }),
+          stack_error: StrOrNull("why it gave no stack though it was asked; null where it gave one or was not asked"),
         }),
       ),
       { description: "the training process's children (DataLoader workers) as /proc shows them; null where not read" },
@@ -152,6 +162,8 @@ export const CaptureSchema = Type.Object(
 export type Capture = Static<typeof CaptureSchema>;
 export type CodeFrame = Static<typeof CodeFrameSchema>;
 
+const codeFrame = ([file, line, fn, kind]: [string, number, string, FrameKind]): CodeFrame => ({ file, line, function: fn, kind });
+
 /** The frame as kept, its times placed on the sidecar's clock by `toSidecarMs`. */
 export function captureOf(frame: StackFrame, toSidecarMs: (monoNs: number) => number): Capture {
   const flight = frame.flight ?? null;
@@ -163,11 +175,11 @@ export function captureOf(frame: StackFrame, toSidecarMs: (monoNs: number) => nu
     threads: frame.threads.map((thread) => ({
       name: thread.name,
       training: thread.training,
-      frames: thread.frames.map(([file, line, fn, kind]) => ({ file, line, function: fn, kind })),
+      frames: thread.frames.map(codeFrame),
       skipped: thread.skipped,
     })),
     comm: frame.comm ? { entered: frame.comm.entered, completed: frame.comm.completed, waiting: frame.comm.waiting ? { op: frame.comm.waiting.op, index: frame.comm.waiting.index, for_ms: Math.round(frame.comm.waiting.for_ns / 1e6) } : null } : null,
-    workers: frame.workers ?? null,
+    workers: frame.workers ? frame.workers.map(({ frames, stack_error, ...worker }) => ({ ...worker, frames: frames ? frames.map(codeFrame) : null, stack_error: stack_error ?? null })) : null,
     flight: flight ? { backend: flight.backend ?? null, groups: flight.groups ?? [], error: flight.error ?? null } : null,
     error: frame.error ?? null,
   };

@@ -36,7 +36,9 @@ export const RankStallSchema = Type.Object(
     in_collective: StrOrNull('the collective it waits in, in words; null where it is not seen inside one'),
     progressing: Bool('its code still moves, or its loader workers still run: slow, not stuck'),
     capture_pending: Bool('it stalled and its stack was asked for and has not come yet'),
-    where: Where("the innermost frames of the script's own code in its training thread, innermost first (at most 5); empty where no stack was taken since its last step"),
+    where: Where(
+      "the innermost frames of the script's own code where it is stuck, innermost first (at most 5): a DataLoader worker's first where it waits for one that is stuck in the script's code (its Dataset), then its training thread's; empty where no stack was taken since its last step",
+    ),
     capture: Nullable(CaptureSchema, { description: 'the stack its hook took since its last step ended (the sidecar asks when it stalls, and every 10 s while it stays so); null otherwise' }),
     proc: Nullable(Type.Composite([ProcReadingSchema, Type.Object({ at: Num('when it was read, ms since the epoch') })]), {
       description: 'its process as the sidecar read it in /proc while it was unresponsive or stalled; null where it was not read',
