@@ -77,7 +77,7 @@ async function runScenario(s: Scenario, context: TestContext): Promise<void> {
     ranks.push(
       runProcess(
         s.python,
-        [LOOP, '--pid-dir', pids, '--how', s.how, '--stop-rank', String(s.stopRank), '--stop-step', String(s.stopStep ?? 40), '--step-ms', String(s.stepMs ?? 20), '--steps', String(s.steps ?? 100_000)],
+        [LOOP, '--pid-dir', pids, '--how', s.how, '--stop-rank', String(s.stopRank), '--stop-step', String(s.stopStep ?? 150), '--step-ms', String(s.stepMs ?? 20), '--steps', String(s.steps ?? 100_000)],
         {
           RANK: String(rank),
           WORLD_SIZE: String(s.world),
@@ -145,7 +145,7 @@ async function runScenario(s: Scenario, context: TestContext): Promise<void> {
       test: FILE,
       job,
       worldSize: s.world,
-      script: { how: s.how, stopRank: s.stopRank, stopStep: s.stopStep ?? 40, stepMs: s.stepMs ?? 20, torch: s.torch },
+      script: { how: s.how, stopRank: s.stopRank, stopStep: s.stopStep ?? 150, stepMs: s.stepMs ?? 20, torch: s.torch },
       stoppedAt: existsSync(marker) ? statSync(marker).mtimeMs : null,
       expect: e,
       recordedAt: new Date().toISOString(),
@@ -274,7 +274,7 @@ describe.skipIf(!debian.python)(`a job that stops, on Debian's PyTorch 1.13 (no 
           how: 'none',
           stopRank: -1,
           stepMs: 1000,
-          steps: 14,
+          steps: 24,
           sidecar: ['--stall-floor', '2', '--end-grace', '2'],
           expect: { verdict: null, cause: null, culprits: [], function: null, waiting: [], waitsIn: null, rankVerdicts: [] },
         },

@@ -1,11 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { rankStall, STALL, stallThresholdMs, type StallInput } from '../src/analysis/stall.js';
 import { Engine } from '../src/engine/engine.js';
-import type { JournalEntry } from '../src/engine/entries.js';
 import { jobStop, rankList, type RankStop } from '../src/model/stall.js';
 import type { Capture, CodeFrame } from '../src/protocol/capture.js';
 import type { RankLiveness } from '../src/store/job-store.js';
 import { hello, rows, T0 } from './support/entries.js';
+import { BACKWARD, capture, frame, HANG_CONFIG, hangScript, STUCK_AT, WAIT } from './support/hang-script.js';
 
 /**
  * A job that stops (issue 29): each rank stalled, unresponsive, gone or idle by design, and the job
@@ -14,15 +14,8 @@ import { hello, rows, T0 } from './support/entries.js';
  */
 
 const config = { steps: 3, floorMs: 10_000 };
-const frame = (fn: string, file = '/job/train.py', line = 10, kind: CodeFrame['kind'] = 'user'): CodeFrame => ({ file, line, function: fn, kind });
-const WAIT = frame('wait', '/usr/lib/python3.11/threading.py', 320, 'lib');
-const BACKWARD = frame('backward', '/usr/lib/python3/dist-packages/torch/autograd/__init__.py', 197, 'lib');
 const LOADER = frame('__next__', '/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py', 630, 'lib');
 const ALL_REDUCE = frame('all_reduce', '/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py', 2050, 'lib');
-
-function capture(at: number, frames: CodeFrame[], more: Partial<Capture> = {}): Capture {
-  return { id: 1, at, last_seq: 10, still_ms: 30_000, threads: [{ name: 'MainThread', training: true, frames, skipped: 0 }], comm: null, workers: null, flight: null, error: null, ...more };
-}
 
 function live(more: Partial<RankLiveness> = {}): RankLiveness {
   return {
@@ -198,6 +191,9 @@ describe('a job that stops', () => {
     expect(jobStop([rank(0, { state: 'waiting', cause: null }), rank(1, { cause: 'code', inCollective: null })])).toBe('pending');
     expect(jobStop([rank(0, {}), rank(1, { cause: null, inCollective: null, capturePending: true })])).toBe('pending');
     expect(jobStop([rank(0, { state: 'stepping', cause: null }), rank(1, { state: 'waiting', cause: null })])).toBeNull();
+    // A rank that never ended a step: not waited for while the others step, behind them once they stopped.
+    expect(jobStop([rank(0, { state: 'stepping', cause: null }), rank(1, { state: 'waiting', cause: null, lastStep: -1, inCollective: null })])).toBeNull();
+    expect(jobStop([rank(0, { since: 700 }), rank(1, { state: 'waiting', cause: null, lastStep: -1, inCollective: null, since: null })])).toMatchObject({ verdict: 'hung', culprits: [1], waiting: [0], since: 700 });
   });
 
   it('lists ranks shortly', () => {
@@ -208,37 +204,7 @@ describe('a job that stops', () => {
 });
 
 describe('a scripted two-rank job that hangs, on the simulated clock', () => {
-  const engineConfig = { windowMs: 4_000, holdMs: 2_000, endGraceMs: 10_000, stallSteps: 3, stallFloorMs: 5_000 };
-  const STUCK_AT = 3_000; // both ranks' last step ends here; rank 1 stopped in its code, rank 0 waits in the all-reduce
-
-  function script(): JournalEntry[] {
-    const entries: JournalEntry[] = [{ t: 'start', at: T0, config: engineConfig }];
-    for (const r of [0, 1]) {
-      entries.push(hello(`s${r}`, { rank: r, local_rank: r, world_size: 2, pid: 100 + r, heartbeat_ms: 1000, capture: true }), { t: 'connect', at: T0, session: `s${r}` });
-    }
-    for (let t = 50; t <= 40_000; t += 50) {
-      for (const r of [0, 1]) {
-        if (t % 100 !== 0) continue;
-        if (t <= STUCK_AT) entries.push({ t: 'steps', at: T0 + t, session: `s${r}`, dropped: 0, rows: rows(t / 10 - 9, 10, t - 100, { compute: 10 }) });
-        else if (t % 1000 === 0) entries.push({ t: 'beat', at: T0 + t, session: `s${r}` });
-      }
-      // The sidecar asked for their stacks once they stalled (at 8 s): they answered.
-      if (t === 8_200) {
-        const flight = (enqueued: number, pending: boolean) => ({
-          backend: 'gloo',
-          error: null,
-          groups: [{ id: '0', name: 'default_pg', ranks: '[0, 1]', enqueued, started: -1, completed: 300, pending: pending ? [{ seq: 301, op: 'gloo:all_reduce', state: 'scheduled' }] : [] }],
-        });
-        entries.push({ t: 'stack', at: T0 + t, session: 's0', capture: capture(T0 + 8_150, [BACKWARD, frame('main', '/job/train.py', 96)], { flight: flight(301, true) }) });
-        entries.push({ t: 'stack', at: T0 + t, session: 's1', capture: capture(T0 + 8_150, [WAIT, frame('wait_for_it', '/job/train.py', 48), frame('main', '/job/train.py', 87)], { flight: flight(300, false) }) });
-      }
-      if (t % 250 === 0) entries.push({ t: 'tick', at: T0 + t });
-    }
-    // Killed politely at 40 s: each rank says its end.
-    for (const r of [0, 1]) entries.push({ t: 'end', at: T0 + 40_050, session: `s${r}`, reason: 'exit' }, { t: 'disconnect', at: T0 + 40_060, session: `s${r}` });
-    entries.push({ t: 'tick', at: T0 + 40_250 });
-    return entries;
-  }
+  const script = () => hangScript([0, 1]);
 
   it('goes from stepping to hung on rank 1 when its threshold passes and the stacks came, and its summary leads with it', () => {
     const engine = new Engine();
@@ -293,7 +259,7 @@ describe('a scripted two-rank job that hangs, on the simulated clock', () => {
 
   it('never calls a job of slow steps stalled while it steps', () => {
     const engine = new Engine();
-    engine.apply({ t: 'start', at: T0, config: engineConfig });
+    engine.apply({ t: 'start', at: T0, config: HANG_CONFIG });
     engine.apply(hello('s0', { heartbeat_ms: 1000, capture: true }));
     engine.apply({ t: 'connect', at: T0, session: 's0' });
     const states = new Set<string>();

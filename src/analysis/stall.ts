@@ -309,7 +309,8 @@ export function jobStopParts(stop: JobStop, stalls: ReadonlyMap<number, RankStal
   if (stop.verdict === 'gone') return { head, detail: detail(lead) };
   if (stop.culprits.length && stop.verdict === 'hung') {
     const is = stop.cause === 'rank-gone' ? ` ${stop.culprits.length === 1 ? 'is' : 'are'} gone:` : stop.cause === 'unresponsive' ? ` ${stop.culprits.length === 1 ? 'is' : 'are'} unresponsive:` : '';
-    parts.push(`${ranks(stop.culprits)}${is} ${detail(lead) || 'stopped'}`);
+    const never = lead?.stop.lastStep === -1 ? `never ended a step (connected, heard from ${seconds(lead.heardAgoMs ?? 0)} ago)` : 'stopped';
+    parts.push(`${ranks(stop.culprits)}${is} ${detail(lead) || never}`);
   } else if (detail(lead)) {
     parts.push(detail(lead));
   }

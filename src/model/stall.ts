@@ -71,17 +71,23 @@ export function jobStop(ranks: readonly RankStop[]): JobStop | 'pending' | null 
   const stalled = ranks.filter((r) => r.state === 'stalled');
   const gone = ranks.filter((r) => r.state === 'gone');
   const byRank = (list: RankStop[]) => list.map((r) => r.rank).sort((a, b) => a - b);
-  /** When the ranks it waits on stopped stepping. */
+  /** When the ranks it waits on stopped stepping (those that never stepped: when the others did). */
   const sinceOf = (list: RankStop[]) => {
     const since = Math.min(...list.map((r) => r.since ?? Number.POSITIVE_INFINITY));
-    return Number.isFinite(since) ? since : 0;
+    if (Number.isFinite(since)) return since;
+    const any = Math.min(...ranks.map((r) => r.since ?? Number.POSITIVE_INFINITY));
+    return Number.isFinite(any) ? any : 0;
   };
   if (stalled.some((r) => r.capturePending)) return 'pending';
+  // A rank that never ended a step while the others stopped after theirs is behind them all: it is
+  // not waited for (it may be compiling) unless the others stopped; then it holds them.
+  const never = ranks.filter((r) => r.state === 'waiting' && r.lastStep < 0);
+  if (never.length && stalled.length) stalled.push(...never.map((r) => ({ ...r, state: 'stalled' as const })));
   // Some ranks still step: not a hang of the job, one rank of it stopped.
   if (ranks.some((r) => r.state === 'stepping')) {
     return { verdict: stalled.length ? 'stalled' : 'gone', cause: (stalled[0] ?? gone[0])!.cause, culprits: byRank(out), waiting: [], since: sinceOf(out), waitsIn: null };
   }
-  if (ranks.some((r) => r.state === 'waiting')) return 'pending';
+  if (ranks.some((r) => r.state === 'waiting' && r.lastStep >= 0)) return 'pending';
   const waitsIn = (list: RankStop[]) => list.find((r) => r.inCollective !== null)?.inCollective ?? null;
   if (gone.length) {
     // Every rank here went (or ended): the job is gone from when the first went.
