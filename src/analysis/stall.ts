@@ -1,4 +1,4 @@
-import type { Capture, CodeFrame } from '../protocol/capture.js';
+import { frameText, type Capture, type CodeFrame } from '../protocol/capture.js';
 import type { RankLiveness } from '../store/job-store.js';
 import { jobStop, rankList, type JobStop, type RankStop } from '../model/stall.js';
 import type { Cause, Evidence, Verdict } from '../model/verdict.js';
@@ -77,18 +77,16 @@ export function stallThresholdMs(stepP50Ms: number | null, config: StallConfig):
 }
 
 const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
-const base = (file: string) => file.slice(Math.max(file.lastIndexOf('/'), file.lastIndexOf('\\')) + 1);
-export const frameText = (frame: CodeFrame) => `${frame.function} (${base(frame.file)}:${frame.line})`;
 
 /** The training thread's stack in a capture, innermost first; null where the hook did not find it. */
-export function trainingStack(capture: Capture | null): CodeFrame[] | null {
+function trainingStack(capture: Capture | null): CodeFrame[] | null {
   return capture?.threads.find((thread) => thread.training)?.frames ?? null;
 }
 
 const inFile = (frames: CodeFrame[], part: string) => frames.some((frame) => frame.kind === 'lib' && frame.file.replaceAll('\\', '/').includes(part));
 
 /** The collective a capture shows the rank inside of, in words; null where it is not in one. */
-export function collectiveOf(capture: Capture, worldSize: number): string | null {
+function collectiveOf(capture: Capture, worldSize: number): string | null {
   const waiting = capture.comm?.waiting;
   if (waiting) return `${waiting.op} (collective ${waiting.index} of its step, entered ${seconds(waiting.for_ms)} before)`;
   for (const group of capture.flight?.groups ?? []) {

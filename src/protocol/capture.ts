@@ -162,6 +162,12 @@ export const CaptureSchema = Type.Object(
 export type Capture = Static<typeof CaptureSchema>;
 export type CodeFrame = Static<typeof CodeFrameSchema>;
 
+/** "wait_for_it (train.py:48)": a frame as people read it, its file by name. */
+export const frameText = (frame: CodeFrame): string => `${frame.function} (${frame.file.slice(Math.max(frame.file.lastIndexOf('/'), frame.file.lastIndexOf('\\')) + 1)}:${frame.line})`;
+
+/** "wait_for_it (train.py:48) ← main (train.py:87)": frames innermost first, at most `max`. */
+export const framesText = (frames: readonly CodeFrame[], max = Infinity): string => frames.slice(0, max).map(frameText).join(' ← ');
+
 const codeFrame = ([file, line, fn, kind]: [string, number, string, FrameKind]): CodeFrame => ({ file, line, function: fn, kind });
 
 /** The frame as kept, its times placed on the sidecar's clock by `toSidecarMs`. */

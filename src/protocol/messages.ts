@@ -1,5 +1,5 @@
 import type { Static, TSchema } from '@sinclair/typebox';
-import { captureOf, StackFrameSchema, type StackFrame } from './capture.js';
+import { StackFrameSchema, type StackFrame } from './capture.js';
 import { parseCounterBatch, type CounterBatch } from './counters.js';
 import { EndFrame, ENV_LIMITS, EnvFrame, HelloFrame, MAX_ROWS_PER_FRAME, StepsFrame, type Env, type Hello } from './hook-schema.js';
 import { parseInput, shortly } from './parse.js';
@@ -83,7 +83,6 @@ export interface Stack {
 }
 
 export type HookMessage = HelloMessage | EnvUpdate | Steps | End | Counters | Heartbeat | Stack;
-export { captureOf };
 
 export { MAX_ROWS_PER_FRAME };
 const DAY_NS = 86_400 * 1e9;

@@ -1,7 +1,7 @@
 import type { RegressionFrame, VerdictFrame } from '../protocol/stream.js';
 import { fmtMs, fmtPct, fmtRate, fmtShare, DASH } from './format.js';
 import type { GpuRow, WatchView } from './model/job-view.js';
-import { whereLine } from './model/stop.js';
+import { framesText } from '../protocol/capture.js';
 
 /** One line per update for logs, pipes and tests: key=value pairs, the job first, then its GPUs. Pure. */
 
@@ -59,7 +59,7 @@ export function plainLine(view: WatchView, at: number): string {
     const stop = job.stop;
     out.push(pair('stop', stop.verdict), pair('stop_cause', stop.cause ?? DASH), pair('stopped_s', stop.seconds.toFixed(1)), pair('stop_step', String(stop.step)));
     if (stop.culprits.length) out.push(pair('stop_ranks', stop.culprits.join(',')));
-    if (stop.where.length) out.push(pair('stop_where', whereLine(stop.where, 1)));
+    if (stop.where.length) out.push(pair('stop_where', framesText(stop.where, 1)));
     if (stop.waiting.length) out.push(pair('waiting', stop.waiting.join(',')));
     if (stop.waitsIn) out.push(pair('waits_in', stop.waitsIn));
   }

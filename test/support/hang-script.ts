@@ -1,4 +1,4 @@
-import type { JournalEntry } from '../../src/engine/entries.js';
+import type { EngineConfig, JournalEntry } from '../../src/engine/entries.js';
 import type { Capture, CodeFrame } from '../../src/protocol/capture.js';
 import { hello, rows, T0 } from './entries.js';
 
@@ -23,8 +23,8 @@ export const HANG_CONFIG = { windowMs: 4_000, holdMs: 2_000, endGraceMs: 10_000,
 export const STUCK_AT = 3_000;
 
 /** The entries of the ranks `ranks` of the job (all of it: [0, 1]; one sidecar's part of it: [0] or [1]). */
-export function hangScript(ranks: number[]): JournalEntry[] {
-  const entries: JournalEntry[] = [{ t: 'start', at: T0, config: HANG_CONFIG }];
+export function hangScript(ranks: number[], config: EngineConfig = HANG_CONFIG): JournalEntry[] {
+  const entries: JournalEntry[] = [{ t: 'start', at: T0, config }];
   for (const r of ranks) {
     entries.push(hello(`s${r}`, { rank: r, local_rank: r, world_size: 2, pid: 100 + r, host: `node-${r}`, heartbeat_ms: 1000, capture: true }), { t: 'connect', at: T0, session: `s${r}` });
   }

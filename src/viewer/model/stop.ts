@@ -24,13 +24,6 @@ export interface StopView {
   text: string;
 }
 
-/** "wait_for_it (train.py:48) ← main (train.py:87)". */
-export const whereLine = (frames: readonly CodeFrame[], max = 3) =>
-  frames
-    .slice(0, max)
-    .map((f) => `${f.function} (${f.file.slice(Math.max(f.file.lastIndexOf('/'), f.file.lastIndexOf('\\')) + 1)}:${f.line})`)
-    .join(' ← ');
-
 function fromState(job: JobState, at: number): StopView | null {
   const stop = job.stop;
   if (!stop) return null;

@@ -1,7 +1,7 @@
 import { Box, Text } from 'ink';
 import { fmtClock, fmtDuration, withCause } from '../format.js';
 import type { RegressionView, SourceLine, StopView, WatchView } from '../model/job-view.js';
-import { whereLine } from '../model/stop.js';
+import { framesText } from '../../protocol/capture.js';
 import { rankList } from '../../model/stall.js';
 import { regressionHeadline } from '../model/regressions.js';
 import { Paint, useColour, VERDICT_COLOUR } from './theme.js';
@@ -74,7 +74,7 @@ export function Banner({ view, width }: { view: WatchView; width: number }) {
 function stopLines(stop: StopView, recommendation: string | null, ended: boolean, stale: boolean): React.ReactNode[] {
   const who = `rank${stop.culprits.length === 1 ? '' : 's'} ${rankList(stop.culprits)}`;
   const head = stop.verdict === 'gone' ? `${who} gone after step ${stop.step}` : `${ended ? 'for ' : ''}${fmtDuration(stop.seconds)} without a step, after step ${stop.step}${stop.culprits.length ? ` · ${who} ${stop.cause === 'busy' ? 'busy outside its steps' : 'stopped'}` : ''}`;
-  const where = stop.where.length ? `${who}: ${whereLine(stop.where)}` : stop.text;
+  const where = stop.where.length ? `${who}: ${framesText(stop.where, 3)}` : stop.text;
   const waits = stop.waiting.length
     ? `rank${stop.waiting.length === 1 ? '' : 's'} ${rankList(stop.waiting)} ${stop.waiting.length === 1 ? 'waits' : 'wait'}${stop.waitsIn ? ` in ${stop.waitsIn}` : ' for it'}`
     : stop.text;
