@@ -24,6 +24,9 @@ describe('the summary of a job that hung', () => {
     expect(text).toMatch(/GPU time held idle: 7\d GPU-seconds\./);
     expect(text).toContain('1. Look at what rank 1 does at /job/train.py:48 (wait_for_it)');
     expect(renderSummary(summary, 'md')).toContain('## Where it stopped');
+    // What it was bound by while it stepped follows, its share over the stepping time alone.
+    expect(summary.headline).toMatch(/\. Before it, compute-bound for 100% of its stepping time: /);
+    expect(summary.verdict_share).toBe(1);
   });
 
   it('puts the hang first in the HTML report', async () => {

@@ -1,3 +1,6 @@
+import { Writable } from 'node:stream';
+import { render } from 'ink';
+import { createElement } from 'react';
 import { describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine/engine.js';
 import type { JournalEntry } from '../src/engine/entries.js';
@@ -7,6 +10,9 @@ import { plainLine } from '../src/viewer/plain.js';
 import { T0 } from './support/entries.js';
 import { hangScript } from './support/hang-script.js';
 import { streamFrame } from './support/viewer-stream.js';
+import { WatchStore } from '../src/viewer/model/watch-store.js';
+import { App } from '../src/viewer/ui/App.js';
+import { ColourContext } from '../src/viewer/ui/theme.js';
 
 /**
  * A hung job in the viewer's data layer, from the sidecar's own state: the stop at the top (how long,
@@ -40,6 +46,23 @@ describe('the viewer, on a job that hangs', () => {
     // Each sidecar alone: rank 0's says every rank it sees waits in the collective; rank 1's names rank 1.
     expect(view.job!.stop).toMatchObject({ verdict: 'hung', cause: 'code', culprits: [1], waiting: [0], waitsIn: 'gloo:all_reduce (collective #301 of default_pg)' });
     expect(view.job!.stop!.where[0]!.function).toBe('wait_for_it');
+  });
+
+  it('draws the hang in the banner at the top of the screen', () => {
+    const engine = new Engine();
+    for (const entry of hangScript([0, 1])) if (entry.at <= T0 + 20_000) engine.apply(entry);
+    const store = new WatchStore(['ws://a/v1/stream']);
+    store.frame(0, streamFrame(engine.snapshot(), { type: 'snapshot', seq: 1, gpuSource: 'none', windowMs: 4000 }), T0 + 20_000);
+    let out = '';
+    const stdout = Object.assign(new Writable({ write: (chunk, _encoding, done) => ((out += String(chunk)), done()) }), { columns: 160, rows: 40, isTTY: false });
+    const app = render(createElement(ColourContext.Provider, { value: false }, createElement(App, { store, colour: false })), { stdout: stdout as unknown as NodeJS.WriteStream, debug: true, patchConsole: false });
+    app.unmount();
+    const lines = out.split('\n');
+    const top = lines.findIndex((l) => l.includes('HUNG code'));
+    expect(lines[top]).toMatch(/│ HUNG code {3}17 s without a step, after step 299 · rank 1 stopped/);
+    expect(lines[top + 1]).toContain('rank 1: wait_for_it (train.py:48) ← main (train.py:87)');
+    expect(lines[top + 2]).toContain('rank 0 waits in gloo:all_reduce (collective #301 of default_pg)');
+    expect(lines[top + 3]).toContain('→ Look at what rank 1 does at /job/train.py:48 (wait_for_it)');
   });
 
   it('shows no stop while the job steps', () => {

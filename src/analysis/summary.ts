@@ -15,6 +15,7 @@ import type { Straggler } from '../model/straggler.js';
 import type { Cause, Evidence, Verdict } from './verdict.js';
 import type { SummaryStop } from '../protocol/stall-state.js';
 import { rankList } from '../model/stall.js';
+import { isStop } from '../model/verdict.js';
 
 export const SUMMARY_SCHEMA = 'stepscope.summary/v1';
 
@@ -209,7 +210,8 @@ export function buildSummary({ job, views, analysis, gpus, at, gpuHourPrice = nu
   const verdict: Verdict = dominant?.verdict ?? current?.verdict ?? 'idle';
   // The dominant verdict's own cause, even when it has none: not the cause of whatever held last.
   const cause: Cause = dominant ? dominant.cause : (current?.cause ?? null);
-  const activeSeconds = timeline.filter((s) => s.verdict !== 'warming-up' && s.verdict !== 'idle').reduce((a, s) => a + s.end_s - s.start_s, 0);
+  // The time it stepped, judged on its steps: a stop (hung, stalled, gone) is reported on its own.
+  const activeSeconds = timeline.filter((s) => s.verdict !== 'warming-up' && s.verdict !== 'idle' && !isStop(s.verdict)).reduce((a, s) => a + s.end_s - s.start_s, 0);
   const share = dominant && activeSeconds > 0 ? round(dominant.seconds / activeSeconds, 3) : null;
   const evidence = dominant?.judgement?.evidence ?? current?.evidence ?? null;
   const straggler = analysis.mainStraggler();
@@ -251,7 +253,7 @@ export function buildSummary({ job, views, analysis, gpus, at, gpuHourPrice = nu
     ended_at: new Date(endedAt).toISOString(),
     end_reason: job.end_reason,
     // A stop leads; what the job was bound by while it stepped follows, where it held a verdict at all.
-    headline: lead ? (dominant ? `${stopSentence(lead)} ${usual.replace(/\.$/, '')} before it.` : `${stopSentence(lead)} It stopped before its first verdict.`) : usual,
+    headline: lead ? (dominant ? `${stopSentence(lead)} Before it, ${usual[0]!.toLowerCase()}${usual.slice(1)}` : `${stopSentence(lead)} It stopped before its first verdict.`) : usual,
     verdict,
     cause,
     verdict_share: share,
