@@ -52,6 +52,13 @@ function hookBench(url) {
   return JSON.parse(run.stdout);
 }
 
+/** What knowing where a stalled rank is costs the training thread (python-hook/bench/bench_where.py). */
+function whereBench() {
+  const run = spawnSync(python(), [path.join(root, 'python-hook/bench/bench_where.py')], { encoding: 'utf8', env: { ...process.env, PYTHONPATH: path.join(root, 'python-hook') }, stdio: ['ignore', 'pipe', 'inherit'] });
+  if (run.status !== 0) throw new Error('bench_where.py failed');
+  return JSON.parse(run.stdout);
+}
+
 async function ingestThroughput(port, pid, { frames = 400, rowsPerFrame = 256, rounds = 5 } = {}) {
   const results = [];
   for (let round = 0; round < rounds; round++) {
@@ -153,6 +160,7 @@ try {
     report.ingest_with_journal.cpu_ratio_to_without = Number((report.ingest_with_journal.median_sidecar_cpu_us_per_record / report.ingest.median_sidecar_cpu_us_per_record).toFixed(2));
   }
   if (!only || only === 'counters') report.counters = await collectorCost();
+  if (!only || only === 'where') report.where = whereBench();
 } finally {
   child.kill('SIGTERM');
 }

@@ -11,6 +11,7 @@ import { DEFAULT_LIMITS } from './ingest/limits.js';
 import { renderSummary } from './outputs/summary-render.js';
 import { LOG_LEVELS } from './log/log.js';
 import { DEFAULT_JOURNAL_MAX_BYTES, serve, type ServeOptions } from './serve.js';
+import { STALL_DEFAULTS } from './analysis/stall.js';
 import { runReplay } from './replay-command.js';
 import { registerRunCommand } from './run-command.js';
 import { VERSION } from './server.js';
@@ -139,9 +140,21 @@ program
       .env('STEPSCOPE_JOURNAL_MAX_BYTES'),
   )
   .addOption(new Option('--stream-rate <n>', 'state updates a second sent to each viewer on ws /v1/stream (at most one per engine tick, 4 a second)').default(4).argParser(rate).env('STEPSCOPE_STREAM_RATE'))
+  .addOption(
+    new Option('--stall-steps <k>', 'a rank that is alive but has not ended a step for k of its median steps (and --stall-floor) is stalled')
+      .default(STALL_DEFAULTS.steps)
+      .argParser(integer(1, 1000))
+      .env('STEPSCOPE_STALL_STEPS'),
+  )
+  .addOption(new Option('--stall-floor <seconds>', 'a rank is never stalled before this long without a step, whatever its step time').default(STALL_DEFAULTS.floorMs / 1000).argParser(seconds(1, 3600)).env('STEPSCOPE_STALL_FLOOR'))
+  .addOption(
+    new Option('--stack-dumps', "when a job hangs, write every rank's stacks (every thread's, whole) under --out/hang-<job>[.<run>]/, one file a rank (stepscope.stack-dump/v1)")
+      .default(false)
+      .env('STEPSCOPE_STACK_DUMPS'),
+  )
   .action(async (options, command: Command) => {
     // commander turns a boolean flag on for any value of its variable, "false" included.
-    for (const [key, name] of [['exitOnEnd', 'STEPSCOPE_EXIT_ON_END'], ['insecure', 'STEPSCOPE_INSECURE']] as const) {
+    for (const [key, name] of [['exitOnEnd', 'STEPSCOPE_EXIT_ON_END'], ['insecure', 'STEPSCOPE_INSECURE'], ['stackDumps', 'STEPSCOPE_STACK_DUMPS']] as const) {
       if (command.getOptionValueSource(key) === 'env') options[key] = envBoolean(name);
     }
     const sidecar = await serve({
@@ -169,6 +182,9 @@ program
       historyKeep: options.historyKeep,
       regressionThresholdPct: options.regressionThreshold,
       streamRateHz: options.streamRate,
+      stallSteps: options.stallSteps,
+      stallFloorS: options.stallFloor,
+      stackDumps: options.stackDumps,
       journalMaxBytes: options.journalMaxBytes,
       handleSignals: true,
       token: options.token,

@@ -1,4 +1,8 @@
+import os from 'node:os';
 import path from 'node:path';
+import { readRankProcess } from './counters/proc-rank.js';
+import { StallWatch } from './ingest/stall-watch.js';
+import { StackDumps } from './outputs/stack-dumps.js';
 import type { FastifyInstance, FastifyServerFactory } from 'fastify';
 import type { Summary } from './analysis/summary.js';
 import type { ComputeApp } from './counters/compute-apps.js';
@@ -66,6 +70,12 @@ export interface ServeOptions {
   journalMaxBytes?: number;
   /** How often the engine ticks (default 250 ms); the stream sends at most one frame a tick. */
   tickMs?: number;
+  /** A rank is stalled after this many of its median steps without one (--stall-steps) ... */
+  stallSteps?: number;
+  /** ... and not before this, s (--stall-floor). */
+  stallFloorS?: number;
+  /** --stack-dumps: hooks send every thread's whole stack, written under --out when a job hangs. */
+  stackDumps?: boolean;
 }
 
 export interface Sidecar {
@@ -188,11 +198,22 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
     engine,
     log,
   });
-  const config = { windowMs: options.windowS * 1000, holdMs: options.holdS * 1000, endGraceMs: options.endGraceS * 1000, gpuHourPrice: options.gpuHourPrice ?? null };
+  const config = {
+    windowMs: options.windowS * 1000,
+    holdMs: options.holdS * 1000,
+    endGraceMs: options.endGraceS * 1000,
+    gpuHourPrice: options.gpuHourPrice ?? null,
+    ...(options.stallSteps !== undefined ? { stallSteps: options.stallSteps } : {}),
+    ...(options.stallFloorS !== undefined ? { stallFloorMs: options.stallFloorS * 1000 } : {}),
+    ...(options.stackDumps ? { stackDumps: true } : {}),
+  };
   await recorder.record({ t: 'start', at: Date.now(), config }).catch(() => undefined);
   // Journaled, so a replayed summary names the node the live one did.
   await recorder.record({ t: 'node', at: Date.now(), node: await readInventory({ nvidiaSmi: options.nvidiaSmi, log }) }).catch(() => undefined);
   const ingest = new Ingest(engine, recorder, { gpuIntervalMs: options.gpuIntervalMs, limits: options.limits });
+  ingest.deepCaptures = options.stackDumps === true;
+  const dumps = options.stackDumps && options.out ? new StackDumps(options.out) : null;
+  const stalls = new StallWatch(ingest, { now: Date.now, readProcess: (rank) => readRankProcess(rank, { procRoot: options.procRoot, hostname: os.hostname() }) });
   const fail = (what: string) => (error: Error) => log.error({ err: error.message }, `${what} not recorded`);
 
   /** Runs ended in this process: --exit-on-end waits for one, not for those replayed already ended. */
@@ -242,6 +263,8 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
   const published = (engineSnapshot: EngineSnapshot | null) => {
     if (!engineSnapshot) return;
     const snapshot = history.decorate(engineSnapshot);
+    stalls.onSnapshot(snapshot);
+    if (dumps) void dumps.onSnapshot(snapshot).then((files) => files.length && log.info({ files }, 'job hung: every rank\'s stacks written'), (error: Error) => log.error({ err: error.message }, 'stack dumps not written'));
     for (const event of snapshot.events) {
       log.info(
         { job: event.job, rank: event.rank, from: event.from, to: event.to, cause: event.cause, since: new Date(event.since).toISOString(), rule: event.judgement.evidence.rule },

@@ -27,6 +27,8 @@ const VARYING = new Set([
   'stepscope_journal_bytes',
   // Lost share × seconds between the sidecar's real ticks: which ticks fall in the job depends on timing.
   'stepscope_wasted_gpu_seconds_total',
+  // Seconds since each rank's last step, as the sidecar's clock reads it at the scrape.
+  'stepscope_rank_seconds_since_step',
 ]);
 
 /** The exposition without the default process metrics, and with clock-dependent values as `<varies>`. */
@@ -152,7 +154,7 @@ describe('GET /metrics of a real sidecar', () => {
     for (const rankNo of ['0', '1']) {
       const states = families.get('stepscope_rank_verdict')!.series.filter((s) => s.labels.rank === rankNo);
       expect(states.filter((s) => s.value === 1), `rank ${rankNo}: one verdict in force`).toHaveLength(1);
-      expect(states).toHaveLength(28);
+      expect(states).toHaveLength(43);
     }
     expect(value('stepscope_job_straggler_excess_seconds', { rank: '1', reason: 'data' })).toBeCloseTo(0.0035, 6);
     expect(value('stepscope_gpu_throttle_reason_active_ratio', { gpu: '1', reason: 'SwPowerCap' })).toBe(1);

@@ -40,6 +40,11 @@ other GPU backends complete on a CUDA stream: the CPU-side call returns at once)
 no future: never a made-up figure. Times are measured where the backend completes on the CPU:
 gloo and MPI. A step in which no tracked collective ran gets 0, 0, 0.
 
+Each collective is also noted as it is entered and as it returns (or, asynchronous, completes), so
+that for a rank that stalls the sender can say how many collectives the current step entered and
+completed, and which one it is still inside of (``progress``): compared across ranks, the one that
+never entered the collective the others wait in is named.
+
 An asynchronous collective still in flight when its step ended counts as in flight to the step's end
 (the sender waits up to 20 ms after a step for completions on their way); the rest of it lands in the
 next steps. Nothing here synchronises a device or blocks the training thread: the training thread
@@ -69,6 +74,7 @@ _now = time.perf_counter_ns
 #   ("X", op)                              ... launch failed (raised), or its completion cannot be seen
 #   ("E", pass, t)                         DDP launched the last bucket of a backward pass at t
 _MAX_EVENTS = 1 << 17
+_MAX_CALLS = 4096
 # A step whose collectives are still in flight when the sender first sees it waits this long for
 # their completion callbacks (which run on the backend's thread, just after it wakes its waiters).
 _GRACE_NS = 20_000_000
@@ -104,6 +110,9 @@ class CommTracker:
         self._modules = sys.modules if modules is None else modules
         self._clock = clock or _now
         self.events = collections.deque(maxlen=_MAX_EVENTS)
+        # Each collective as it is entered: [name, t0, t1 or None until it returned or completed],
+        # for ``progress`` (what a stalled rank is inside of). Appended by any thread.
+        self.calls = collections.deque(maxlen=_MAX_CALLS)
         self.ids = itertools.count(1)
         self.training_thread = threading.get_ident() if training_thread is None else training_thread
         self.active_since = None  # hook clock when tracking began (a process group existed)
@@ -206,6 +215,28 @@ class CommTracker:
                 comm.append((max(t0, start_ns), end_ns))
         self._forget(end_ns)
         return (_measure(comm), _measure(wait), int(sent))
+
+    def progress(self, since_ns, now_ns=None):
+        """The collectives entered since ``since_ns`` (the end of the last step, hook clock): how
+        many, how many returned or completed, and the first still in flight (name, its place in the
+        step, ns since it was entered), or None where none is. Sender thread; never raises."""
+        try:
+            calls = self.calls
+            while calls and calls[0][2] is not None and calls[0][2] <= since_ns:
+                calls.popleft()
+            entered = completed = 0
+            waiting = None
+            for name, t0, t1 in list(calls):
+                if t0 <= since_ns:
+                    continue
+                entered += 1
+                if t1 is not None:
+                    completed += 1
+                elif waiting is None:
+                    waiting = {"op": name, "index": entered, "for_ns": max(0, (now_ns or self._clock()) - t0)}
+            return {"entered": entered, "completed": completed, "waiting": waiting}
+        except Exception:
+            return None
 
     def drain(self):
         """Turn the events appended so far into intervals (sender thread)."""
@@ -394,23 +425,32 @@ def _wrapper(name, original):
         _local.depth = 1
         if is_async:
             op = next(tracker.ids)
-            tracker.events.append(("L", op, _now(), nbytes, timed, None))
+            t0 = _now()
+            call = [name, t0, None]
+            tracker.calls.append(call)
+            tracker.events.append(("L", op, t0, nbytes, timed, None))
             try:
                 work = original(*args, **kwargs)
             except BaseException:
                 tracker.events.append(("X", op))
+                call[2] = _now()
                 raise
             finally:
                 _local.depth = 0
             if timed:
-                _on_completion(tracker, op, work)
+                _on_completion(tracker, op, work, call)
+            else:
+                call[2] = _now()  # its completion cannot be seen here (NCCL): counted as it returns
             return work
         t0 = _now()
+        call = [name, t0, None]
+        tracker.calls.append(call)
         try:
             result = original(*args, **kwargs)
         finally:
             _local.depth = 0
-        t1 = _now()
+            call[2] = _now()
+        t1 = call[2]
         tracker.events.append(("S", t0, t1, nbytes, threading.get_ident() == tracker.training_thread, timed))
         return result
 
@@ -424,17 +464,22 @@ def _wrapper(name, original):
     return collective
 
 
-def _on_completion(tracker, op, work):
+def _on_completion(tracker, op, work, call=None):
     events = tracker.events
 
     def completed(future):
-        events.append(("C", op, _now()))
+        t1 = _now()
+        events.append(("C", op, t1))
+        if call is not None:
+            call[2] = t1
         return None
 
     try:
         work.get_future().then(completed)
     except Exception:
         events.append(("X", op))  # this backend's work has no future: its time is not seen
+        if call is not None:
+            call[2] = _now()
 
 
 def _spec(name, original):
@@ -585,6 +630,8 @@ def _ddp_hook(state, bucket):
     except Exception:
         return watch.inner(watch.inner_state, bucket)
     events = tracker.events
+    call = [_DDP_BUCKET, t0, None]
+    tracker.calls.append(call)
     events.append(("L", op, t0, nbytes or 0, timed, ddp_pass))
     if last:
         events.append(("E", ddp_pass, t0))
@@ -596,22 +643,27 @@ def _ddp_hook(state, bucket):
             future = watch.inner(watch.inner_state, bucket)
         except BaseException:
             events.append(("X", op))
+            call[2] = _now()
             raise
         finally:
             _local.depth = 0
 
     def completed(fut):
-        events.append(("C", op, _now()))
+        t1 = _now()
+        events.append(("C", op, t1))
+        call[2] = t1
         return fut.value()
 
     try:
         return future.then(completed)
     except Exception:
         events.append(("X", op))
+        call[2] = _now()
         return future
 
 
 _DEFAULT = []
+_DDP_BUCKET = "all_reduce (DDP gradient bucket)"
 
 
 def _default_allreduce():

@@ -61,9 +61,17 @@ class ProtocolError(ValueError):
 _RESUME = re.compile(r"[0-9a-f]{32}\Z")
 
 
-def hello(identity: dict, env: dict, wall_ns: int, mono_ns: int, *, acked: int = 0, resume=None) -> bytes:
+# What this hook offers in every hello: a frame at least every HEARTBEAT_MS while its sender thread
+# runs (`heartbeat` when nothing else went out), and `stack` frames when the sidecar asks (`capture`).
+# A sidecar that knows them says so in `welcome`; an older one ignores them.
+HEARTBEAT_MS = 1000
+
+
+def hello(identity: dict, env: dict, wall_ns: int, mono_ns: int, *, acked: int = 0, resume=None, proc_start=None) -> bytes:
     """``acked``: the highest seq acknowledged in this session so far (0 before any ack).
-    ``resume``: the secret the session's first `welcome` handed out; left out before that."""
+    ``resume``: the secret the session's first `welcome` handed out; left out before that.
+    ``proc_start``: this process's start time in clock ticks after boot (/proc/self/stat), which
+    lets a sidecar that sees the process tell it from another with the same pid."""
     message = {"v": VERSION, "type": "hello"}
     message.update(identity)
     message["clock"] = {"wall_ns": wall_ns, "mono_ns": mono_ns}
@@ -71,6 +79,27 @@ def hello(identity: dict, env: dict, wall_ns: int, mono_ns: int, *, acked: int =
     message["acked"] = min(max(int(acked), 0), MAX_INT)
     if resume is not None:
         message["resume"] = resume
+    message["heartbeat_ms"] = HEARTBEAT_MS
+    message["capture"] = True
+    if proc_start is not None:
+        message["proc_start"] = min(max(int(proc_start), 0), MAX_INT)
+    return _msgpack.packb(message)
+
+
+_HEARTBEAT = None
+
+
+def heartbeat() -> bytes:
+    global _HEARTBEAT
+    if _HEARTBEAT is None:
+        _HEARTBEAT = _msgpack.packb({"v": VERSION, "type": "heartbeat"})
+    return _HEARTBEAT
+
+
+def stack(request_id: int, at_ns: int, last_seq: int, where: dict) -> bytes:
+    """The answer to a `capture` request: ``where`` holds threads, still_ms, comm, flight, workers."""
+    message = {"v": VERSION, "type": "stack", "id": min(max(int(request_id), 0), MAX_INT), "at_ns": max(0, min(int(at_ns), MAX_INT)), "last_seq": min(max(int(last_seq), 0), MAX_INT)}
+    message.update(where)
     return _msgpack.packb(message)
 
 
@@ -233,4 +262,14 @@ def parse_server_message(payload: bytes) -> dict:
         resume = message.get("resume")
         if resume is not None and (type(resume) is not str or not _RESUME.match(resume)):
             raise ProtocolError("welcome.resume is not 32 lowercase hex digits")
+        beat = message.get("heartbeat_ms")
+        if beat is not None and (type(beat) is not int or not 100 <= beat <= 60000):
+            raise ProtocolError("welcome.heartbeat_ms is not an integer from 100 to 60000")
+        capture = message.get("capture")
+        if capture is not None and not isinstance(capture, dict):
+            raise ProtocolError("welcome.capture is not a map")
+    if kind == "capture":
+        request = message.get("id")
+        if type(request) is not int or request < 0:
+            raise ProtocolError("capture.id is not a non-negative integer")
     return message

@@ -233,6 +233,8 @@ class Scope:
         if connection is not None:
             self._stack_watcher = _stack.Watcher(connection.get("env") or {})
             self._sender = Sender(self._queue, self._wake, tick=self._background_tick, **connection)
+            # The thread that makes the scope is the one that trains: a `capture` reads its stack.
+            self._sender.training_thread = threading.get_ident()
             self._sender.start()
 
     # --- public API ----------------------------------------------------------

@@ -3,6 +3,11 @@
 Delivery is at-least-once. Records stay in ``_unacked`` until the sidecar acknowledges
 them; after a reconnect, `hello` is sent again and everything above ``welcome.ack`` is
 resent in order. The training thread only ever appends to ``queue`` (and ``env`` updates).
+
+Where the sidecar asks for them (`welcome`), this thread also sends a `heartbeat` whenever nothing
+else went out for a second, so that the sidecar can tell a live process whose loop is stuck from one
+that is gone or whose training thread never lets this one run, and answers a `capture` request with
+the training thread's stack (see _where.py).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import random
 import threading
 import time
 
-from . import _log, _protocol
+from . import _log, _protocol, _where
 from ._counters import CounterSchedule
 from ._protocol import ProtocolError
 from ._ws import OP_BINARY, BadURL, ConnectionClosed, HandshakeError, ResolveError, WebSocket, WebSocketError, redact_url
@@ -33,6 +38,8 @@ _NOTED_CODES = (1008, 1009, 1011, 1013)
 _TOKEN_STATUSES = (401, 403)
 _NOT_SENT = "steps are still timed here but not sent"
 _NO_COMM = (None, None, None)
+# How often the dump files of loader workers that are gone are removed (see _where.worker_stacks).
+_PRUNE_EVERY_S = 60.0
 
 
 class Sender:
@@ -72,6 +79,16 @@ class Sender:
         self.gpu = None
         self.comm = None  # a _comm.CommTracker: the comm_* columns of each row (None: nil)
         self._counters = counters if counters is not None else CounterSchedule(lambda: self._env)
+        self.training_thread = None  # the thread whose stack a `capture` takes (set by the scope)
+        self._heartbeat_s = None  # from welcome: send a heartbeat when nothing went out for this long
+        self._last_sent = 0.0
+        self._capture = None  # a `capture` request waiting for its answer
+        self._deep = False  # welcome.capture.deep: every thread's whole stack, and more of it
+        self._still = _where.Stillness()
+        self._last_end_ns = None  # hook clock end of the newest step collected
+        self._last_record_at = time.monotonic()
+        self._proc_start = _proc_start()
+        self._next_prune = time.monotonic() + _PRUNE_EVERY_S
 
         self._pending = collections.deque()  # records waiting for their GPU times
         self._unacked = collections.deque()  # (seq, encoded row), seq increasing
@@ -204,7 +221,14 @@ class Sender:
             except Exception:
                 self.errors += 1
         self._collect()
-        self._counters.sample_due(time.monotonic(), time.perf_counter_ns() - self._mono_origin)
+        now = time.monotonic()
+        self._counters.sample_due(now, time.perf_counter_ns() - self._mono_origin)
+        if now >= self._next_prune:
+            self._next_prune = now + _PRUNE_EVERY_S
+            _where.forget_dead_children()
+        if self.training_thread is not None:
+            # Only once no step ended for a second: nothing at all while the job steps faster.
+            self._still.sample(self.training_thread, now, now - self._last_record_at)
         if self._closing:
             self._close_cycle()
             return
@@ -268,6 +292,8 @@ class Sender:
                 self.dropped += seq - expected  # the queue was full: its oldest records fell off
             expected = seq + 1
             pending.append(record)
+            self._last_end_ns = record[1]
+            self._last_record_at = time.monotonic()
         self._next_seq = expected
 
         gpu = self.gpu
@@ -330,6 +356,7 @@ class Sender:
                     time.perf_counter_ns() - self._mono_origin,
                     acked=self.ack_seq,
                     resume=self._resume,
+                    proc_start=self._proc_start,
                 )
             )
             welcome = self._await_welcome(ws, welcome_timeout)
@@ -347,6 +374,12 @@ class Sender:
         self._apply_ack(welcome["ack"])
         self._unsent = len(self._unacked)  # resend everything the sidecar does not hold
         self._counters.configure(welcome.get("counters"), time.monotonic())
+        beat = welcome.get("heartbeat_ms")
+        self._heartbeat_s = beat / 1000.0 if isinstance(beat, int) else None
+        capture = welcome.get("capture")
+        self._deep = isinstance(capture, dict) and capture.get("deep") is True
+        self._capture = None
+        self._last_sent = time.monotonic()
 
     def _await_welcome(self, ws: WebSocket, timeout: float) -> dict:
         deadline = time.monotonic() + timeout
@@ -368,9 +401,15 @@ class Sender:
             update = self._merge_env_updates()
             if update:
                 ws.send_binary(_protocol.env_update(update))
+                self._last_sent = time.monotonic()
             self._send_rows(ws)
+            if self._capture is not None:
+                self._send_stack(ws)
             for source, samples in self._counters.take():
                 ws.send_binary(_protocol.counters(source, samples))
+            if self._heartbeat_s is not None and time.monotonic() - self._last_sent >= self._heartbeat_s:
+                ws.send_binary(_protocol.heartbeat())
+                self._last_sent = time.monotonic()
             if self._closing and not self._end_sent and not self._queue and not self._pending:
                 ws.send_binary(_protocol.end(self._close_reason))
                 self._end_sent = True
@@ -391,6 +430,8 @@ class Sender:
             self.last_problem = None
             if kind == "ack" and message.get("end") is True and self._end_sent:
                 self._end_acked = True
+        elif kind == "capture":
+            self._capture = message["id"]
 
     def _apply_ack(self, ack: int) -> None:
         if ack > self.ack_seq:
@@ -410,11 +451,38 @@ class Sender:
             chunk = list(itertools.islice(unacked, start, start + count))
             self._last_frame_rows = count
             ws.send_binary(_protocol.steps([row for _, row in chunk], self.dropped))
+            self._last_sent = time.monotonic()
             self._unsent -= count
             self.sent += count
             if chunk[0][0] <= self._max_sent_seq:
                 self.resent += sum(1 for seq, _ in chunk if seq <= self._max_sent_seq)
             self._max_sent_seq = max(self._max_sent_seq, chunk[-1][0])
+
+    def _send_stack(self, ws: WebSocket) -> None:
+        """Answer the `capture` request: where the training thread is (never raises for its own faults)."""
+        request, self._capture = self._capture, None
+        now_ns = time.perf_counter_ns()
+        try:
+            where = self.where(now_ns)
+        except Exception as exc:
+            self.errors += 1
+            where = {"threads": [], "error": "%s: %s" % (type(exc).__name__, str(exc)[:200])}
+        ws.send_binary(_protocol.stack(request, now_ns - self._mono_origin, self._next_seq - 1, where))
+        self._last_sent = time.monotonic()
+
+    def where(self, now_ns: int) -> dict:
+        """The capture: threads, how still the training thread is, its collectives, its DataLoader
+        workers, the Flight Recorder."""
+        where = _where.capture(self.training_thread, exclude=(threading.get_ident(),), deep=self._deep)
+        where["still_ms"] = self._still.still_ms(time.monotonic())
+        comm = self.comm
+        since = self._last_end_ns
+        where["comm"] = comm.progress(since if since is not None else 0, now_ns) if comm is not None and comm.active_since is not None else None
+        workers = _where.workers()
+        _where.worker_stacks(workers)
+        where["workers"] = workers
+        where["flight"] = _where.flight_recorder()
+        return where
 
     # --- connection state --------------------------------------------------
 
@@ -515,6 +583,16 @@ class Sender:
         delay = min(self._backoff_max, self._backoff_base * (2 ** min(self._failures, 30)))
         self._failures += 1
         self._next_attempt = time.monotonic() + delay * random.uniform(0.5, 1.0)
+
+
+def _proc_start():
+    """This process's start, in clock ticks after boot (field 22 of /proc/self/stat); None where unknown."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read().decode("ascii", "replace")
+        return int(stat[stat.rindex(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _printable(text: str, limit: int = 200) -> str:

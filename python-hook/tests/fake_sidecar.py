@@ -99,6 +99,7 @@ class FakeSidecar:
     http_status      answer every upgrade with this HTTP status (e.g. 403) instead of 101
     resume           hand out a resume secret in `welcome` and require it to resume a session (True),
                      or behave as a sidecar from before secrets (False: no `resume`, nothing checked)
+    welcome          more fields of `welcome` (e.g. heartbeat_ms, capture), as a sidecar that knows them sends
 
     ``ended`` lists ``(session, time.monotonic())`` for every connection whose TCP stream ended.
     """
@@ -117,11 +118,13 @@ class FakeSidecar:
         refuse_hello=None,
         http_status=None,
         resume=True,
+        welcome=None,
     ):
         self.store = store if store is not None else Store()
         self.refuse_hello = refuse_hello
         self.http_status = http_status
         self.resume = resume
+        self.welcome = dict(welcome or {})
         self.ended = []
         self.refusals = []
         self.token = token
@@ -320,6 +323,7 @@ class _Connection:
                 welcome["resume"] = secret
             if server.counters is not None:
                 welcome["counters"] = server.counters
+            welcome.update(server.welcome)
             self._reply(welcome)
         elif kind == "steps":
             if server.max_rows_per_frame is not None and len(message["rows"]) > server.max_rows_per_frame:

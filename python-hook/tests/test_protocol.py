@@ -92,7 +92,7 @@ class FramesTest(unittest.TestCase):
     def test_hello_env_end(self):
         hello = _msgpack.unpackb(_protocol.hello({"job": "j", "rank": 0}, {"a": 1}, 5, 6))
         self.assertEqual(hello, {"v": 1, "type": "hello", "job": "j", "rank": 0, "clock": {"wall_ns": 5, "mono_ns": 6},
-                                 "env": {"a": 1}, "acked": 0})
+                                 "env": {"a": 1}, "acked": 0, "heartbeat_ms": 1000, "capture": True})
         self.assertEqual(_msgpack.unpackb(_protocol.env_update({"b": 2})), {"v": 1, "type": "env", "env": {"b": 2}})
         self.assertEqual(_msgpack.unpackb(_protocol.end("exit")), {"v": 1, "type": "end", "reason": "exit"})
 
@@ -103,6 +103,13 @@ class FramesTest(unittest.TestCase):
         first = _msgpack.unpackb(_protocol.hello({"session": "s"}, {}, 5, 6))
         self.assertEqual(first["acked"], 0)
         self.assertNotIn("resume", first)  # the first hello of a session has none
+        self.assertNotIn("proc_start", first)
+        self.assertEqual(_msgpack.unpackb(_protocol.hello({}, {}, 5, 6, proc_start=825771))["proc_start"], 825771)
+
+    def test_heartbeat_and_stack(self):
+        self.assertEqual(_msgpack.unpackb(_protocol.heartbeat()), {"v": 1, "type": "heartbeat"})
+        stack = _msgpack.unpackb(_protocol.stack(7, 123, 40, {"threads": [], "still_ms": None}))
+        self.assertEqual(stack, {"v": 1, "type": "stack", "id": 7, "at_ns": 123, "last_seq": 40, "threads": [], "still_ms": None})
 
 
 class ServerMessageTest(unittest.TestCase):
@@ -117,6 +124,9 @@ class ServerMessageTest(unittest.TestCase):
         welcome = self.parse({"v": 1, "type": "welcome", "session": "s", "ack": 0, "resume": secret})
         self.assertEqual(welcome["resume"], secret)
         self.assertIsNone(self.parse({"v": 1, "type": "welcome", "session": "s", "ack": 0, "resume": None})["resume"])
+        offers = self.parse({"v": 1, "type": "welcome", "session": "s", "ack": 0, "heartbeat_ms": 1000, "capture": {"deep": True}})
+        self.assertEqual((offers["heartbeat_ms"], offers["capture"]), (1000, {"deep": True}))
+        self.assertEqual(self.parse({"v": 1, "type": "capture", "id": 3})["id"], 3)
 
     def test_invalid(self):
         for message in (
@@ -133,6 +143,11 @@ class ServerMessageTest(unittest.TestCase):
             {"v": 1, "type": "welcome", "ack": 0, "resume": "0123456789abcdef"},
             {"v": 1, "type": "welcome", "ack": 0, "resume": "0123456789abcdef" * 2 + "\n"},
             {"v": 1, "type": "welcome", "ack": 0, "resume": b"0123456789abcdef" * 2},
+            {"v": 1, "type": "welcome", "ack": 0, "heartbeat_ms": 10},
+            {"v": 1, "type": "welcome", "ack": 0, "heartbeat_ms": "1000"},
+            {"v": 1, "type": "welcome", "ack": 0, "capture": True},
+            {"v": 1, "type": "capture"},
+            {"v": 1, "type": "capture", "id": -1},
         ):
             with self.subTest(message=message):
                 with self.assertRaises(ProtocolError):

@@ -1,4 +1,7 @@
 import { findStraggler, type Straggler } from '../model/straggler.js';
+import { isStop, type StopVerdict } from '../model/verdict.js';
+import type { CodeFrame } from '../protocol/capture.js';
+import { jobStop, jobStopJudgement, jobStopParts, rankStall, stackDumpDir, STALL_DEFAULTS, type RankStall, type StallConfig, type StallInput } from './stall.js';
 import { RunSeries, type SeriesDump } from './summary-series.js';
 import { VerdictTracker, type TrackerDump, type VerdictChange } from './tracker.js';
 import { judge, VERDICTS, type Cause, type Judgement, type RankContext, type Verdict } from './verdict.js';
@@ -15,6 +18,32 @@ export interface RankInput {
   rank: number;
   window: RankWindow;
   context: Omit<RankContext, 'current'>;
+  /** Whether it is there and heard from, for telling a stalled or gone rank (absent: judged on its window alone). */
+  stall?: StallInput;
+}
+
+/** A stretch of time the job did not step (it hung, a rank stalled or went): what the summary reports. */
+export interface StopEpisode {
+  verdict: StopVerdict;
+  cause: Cause;
+  /** When it began (the last step's end) and when it was last seen to hold, ms. */
+  since: number;
+  until: number;
+  /** The last step before it. */
+  step: number;
+  culprits: number[];
+  waiting: number[];
+  waits_in: string | null;
+  /** The job's verdict rule, in words, as last judged, and the part of it after its head (who, where, on what). */
+  text: string;
+  detail: string;
+  /** Ranks that did not step through it (one GPU each). */
+  idle_ranks: number;
+  /** With --stack-dumps: the files of every rank's stacks when it was declared hung, under --out. */
+  dumps?: string[];
+  /** The innermost frames of the script's own code where the first culprit stopped. */
+  where: CodeFrame[];
+  recommendations: Judgement['recommendations'];
 }
 
 export interface VerdictEvent extends VerdictChange {
@@ -47,12 +76,28 @@ export interface AnalysisDump {
   waste?: WasteDump;
   /** The run's series (absent before checkpoints held it, or before its first tick: rebuilt from the step buckets then). */
   series?: SeriesDump;
+  /** The run's stops (absent before they existed). */
+  stops?: StopEpisode[];
 }
 
 /** Verdict changes kept per timeline (the job's, each rank's); a job that flaps for days keeps its latest. */
 const MAX_CHANGES = 2_000;
+/** Stops kept per run (the latest). */
+const MAX_STOPS = 50;
 
-const ACTIVE = (verdict: Verdict) => verdict !== 'warming-up' && verdict !== 'idle';
+/** Stepping, and judged on its steps: not warming up, idle, or stopped. */
+const ACTIVE = (verdict: Verdict) => verdict !== 'warming-up' && verdict !== 'idle' && !isStop(verdict);
+
+/**
+ * The changes a new one leaves in a timeline: those that began at or after it are dropped. A stop is
+ * dated back to when it began (a rank's last step, the moment it went), and a verdict decided since
+ * then was judged on steps the stop had already ended.
+ */
+function superseded(changes: VerdictChange[], change: VerdictChange): VerdictChange[] {
+  let keep = changes.length;
+  while (keep > 1 && changes[keep - 1]!.since >= change.since) keep--;
+  return keep === changes.length ? changes : changes.slice(0, keep);
+}
 
 export class JobAnalysis {
   private ranks = new Map<number, VerdictTracker>();
@@ -65,6 +110,13 @@ export class JobAnalysis {
   private stragglerSeconds = new Map<number, { seconds: number; latest: Straggler }>();
   private lastAt: number | null = null;
   private waste = new WasteLedger();
+  private stops: StopEpisode[] = [];
+  /** Each rank's stall as judged at the latest tick (not checkpointed: the next tick makes it again). */
+  private stallsNow = new Map<number, RankStall>();
+  /** The stall rule's settings (--stall-steps, --stall-floor). */
+  stallConfig: StallConfig = STALL_DEFAULTS;
+  /** --stack-dumps: name the files of every rank's stacks when the job is declared hung. */
+  stackDumps = false;
   /**
    * The run's figures over time for its report's charts, made by the Analyst beside the verdicts
    * and kept here so that a checkpoint holds them with the rest of the run's analysis.
@@ -98,6 +150,7 @@ export class JobAnalysis {
       lastAt: this.lastAt,
       waste: this.waste.dump(),
       ...(this.series ? { series: this.series.dump() } : {}),
+      ...(this.stops.length ? { stops: this.stops } : {}),
     };
   }
 
@@ -112,14 +165,16 @@ export class JobAnalysis {
     analysis.stragglerSeconds = new Map(dump.stragglerSeconds);
     analysis.lastAt = dump.lastAt;
     analysis.waste = WasteLedger.load(dump.waste);
+    analysis.stops = dump.stops ?? [];
     const series = dump.series === undefined ? null : RunSeries.load(dump.series);
     analysis.series = series && series.run === dump.run ? series : null;
     return analysis;
   }
 
-  evaluate(inputs: RankInput[], at: number): VerdictEvent[] {
+  evaluate(inputs: RankInput[], at: number, worldSize = inputs.length): VerdictEvent[] {
     const events: VerdictEvent[] = [];
     const judged: Array<{ rank: number; window: RankWindow; held: Judgement }> = [];
+    this.stallsNow = new Map();
     const figures = inputs.map((input) => ({ rank: input.rank, commWaitShare: input.window.comm?.wait_share ?? null, stepMsMean: input.window.step_ms_mean }));
     // The job's own CPU on this host: every rank's training process and loader workers, where all are measured.
     const cores = inputs.map((input) => (input.window.process ? (input.window.process.cpu_main_cores ?? 0) + (input.window.process.cpu_workers_cores ?? 0) : null));
@@ -127,10 +182,27 @@ export class JobAnalysis {
     for (const input of inputs) {
       const tracker = this.trackerOf(input.rank);
       const peers = figures.filter((peer) => peer.rank !== input.rank);
-      const judgement = judge(input.window, { ...input.context, current: tracker.current?.judgement.verdict ?? null, peers, jobCpuCores });
-      const change = tracker.update(judgement, at);
+      const stall = input.stall ? rankStall(input.stall, at, this.stallConfig) : null;
+      if (stall) this.stallsNow.set(input.rank, stall);
+      const held = tracker.current?.judgement.verdict ?? null;
+      let judgement: Judgement;
+      let change: VerdictChange | null;
+      if (stall?.stop.capturePending && tracker.current) {
+        // Stalled, its stack on its way: the verdict changes once it has come (or stopped coming).
+        judgement = tracker.current.judgement;
+        change = null;
+      } else if (stall?.judgement) {
+        const { since, ...stopped } = stall.judgement;
+        judgement = stopped;
+        // Into a stop, from when it began; a stop's first cause (where its stack was not known yet) is replaced at once.
+        const settling = isStop(held) && held === judgement.verdict && tracker.current?.judgement.cause === null;
+        change = tracker.update(judgement, at, judgement.verdict === held ? { immediate: settling } : { since });
+      } else {
+        judgement = judge(input.window, { ...input.context, current: held, peers, jobCpuCores });
+        change = tracker.update(judgement, at, { immediate: isStop(held) });
+      }
       if (change) {
-        this.rankChanges.set(input.rank, [...(this.rankChanges.get(input.rank) ?? []), change].slice(-MAX_CHANGES));
+        this.rankChanges.set(input.rank, [...superseded(this.rankChanges.get(input.rank) ?? [], change), change].slice(-MAX_CHANGES));
         events.push({ ...change, job: this.jobId, rank: input.rank });
       }
       judged.push({ rank: input.rank, window: input.window, held: tracker.current!.judgement });
@@ -144,17 +216,90 @@ export class JobAnalysis {
       this.stragglerSeconds.set(rank, { seconds, latest: this.stragglerNow });
     }
     this.lastAt = at;
-    const jobJudgement = this.jobJudgement(judged);
+    const stop = this.stallsNow.size ? jobStop([...this.stallsNow.values()].map((s) => s.stop)) : null;
+    if (stop === 'pending') return events;
+    // A job that stopped leaves its stop only once a rank steps again: ranks that dropped their
+    // connection a moment ago, or ended (killed politely), are not stepping; the stop lasts until then.
+    if (stop === null && this.stopped() && ![...this.stallsNow.values()].some((s) => s.stop.state === 'stepping')) {
+      const last = this.stops.at(-1);
+      if (last) last.until = at;
+      return events;
+    }
+    let jobJudgement = this.jobJudgement(judged);
+    let since: number | undefined;
+    if (stop) {
+      const stopped = jobStopJudgement(stop, this.stallsNow, worldSize, at);
+      ({ since } = stopped);
+      jobJudgement = { verdict: stopped.verdict, cause: stopped.cause, evidence: stopped.evidence, recommendations: stopped.recommendations };
+      this.noteStop(stop.verdict, stopped, stop, at, worldSize);
+    }
     if (jobJudgement) {
       this.lastOf.set(jobJudgement.verdict, jobJudgement);
-      const change = this.job.update(jobJudgement, at);
+      const heldJob = this.job.current?.judgement.verdict ?? null;
+      const change = this.job.update(jobJudgement, at, since !== undefined && heldJob !== jobJudgement.verdict ? { since } : {});
       if (change) {
+        this.changes = superseded(this.changes, change);
         this.changes.push(change);
         if (this.changes.length > MAX_CHANGES) this.changes.shift();
         events.push({ ...change, job: this.jobId, rank: null });
       }
     }
     return events;
+  }
+
+  /** Keeps the run's current stop up to date (a new one when the stop changed or began again). */
+  private noteStop(verdict: StopVerdict, judged: { cause: Judgement['cause']; evidence: Judgement['evidence']; recommendations: Judgement['recommendations']; since: number }, stop: Exclude<ReturnType<typeof jobStop>, 'pending' | null>, at: number, worldSize: number): void {
+    const lead = this.stallsNow.get(stop.culprits[0] ?? -1);
+    const steps = [...this.stallsNow.values()].map((s) => s.stop.lastStep);
+    const episode: StopEpisode = {
+      detail: jobStopParts(stop, this.stallsNow, worldSize, at).detail,
+      idle_ranks: verdict === 'hung' ? new Set([...stop.culprits, ...stop.waiting]).size : stop.culprits.length,
+      verdict,
+      cause: judged.cause,
+      since: judged.since,
+      until: at,
+      step: lead?.stop.lastStep ?? Math.max(-1, ...steps),
+      culprits: stop.culprits,
+      waiting: stop.waiting,
+      waits_in: stop.waitsIn,
+      text: judged.evidence.rule,
+      where: lead?.where ?? [],
+      recommendations: judged.recommendations,
+    };
+    const last = this.stops.at(-1);
+    const same = last !== undefined && last.since === episode.since;
+    // Declared hung now: with --stack-dumps, every rank's stacks of this moment go to files named here.
+    if (this.stackDumps && verdict === 'hung' && !(same && last.verdict === 'hung')) {
+      const n = this.stops.filter((s) => s.dumps).length + 1;
+      episode.dumps = [...this.stallsNow.keys()].sort((a, b) => a - b).map((rank) => `${stackDumpDir(this.jobId, this.run, n)}/rank-${rank}.json`);
+    }
+    if (same) {
+      // The same stop, judged again: what it became, hung if it ever was, and its culprit's stack if it had one.
+      this.stops[this.stops.length - 1] = {
+        ...episode,
+        verdict: last.verdict === 'hung' ? 'hung' : episode.verdict,
+        where: episode.where.length ? episode.where : last.where,
+        ...(last.dumps && !episode.dumps ? { dumps: last.dumps } : {}),
+      };
+    } else {
+      this.stops.push(episode);
+      if (this.stops.length > MAX_STOPS) this.stops.shift();
+    }
+  }
+
+  /** Whether the job had stopped stepping (hung, a rank stalled or gone) as of its latest judgement: its run then lasts until it was last heard from. */
+  stopped(): boolean {
+    return isStop(this.job.current?.judgement.verdict);
+  }
+
+  /** The run's stops, oldest first. */
+  stopEpisodes(): readonly StopEpisode[] {
+    return this.stops;
+  }
+
+  /** Each rank's stall as judged at the latest tick. */
+  rankStall(rank: number): RankStall | null {
+    return this.stallsNow.get(rank) ?? null;
   }
 
   private trackerOf(rank: number): VerdictTracker {
@@ -212,14 +357,17 @@ export class JobAnalysis {
 
   /** The job's verdicts over time (or one rank's), from the job's start to `at`. */
   timeline(at: number, rank?: number): TimelineSegment[] {
-    const changes = rank === undefined ? this.changes : (this.rankChanges.get(rank) ?? []);
+    // A change that began after `at` (a run's end: an idle rank noticed after its last step) is not
+    // part of it; every row runs forward.
+    const all = rank === undefined ? this.changes : (this.rankChanges.get(rank) ?? []);
+    const changes = all.filter((change, i) => i === 0 || change.since <= at);
     const toS = (t: number) => Math.round((t - this.startedAt) / 10) / 100;
-    return changes.map((change, i) => ({
-      start_s: Math.max(0, toS(change.since)),
-      end_s: toS(i + 1 < changes.length ? changes[i + 1]!.since : at),
-      verdict: change.to,
-      cause: change.cause,
-    }));
+    const segments = changes.map((change, i) => {
+      const start_s = Math.max(0, toS(Math.min(change.since, at)));
+      return { start_s, end_s: Math.max(start_s, toS(i + 1 < changes.length ? changes[i + 1]!.since : at)), verdict: change.to, cause: change.cause };
+    });
+    // A verdict replaced from the moment it began (a stop dated back to the last step) held no time.
+    return segments.filter((segment, i) => segment.end_s > segment.start_s || i === segments.length - 1);
   }
 
   /** The verdict that held longest (leaving out warming-up and idle), with its main cause. */

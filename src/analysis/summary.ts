@@ -13,6 +13,9 @@ import type { Recommendation } from './recommendations.js';
 import { round } from '../model/round.js';
 import type { Straggler } from '../model/straggler.js';
 import type { Cause, Evidence, Verdict } from './verdict.js';
+import type { SummaryStop } from '../protocol/stall-state.js';
+import { rankList } from '../model/stall.js';
+import { isStop } from '../model/verdict.js';
 
 export const SUMMARY_SCHEMA = 'stepscope.summary/v1';
 
@@ -95,6 +98,8 @@ export interface Summary {
   waste?: Waste;
   /** The node the run ran on, read once at the sidecar's start. Absent where it was not (summaries and recordings before it). */
   node?: NodeSummary;
+  /** Where the run stopped stepping (it hung, a rank stalled or went), oldest first; absent where it never did. */
+  stops?: SummaryStop[];
 }
 
 /** `cores_per_gpu`: the node's logical cores over the GPUs the job's ranks ran on; null where either is unknown. */
@@ -150,10 +155,36 @@ export function wasteSentence(waste: Waste): string | null {
   return `This job lost ${hours(waste.lost_gpu_seconds)} (${Math.round(waste.lost_share * 100)}% of its GPU time), most to ${WASTE_WORDS[top.cause]} (${hours(top.gpu_seconds)})${cost}.`;
 }
 
-function headline(verdict: Verdict, cause: Cause, share: number | null, evidence: Evidence | null, steps: number): string {
+/** "4 min 2 s", "1 h 3 min", "12.5 s". */
+export function durationText(seconds: number): string {
+  if (seconds < 60) return `${seconds.toFixed(1)} s`;
+  if (seconds < 3600) return `${Math.floor(seconds / 60)} min ${Math.round(seconds % 60)} s`;
+  return `${Math.floor(seconds / 3600)} h ${Math.round((seconds % 3600) / 60)} min`;
+}
+
+/** The stop a summary leads with: the longest hang, else the longest stop. */
+export function leadingStop(stops: readonly SummaryStop[] | undefined): SummaryStop | null {
+  const sorted = [...(stops ?? [])].sort((a, b) => Number(b.verdict === 'hung') - Number(a.verdict === 'hung') || b.seconds - a.seconds);
+  return sorted[0] ?? null;
+}
+
+/** "Hung at step 149 for 4 min 2 s (96% of the wall time): rank 1 stopped in …; rank 0 waited in …." */
+export function stopSentence(stop: SummaryStop): string {
+  const share = stop.wall_share === null ? '' : ` (${Math.round(stop.wall_share * 100)}% of the wall time)`;
+  const who = `Rank${stop.culprits.length === 1 ? '' : 's'} ${rankList(stop.culprits)}`;
+  const head =
+    stop.verdict === 'hung'
+      ? `Hung at step ${stop.step} for ${durationText(stop.seconds)}${share}`
+      : stop.verdict === 'stalled'
+        ? `${who} stalled at step ${stop.step} for ${durationText(stop.seconds)}${share}`
+        : `${who} gone after step ${stop.step}`;
+  return `${head}${stop.text ? `: ${stop.text}` : ''}.`;
+}
+
+function headline(verdict: Verdict, cause: Cause, share: number | null, evidence: Evidence | null, steps: number, stopped = false): string {
   if (steps === 0) return 'No steps were received.';
   const name = verdict;
-  const held = share === null ? '' : ` for ${Math.round(share * 100)}% of the job`;
+  const held = share === null ? '' : ` for ${Math.round(share * 100)}% of ${stopped ? 'its stepping time' : 'the job'}`;
   const because = cause ? ` (${cause})` : '';
   const rule = evidence ? `: ${evidence.rule}` : '';
   return `${name[0]!.toUpperCase()}${name.slice(1)}${because}${held}${rule}.`;
@@ -179,11 +210,15 @@ export function buildSummary({ job, views, analysis, gpus, at, gpuHourPrice = nu
   const verdict: Verdict = dominant?.verdict ?? current?.verdict ?? 'idle';
   // The dominant verdict's own cause, even when it has none: not the cause of whatever held last.
   const cause: Cause = dominant ? dominant.cause : (current?.cause ?? null);
-  const activeSeconds = timeline.filter((s) => s.verdict !== 'warming-up' && s.verdict !== 'idle').reduce((a, s) => a + s.end_s - s.start_s, 0);
+  // The time it stepped, judged on its steps: a stop (hung, stalled, gone) is reported on its own.
+  const activeSeconds = timeline.filter((s) => s.verdict !== 'warming-up' && s.verdict !== 'idle' && !isStop(s.verdict)).reduce((a, s) => a + s.end_s - s.start_s, 0);
   const share = dominant && activeSeconds > 0 ? round(dominant.seconds / activeSeconds, 3) : null;
   const evidence = dominant?.judgement?.evidence ?? current?.evidence ?? null;
   const straggler = analysis.mainStraggler();
+  const stops = summaryStops(analysis, Date.parse(job.started_at), endedAt, job.duration_s);
+  const lead = leadingStop(stops);
   const recommendations = dedupe([
+    ...(lead?.recommendations ?? []),
     ...(dominant?.judgement?.recommendations ?? current?.recommendations ?? []),
     ...timeline.flatMap((segment) => (segment.verdict === verdict ? [] : (analysis.dominantJudgement(segment.verdict)?.recommendations ?? []))),
   ]);
@@ -207,13 +242,18 @@ export function buildSummary({ job, views, analysis, gpus, at, gpuHourPrice = nu
       };
     });
   const totalDur = totals.durNs;
+  const usual = headline(verdict, cause, share, evidence, job.steps, lead !== null);
+  // Throughput while it stepped: a stop is in the wall time, not in what the job could do.
+  const stoppedMs = analysis.stopEpisodes().reduce((total, episode) => total + (episode.verdict === 'stalled' ? 0 : Math.max(0, Math.min(episode.until, endedAt) - episode.since)), 0);
+  const steppingS = Math.max(0, job.duration_s - stoppedMs / 1000);
   return {
     schema: SUMMARY_SCHEMA,
     job: job.job,
     started_at: job.started_at,
     ended_at: new Date(endedAt).toISOString(),
     end_reason: job.end_reason,
-    headline: headline(verdict, cause, share, evidence, job.steps),
+    // A stop leads; what the job was bound by while it stepped follows, where it held a verdict at all.
+    headline: lead ? (dominant ? `${stopSentence(lead)} Before it, ${usual[0]!.toLowerCase()}${usual.slice(1)}` : `${stopSentence(lead)} It stopped before its first verdict.`) : usual,
     verdict,
     cause,
     verdict_share: share,
@@ -228,7 +268,7 @@ export function buildSummary({ job, views, analysis, gpus, at, gpuHourPrice = nu
         ? { h2d: round(totals.gpuH2dNs / totalDur, 4), compute: round(totals.gpuComputeNs / totalDur, 4), idle: round(totals.gpuIdleNs / totalDur, 4) }
         : null,
     step_ms: stepMs(histogram, totals.steps ? totals.durNs / totals.steps / 1e6 : null),
-    samples_per_s: totals.samplesSteps && job.duration_s > 0 ? round(totals.samples / job.duration_s, 1) : null,
+    samples_per_s: totals.samplesSteps && steppingS > 0 ? round(totals.samples / steppingS, 1) : null,
     ranks,
     straggler,
     timeline,
@@ -238,6 +278,30 @@ export function buildSummary({ job, views, analysis, gpus, at, gpuHourPrice = nu
     evidence,
     samples_per_step: totals.samplesSteps ? round(totals.samples / totals.samplesSteps, 3) : null,
     waste: analysis.wasted(gpuHourPrice),
+    ...(stops.length ? { stops } : {}),
   };
+}
+
+/** The run's stops as its summary reports them, cut at its end. */
+function summaryStops(analysis: JobAnalysis, startedAt: number, endedAt: number, durationS: number): SummaryStop[] {
+  return analysis.stopEpisodes().map((episode) => {
+    const seconds = round(Math.max(0, Math.min(episode.until, endedAt) - episode.since) / 1000, 1);
+    return {
+      verdict: episode.verdict,
+      cause: episode.cause as SummaryStop['cause'],
+      since_s: round(Math.max(0, episode.since - startedAt) / 1000, 2),
+      seconds,
+      wall_share: durationS > 0 ? round(Math.min(1, seconds / durationS), 3) : null,
+      step: episode.step,
+      culprits: episode.culprits,
+      waiting: episode.waiting,
+      waits_in: episode.waits_in,
+      text: episode.detail,
+      where: episode.where,
+      gpu_seconds: round(seconds * episode.idle_ranks, 1),
+      recommendations: episode.recommendations,
+      ...(episode.dumps ? { dumps: episode.dumps } : {}),
+    };
+  });
 }
 

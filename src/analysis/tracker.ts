@@ -49,10 +49,18 @@ export class VerdictTracker {
     return tracker;
   }
 
-  update(judgement: Judgement, at: number): VerdictChange | null {
+  /**
+   * `since`: when the new state began, where that is known and earlier than `at` (a rank stalled
+   * since its last step ended): it holds from then, so it takes over as soon as that is `holdMs`
+   * ago, and the timeline starts it there; a change dated before the one it replaces began
+   * supersedes it (see `superseded`).
+   * `immediate`: takes over now, without the hold (a stalled rank that steps again).
+   */
+  update(judgement: Judgement, at: number, options: { since?: number; immediate?: boolean } = {}): VerdictChange | null {
     if (!this.held) {
-      this.held = { judgement, since: at };
-      return { since: at, at, from: null, fromCause: null, to: judgement.verdict, cause: judgement.cause, judgement };
+      const since = Math.min(at, options.since ?? at);
+      this.held = { judgement, since };
+      return { since, at, from: null, fromCause: null, to: judgement.verdict, cause: judgement.cause, judgement };
     }
     if (sameState(this.held.judgement, judgement)) {
       this.held.judgement = judgement;
@@ -60,12 +68,15 @@ export class VerdictTracker {
       return null;
     }
     // A pending verdict whose cause is still settling keeps its start: the verdict has held since then.
-    if (!this.pending || this.pending.judgement.verdict !== judgement.verdict) {
-      this.pending = { judgement, since: at };
-      if (this.holdMs > 0) return null;
+    if (!this.pending || this.pending.judgement.verdict !== judgement.verdict || options.since !== undefined) {
+      // A state dated back before the one in force began: that one was judged on what the new one had
+      // already made stale (a rank gone before the verdict it replaces was decided); it is dropped.
+      const since = options.since === undefined ? at : Math.min(at, options.since);
+      this.pending = { judgement, since };
+      if (this.holdMs > 0 && !options.immediate && at - since < this.holdMs) return null;
     }
     this.pending.judgement = judgement;
-    if (at - this.pending.since < this.holdMs) return null;
+    if (at - this.pending.since < this.holdMs && !options.immediate) return null;
     const previous = this.held.judgement;
     this.held = this.pending;
     this.pending = null;

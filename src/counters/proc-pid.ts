@@ -81,3 +81,17 @@ export function topProcesses(previous: ReadonlyMap<string, PidStat>, current: re
     .slice(0, keep)
     .map((top) => ({ ...top, ancestors: ancestorsOf(top.pid) }));
 }
+
+/** The scheduler state of a `/proc/<pid>/stat` line (R, S, D, T, t, Z, …) with its CPU and start ticks; null where it is not one. */
+export function parsePidState(text: string): (PidStat & { state: string }) | null {
+  const stat = parsePidStat(text);
+  if (!stat) return null;
+  const state = text.slice(text.lastIndexOf(')') + 1).trim().split(/\s+/)[0] ?? '';
+  return /^[A-Za-z]$/.test(state) ? { ...stat, state } : null;
+}
+
+/** `/proc/<pid>/wchan`: the kernel function a sleeping task waits in; null where the kernel gives none ("0", empty). */
+export function parseWchan(text: string | null): string | null {
+  const value = text?.trim() ?? '';
+  return value === '' || value === '0' ? null : value.slice(0, 128);
+}

@@ -4,6 +4,8 @@ import { buildSummary, type GpuSummary, type Summary } from '../analysis/summary
 import { compare } from '../analysis/compare.js';
 import { RunSeries, SERIES_LAG_MS, type SeriesGpu } from '../analysis/summary-series.js';
 import type { RankWindow } from '../analysis/window.js';
+import { STALL_DEFAULTS, type StallConfig } from '../analysis/stall.js';
+import { percentile } from '../store/ring.js';
 import type { KnownGpu } from '../counters/counter-store.js';
 import { describeAggregate } from '../counters/gpu-aggregate.js';
 import { jobStart } from '../store/job-snapshot.js';
@@ -14,7 +16,14 @@ export interface AnalystOptions {
   baseline: Summary | null;
   /** --gpu-hour-price, to price the waste in summaries. */
   gpuHourPrice?: number | null;
+  /** --stall-steps and --stall-floor. */
+  stall?: StallConfig;
+  /** --stack-dumps. */
+  stackDumps?: boolean;
 }
+
+/** Steps whose median is a rank's recent step time, for its stall threshold. */
+const RECENT_FOR_P50 = 64;
 
 /** Each rank's window at one tick, by job and rank. */
 export type Windows = Map<string, Map<number, RankWindow>>;
@@ -32,7 +41,7 @@ export class Analyst {
     const events: VerdictEvent[] = [];
     for (const job of this.analyses.keys()) if (this.world.jobs.runOf(job) === null) this.analyses.delete(job);
     for (const job of this.world.jobs.liveJobs()) {
-      events.push(...this.analysisOf(job)!.evaluate(this.rankInputs(job, at, windows.get(job) ?? new Map()), at));
+      events.push(...this.analysisOf(job)!.evaluate(this.rankInputs(job, at, windows.get(job) ?? new Map()), at, this.world.jobs.job(job)?.worldSize));
       this.seriesOf(job)?.advance(at - SERIES_LAG_MS, this.world.jobs.rankViews(job), this.jobGpus(job), this.world.counters);
     }
     return events;
@@ -73,6 +82,8 @@ export class Analyst {
     }
     // The start moves earlier when steps the hook buffered before the sidecar came arrive.
     analysis.startedAt = jobStart(job);
+    analysis.stallConfig = this.options.stall ?? STALL_DEFAULTS;
+    analysis.stackDumps = this.options.stackDumps === true;
     return analysis;
   }
 
@@ -96,7 +107,9 @@ export class Analyst {
       const window = windows.get(view.rank);
       if (!window) return [];
       const last = view.lastStepEndAt();
-      return [{ rank: view.rank, window, context: { totalSteps: view.steps(), sinceLastStepMs: last === null ? null : Math.max(0, at - last), env: view.env, hostCores } }];
+      const recent = view.recent().slice(-RECENT_FOR_P50).map((step) => step.record.durNs / 1e6).sort((a, b) => a - b);
+      const stall = { rank: view.rank, liveness: view.liveness(), lastStepEndAt: last, stepP50Ms: recent.length ? percentile(recent, 50) : null, worldSize: this.world.jobs.job(jobId)?.worldSize ?? 1 };
+      return [{ rank: view.rank, window, stall, context: { totalSteps: view.steps(), sinceLastStepMs: last === null ? null : Math.max(0, at - last), env: view.env, hostCores } }];
     });
   }
 
@@ -123,8 +136,8 @@ export class Analyst {
 
   /** The job's summary as of `at`; `series: false` leaves the charts' series out (a live comparison needs none). */
   summary(jobId: string, at: number, options: { series?: boolean } = {}): Summary | null {
-    const job = this.world.jobs.jobSnapshot(jobId, at);
     const analysis = this.analysisOf(jobId);
+    const job = this.world.jobs.jobSnapshot(jobId, at, analysis?.stopped() ?? false);
     if (!job || !analysis) return null;
     const from = Date.parse(job.started_at);
     const end = from + job.duration_s * 1000;

@@ -3,6 +3,7 @@ import type { NodeInventory } from '../counters/inventory-parse.js';
 import { deviceHint, matchGpu } from '../analysis/gpu-match.js';
 import { compare } from '../analysis/compare.js';
 import { JobAnalysis, type AnalysisDump } from '../analysis/job-analysis.js';
+import { STALL_DEFAULTS, type StallConfig } from '../analysis/stall.js';
 import { appsOn, CounterStore, type CountersDump } from '../counters/counter-store.js';
 import type { HostSample } from '../counters/host.js';
 import { JobStore, LimitError, UnknownSessionError, type JobsDump } from '../store/job-store.js';
@@ -10,6 +11,7 @@ import { Analyst, type Windows } from './analyst.js';
 import type { EngineConfig, JournalEntry } from './entries.js';
 import { freeze, historySeries, verdictState, windowFor, type EndedRun, type EngineSnapshot, type JobState, type RankTotals } from './snapshot.js';
 import { addPid, applyData, emptyWorld, type World } from './world.js';
+import { jobStopState, rankStallState } from './stops.js';
 
 export const CHECKPOINT_FORMAT = 'stepscope.checkpoint/v1';
 
@@ -37,6 +39,9 @@ export interface EngineLimits {
 const NO_PIDS: ReadonlySet<number> = new Set();
 
 export const DEFAULT_CONFIG: EngineConfig = { windowMs: 4_000, holdMs: 2_000, endGraceMs: 10_000 };
+
+/** The stall rule's settings as journaled (the defaults where a journal from before them has none). */
+const stallConfig = (config: EngineConfig): StallConfig => ({ steps: config.stallSteps ?? STALL_DEFAULTS.steps, floorMs: config.stallFloorMs ?? STALL_DEFAULTS.floorMs });
 
 /** The span of the sparkline history a snapshot carries, in slices of a second. */
 export const HISTORY_MS = 300_000;
@@ -73,7 +78,7 @@ export class Engine {
     this.config = options.config ?? DEFAULT_CONFIG;
     this.world = options.world ?? emptyWorld();
     this.limit(options.limits ?? null);
-    this.analyst = new Analyst(this.world, { holdMs: this.config.holdMs, baseline: options.baseline ?? null });
+    this.analyst = new Analyst(this.world, { holdMs: this.config.holdMs, baseline: options.baseline ?? null, stall: stallConfig(this.config) });
     this.latest = this.publish(0, [], []);
   }
 
@@ -152,6 +157,8 @@ export class Engine {
         this.config = entry.config;
         this.analyst.options.holdMs = entry.config.holdMs;
         this.analyst.options.gpuHourPrice = entry.config.gpuHourPrice ?? null;
+        this.analyst.options.stall = stallConfig(entry.config);
+        this.analyst.options.stackDumps = entry.config.stackDumps === true;
         this.world.jobs.restarted(entry.at);
         return null;
       case 'node':
@@ -234,7 +241,7 @@ export class Engine {
     const apps = counters.appsAt(at)?.apps ?? null;
     const views = jobs.rankViews();
     const baseline = this.analyst.options.baseline;
-    const jobStates = jobs.snapshot(at).map((job): JobState => {
+    const jobStates = jobs.snapshot(at, (job) => this.analyst.analysisOf(job)?.stopped() ?? false).map((job): JobState => {
       const analysis = this.analyst.analysisOf(job.job);
       const straggler = analysis?.straggler() ?? null;
       const live = baseline && !job.ended ? this.analyst.summary(job.job, at) : null;
@@ -247,12 +254,14 @@ export class Engine {
         timeline: analysis?.timeline(job.ended ? Date.parse(job.started_at) + job.duration_s * 1000 : at) ?? [],
         baseline: baseline && live ? compare(baseline, live) : null,
         waste: analysis?.wasted(this.config.gpuHourPrice ?? null) ?? null,
+        stop: jobStopState(analysis?.stopEpisodes().at(-1), analysis?.stopped() ?? false, job.ended ? 0 : at),
         ranks: job.ranks.map((rank) => ({
           ...rank,
           // Every rank of the store has its window: `windows` covers every rank view.
           window: jobWindows!.get(rank.rank)!,
           verdict: verdictState(analysis?.rankVerdict(rank.rank) ?? null),
           straggler: straggler?.rank === rank.rank,
+          stall: job.ended ? null : rankStallState(analysis?.rankStall(rank.rank) ?? null, this.world.jobs.procOf(job.job, rank.rank)),
         })),
       };
     });

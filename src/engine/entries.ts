@@ -4,6 +4,7 @@ import type { HostSample } from '../counters/host.js';
 import type { NodeInventory } from '../counters/inventory-parse.js';
 import type { GpuSample } from '../counters/types.js';
 import type { CounterBatch } from '../protocol/counters.js';
+import { CaptureSchema, ProcReadingSchema, type Capture, type ProcReading } from '../protocol/capture.js';
 import { EnvSchema, HelloSchema, ResumeSecret } from '../protocol/hook-schema.js';
 import { shortly } from '../protocol/parse.js';
 import type { Env, Hello, StepRecord } from '../protocol/messages.js';
@@ -21,6 +22,12 @@ export interface EngineConfig {
   endGraceMs: number;
   /** What a GPU-hour costs (--gpu-hour-price), to price the waste ledger; absent: not priced. */
   gpuHourPrice?: number | null;
+  /** A rank is stalled after this many of its median steps without one (--stall-steps; absent: the default) ... */
+  stallSteps?: number;
+  /** ... and not before this, ms (--stall-floor). */
+  stallFloorMs?: number;
+  /** --stack-dumps: every rank's stacks are written under --out when a job is declared hung. */
+  stackDumps?: boolean;
 }
 
 export type JournalEntry =
@@ -31,7 +38,18 @@ export type JournalEntry =
   /** `secret`: the session's resume secret (minted for a new session, the held one when resumed). */
   | { t: 'hello'; at: number; hello: Hello; secret?: string }
   | { t: 'connect'; at: number; session: string }
-  | { t: 'disconnect'; at: number; session: string }
+  /**
+   * `reason`: `silent` when the sidecar closed the connection because nothing came from it (no frame,
+   * no pong) for the idle timeout; absent when it closed from the hook's side or the sidecar's for
+   * another reason (journals before it have none).
+   */
+  | { t: 'disconnect'; at: number; session: string; reason?: DisconnectReason }
+  /** A hook's heartbeat: its process is alive and its sender thread runs. */
+  | { t: 'beat'; at: number; session: string }
+  /** Where a stalled rank was, as its hook answered a `capture` request. */
+  | { t: 'stack'; at: number; session: string; capture: Capture }
+  /** The rank's process as the sidecar read it in /proc (while it is stalled or silent). */
+  | { t: 'proc'; at: number; session: string; reading: ProcReading }
   | { t: 'env'; at: number; session: string; env: Env }
   /**
    * `duplicates`: records of the frame left out as already held (counted, not stored); `refused`:
@@ -55,6 +73,9 @@ export type JournalEntry =
   | { t: 'summarized'; at: number; job: string; run: number };
 
 export type EntryType = JournalEntry['t'];
+
+export const DISCONNECT_REASONS = ['silent'] as const;
+export type DisconnectReason = (typeof DISCONNECT_REASONS)[number];
 
 /** A step record as stored: the protocol's `fields` order. */
 export type StepRow = (number | null)[];
@@ -105,6 +126,9 @@ const ENTRY_SCHEMAS: Record<EntryType, object> = {
           holdMs: { type: 'number', minimum: 0, maximum: 3.6e6 },
           endGraceMs: { type: 'number', minimum: 0, maximum: 1e9 },
           gpuHourPrice: { type: ['number', 'null'], minimum: 0, maximum: 1e6 },
+          stallSteps: { type: 'number', minimum: 1, maximum: 1000 },
+          stallFloorMs: { type: 'number', minimum: 0, maximum: 3.6e6 },
+          stackDumps: { type: 'boolean' },
         },
       },
     },
@@ -112,7 +136,10 @@ const ENTRY_SCHEMAS: Record<EntryType, object> = {
   source: { required: ['gpu', 'reason'], properties: { gpu: { type: 'string', maxLength: 32 }, reason: { type: 'string', maxLength: 4096 } } },
   hello: { required: ['hello'], properties: { hello: HelloSchema, secret: ResumeSecret } },
   connect: { required: ['session'], properties: { session: id } },
-  disconnect: { required: ['session'], properties: { session: id } },
+  disconnect: { required: ['session'], properties: { session: id, reason: { enum: DISCONNECT_REASONS } } },
+  beat: { required: ['session'], properties: { session: id } },
+  stack: { required: ['session', 'capture'], properties: { session: id, capture: CaptureSchema } },
+  proc: { required: ['session', 'reading'], properties: { session: id, reading: ProcReadingSchema } },
   env: { required: ['session', 'env'], properties: { session: id, env: EnvSchema } },
   steps: {
     required: ['session', 'dropped', 'rows'],

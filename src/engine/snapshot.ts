@@ -15,6 +15,7 @@ import { throttleReasonNames, type GpuSample } from '../counters/types.js';
 import type { DurationCounts } from '../store/duration-counts.js';
 import type { JobSnapshot, RankSnapshot, RankView } from '../store/job-store.js';
 import type { StepSums } from '../store/step-buckets.js';
+import type { JobStopState, RankStallState } from '../protocol/stall-state.js';
 
 /**
  * What the engine publishes at each tick: one immutable reading of everything the outputs show.
@@ -35,6 +36,8 @@ export interface RankState extends RankSnapshot {
   window: RankWindow;
   verdict: VerdictState | null;
   straggler: boolean;
+  /** Whether it steps, and where it is if it stopped (null where it was not judged: an ended run). */
+  stall: RankStallState | null;
 }
 
 export interface JobState extends Omit<JobSnapshot, 'ranks'> {
@@ -44,6 +47,8 @@ export interface JobState extends Omit<JobSnapshot, 'ranks'> {
   timeline: TimelineSegment[];
   baseline: Comparison | null;
   waste: Waste | null;
+  /** While the job does not step (or the stop an ended run ended in): on whom it waits. */
+  stop: JobStopState | null;
 }
 
 /** Per rank, what /metrics reads beyond the state: running totals and the step-duration buckets. */

@@ -43,10 +43,19 @@ export function applyData(world: World, entry: JournalEntry): void {
       jobs.connected(entry.session);
       break;
     case 'disconnect':
-      jobs.disconnected(entry.session, entry.at);
+      jobs.disconnected(entry.session, entry.at, entry.reason ?? null);
       break;
     case 'env':
-      jobs.env(entry.session, entry.env);
+      jobs.env(entry.session, entry.env, entry.at);
+      break;
+    case 'beat':
+      jobs.beat(entry.session, entry.at);
+      break;
+    case 'stack':
+      jobs.stack(entry.session, entry.capture, entry.at);
+      break;
+    case 'proc':
+      jobs.proc(entry.session, entry.reading, entry.at);
       break;
     case 'steps': {
       // A journal row passes the checks a frame's row passed when it was taken (a forged or damaged one is skipped).
@@ -57,7 +66,7 @@ export function applyData(world: World, entry: JournalEntry): void {
       break;
     }
     case 'end':
-      jobs.end(entry.session);
+      jobs.end(entry.session, entry.at);
       break;
     case 'counters': {
       const gpu = jobs.counters(entry.session, entry.batch, entry.at);

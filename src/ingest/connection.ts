@@ -64,6 +64,8 @@ export class HookConnection {
   private readonly rate: RateLimiter;
   private lastHeard = Date.now();
   private readonly timers: NodeJS.Timeout[] = [];
+  /** Closed by the sidecar because nothing came from it: the disconnect says so (its process may live on). */
+  private silent = false;
 
   constructor(
     private readonly socket: WebSocket,
@@ -104,6 +106,7 @@ export class HookConnection {
   private checkIdle(): void {
     const quiet = Date.now() - this.lastHeard;
     if (quiet >= this.ingest.limits.idleTimeoutMs) {
+      this.silent = true;
       this.limit('idle', CloseCode.goingAway, `nothing heard for ${Math.round(quiet / 1000)} s (no frame, no pong)`);
       return;
     }
@@ -178,7 +181,18 @@ export class HookConnection {
       case 'counters':
         this.ingest.counters(hello.session, message).catch((error: Error) => this.fail(error));
         break;
+      case 'heartbeat':
+        this.ingest.beat(hello.session).catch((error: Error) => this.fail(error));
+        break;
+      case 'stack':
+        this.ingest.stack(hello.session, message.frame).catch((error: Error) => this.fail(error));
+        break;
     }
+  }
+
+  /** Asks the hook where its training thread is (it answers with a `stack` frame). */
+  requestCapture(id: number): void {
+    this.send({ type: 'capture', id });
   }
 
   private onHello(message: HelloMessage): void {
@@ -199,7 +213,8 @@ export class HookConnection {
         // Closed while the hello was being written: its disconnect is owed now.
         if (this.closed) void this.ingest.disconnected(hello.session).catch(() => undefined);
         this.welcomed = true;
-        this.send({ type: 'welcome', session: hello.session, resume: result.secret, ack: result.ack, counters: this.ingest.wants });
+        this.send({ type: 'welcome', session: hello.session, resume: result.secret, ack: result.ack, counters: this.ingest.wants, ...this.ingest.offers(hello) });
+        this.ingest.attach(hello.session, this);
         this.log.info({ session: hello.session, resumed: result.resumed, ack: result.ack, world_size: hello.world_size }, 'hook connected');
         if (result.legacy) {
           this.log.warn({ session: hello.session, pid: hello.pid, host: hello.host, ack: result.ack }, 'session journaled before resume secrets: continued by its own process (same pid and host) under a new secret; any other process is refused it');
@@ -255,6 +270,7 @@ export class HookConnection {
     for (const timer of this.timers) clearTimeout(timer);
     this.slots.settled(this);
     this.ingest.stats.connections -= 1;
-    if (this.hello && this.registered) void this.ingest.disconnected(this.hello.session).catch(() => undefined);
+    if (this.hello) this.ingest.detach(this.hello.session, this);
+    if (this.hello && this.registered) void this.ingest.disconnected(this.hello.session, this.silent ? 'silent' : null).catch(() => undefined);
   }
 }

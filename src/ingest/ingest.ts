@@ -8,6 +8,7 @@ import { mintSecret } from '../protocol/session-secret.js';
 import { plausibleAt } from '../model/clock.js';
 import { EnvTooLargeError } from '../store/job-store.js';
 import type { Recorder } from '../journal/recorder.js';
+import { captureOf, type ProcReading, type StackFrame } from '../protocol/capture.js';
 import { DEFAULT_LIMITS, type IngestLimits } from './limits.js';
 
 export interface IngestStats {
@@ -60,6 +61,10 @@ export class Ingest {
   private readonly logged = new Map<string, number>();
   /** Secrets decided for sessions whose hello is still being written: a second hello must present them too. */
   private readonly minted = new Map<string, string>();
+  /** Each session's open connection, to ask its hook for its stack. */
+  private readonly open = new Map<string, { requestCapture(id: number): void }>();
+  /** --stack-dumps: hooks send every thread's whole stack. */
+  deepCaptures = false;
 
   constructor(
     readonly engine: Engine,
@@ -220,9 +225,55 @@ export class Ingest {
     return this.record({ t: 'connect', at: this.now(), session });
   }
 
-  disconnected(session: string): Promise<void> {
+  /** `silent`: the sidecar closed it because nothing came from it for the idle timeout. */
+  disconnected(session: string, reason: 'silent' | null = null): Promise<void> {
     this.logged.delete(session);
-    return this.record({ t: 'disconnect', at: this.now(), session });
+    return this.record({ t: 'disconnect', at: this.now(), session, ...(reason ? { reason } : {}) });
+  }
+
+  /** What `welcome` offers a hook that offered heartbeats and stack captures in its hello. */
+  offers(hello: Hello): Pick<Welcome, 'heartbeat_ms' | 'capture'> {
+    return {
+      ...(hello.heartbeat_ms !== undefined ? { heartbeat_ms: hello.heartbeat_ms } : {}),
+      ...(hello.capture === true ? { capture: { deep: this.deepCaptures } } : {}),
+    };
+  }
+
+  attach(session: string, connection: { requestCapture(id: number): void }): void {
+    this.open.set(session, connection);
+  }
+
+  detach(session: string, connection: { requestCapture(id: number): void }): void {
+    if (this.open.get(session) === connection) this.open.delete(session);
+  }
+
+  /** Asks the session's hook for its stack; false where it has no open connection. */
+  requestCapture(session: string, id: number): boolean {
+    const connection = this.open.get(session);
+    if (!connection) return false;
+    connection.requestCapture(id);
+    return true;
+  }
+
+  /** A heartbeat: the process is alive and its hook's thread runs. */
+  beat(session: string): Promise<void> {
+    return this.record({ t: 'beat', at: this.now(), session });
+  }
+
+  /** A stack capture, its times placed on the sidecar's clock through the session's latest hello. */
+  async stack(session: string, frame: StackFrame): Promise<void> {
+    const range = this.store.seqRange(session);
+    const at = this.now();
+    const toMs = (monoNs: number) => (range ? range.helloAt + (monoNs - range.monoAtHello) / 1e6 : at);
+    const capture = captureOf(frame, toMs);
+    // A capture the rank's clock could not have taken is kept at the time it came.
+    if (!plausibleAt(capture.at, at)) capture.at = at;
+    await this.record({ t: 'stack', at, session, capture });
+  }
+
+  /** The rank's process as read in /proc. */
+  proc(session: string, reading: ProcReading): Promise<void> {
+    return this.record({ t: 'proc', at: this.now(), session, reading });
   }
 
   rejected(code: number): void {

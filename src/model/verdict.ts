@@ -4,8 +4,17 @@
  * their thresholds are in analysis, their reasoning in docs/verdicts.md.
  */
 
-export const VERDICTS = ['input-bound', 'transfer-bound', 'host-bound', 'communication-bound', 'memory-bound', 'throttled', 'compute-bound', 'warming-up', 'idle'] as const;
+export const VERDICTS = ['input-bound', 'transfer-bound', 'host-bound', 'communication-bound', 'memory-bound', 'throttled', 'compute-bound', 'warming-up', 'idle', 'stalled', 'hung', 'gone'] as const;
 export type Verdict = (typeof VERDICTS)[number];
+
+/**
+ * A job that stops (src/analysis/stall.ts, docs/verdicts.md): a rank `stalled` (alive and heard
+ * from, no step for a while), `gone` (its connection dropped without an end), the job `hung` (a rank
+ * stalled or gone and none stepping). `idle` stays for a rank that is not stepping by design.
+ */
+export const STOP_VERDICTS = ['stalled', 'hung', 'gone'] as const;
+export type StopVerdict = (typeof STOP_VERDICTS)[number];
+export const isStop = (verdict: Verdict | null | undefined): verdict is StopVerdict => verdict === 'stalled' || verdict === 'hung' || verdict === 'gone';
 
 /** Why a rank is input-bound. */
 export const INPUT_CAUSES = ['cpu-saturated', 'contention', 'memory-pressure', 'cgroup-throttled', 'io-wait', 'few-workers', 'unknown'] as const;
@@ -24,8 +33,19 @@ export const MEMORY_CAUSES = ['fragmentation', 'near-capacity', 'allocator-thras
 export const COMPUTE_CAUSES = ['launch-bound', 'memory-bandwidth', 'tensor-cores-idle', 'gpu-shared'] as const;
 /** What the software stack does to a host- or compute-bound rank: torch.compile recompiling again and again. */
 export const STACK_CAUSES = ['recompiles'] as const;
+/**
+ * Where a stalled rank is, from its stack (and a hung or stalled job's, from the rank behind): in a
+ * collective the others have not all joined, waiting for its DataLoader, stopped in its own code,
+ * busy outside its steps (its stack moves: an evaluation, a checkpoint), or unresponsive (its
+ * hook's thread gets no turn: heartbeats stopped while the connection stays open).
+ */
+export const STALL_CAUSES = ['collective', 'data-loader', 'code', 'busy', 'unresponsive'] as const;
+/** How a rank went: its connection closed without an end, the sidecar closed it as silent, or it did not come back after a sidecar restart. */
+export const GONE_CAUSES = ['connection-closed', 'no-answer', 'not-reconnected'] as const;
+/** A job hung because a rank is gone (the others wait for it). */
+export const HUNG_CAUSES = ['rank-gone'] as const;
 /** Every cause a verdict can carry; a verdict without one has cause `null`. */
-export const CAUSES = [...INPUT_CAUSES, ...THROTTLE_CAUSES, ...HOST_CAUSES, ...COMM_CAUSES, ...MEMORY_CAUSES, ...COMPUTE_CAUSES, ...STACK_CAUSES] as const;
+export const CAUSES = [...INPUT_CAUSES, ...THROTTLE_CAUSES, ...HOST_CAUSES, ...COMM_CAUSES, ...MEMORY_CAUSES, ...COMPUTE_CAUSES, ...STACK_CAUSES, ...STALL_CAUSES, ...GONE_CAUSES, ...HUNG_CAUSES] as const;
 
 export type InputCause = (typeof INPUT_CAUSES)[number];
 export type ThrottleCause = (typeof THROTTLE_CAUSES)[number];
@@ -34,7 +54,10 @@ export type CommCause = (typeof COMM_CAUSES)[number];
 export type MemoryCause = (typeof MEMORY_CAUSES)[number];
 export type ComputeCause = (typeof COMPUTE_CAUSES)[number];
 export type StackCause = (typeof STACK_CAUSES)[number];
-export type Cause = InputCause | ThrottleCause | HostCause | CommCause | MemoryCause | ComputeCause | StackCause | null;
+export type StallCause = (typeof STALL_CAUSES)[number];
+export type GoneCause = (typeof GONE_CAUSES)[number];
+export type HungCause = (typeof HUNG_CAUSES)[number];
+export type Cause = InputCause | ThrottleCause | HostCause | CommCause | MemoryCause | ComputeCause | StackCause | StallCause | GoneCause | HungCause | null;
 
 /** What a step's time can be lost to, as the rules weigh it. */
 export const LIMITERS = ['input', 'transfer', 'host', 'communication', 'throttle'] as const;

@@ -71,7 +71,7 @@ export function registerJobFamilies(registry: Registry, scrape: () => Scrape): v
 
   gaugeFamily(registry, {
     name: 'stepscope_rank_verdict_code',
-    help: "The rank's verdict as a number, for state timelines: 0 compute-bound, 1 input-bound, 2 transfer-bound, 3 host-bound, 4 throttled, 5 warming-up, 6 idle. Running jobs only.",
+    help: "The rank's verdict as a number, for state timelines: 0 compute-bound, 1 input-bound, 2 transfer-bound, 3 host-bound, 4 throttled, 5 warming-up, 6 idle, 7 communication-bound, 8 memory-bound, 9 stalled, 10 hung, 11 gone. Running jobs only.",
     labelNames: ['training_job', 'rank'],
     *samples() {
       for (const { rank, labels } of eachRank(scrape())) {

@@ -42,6 +42,9 @@ export interface RankScrape {
     straggler: boolean;
     cgroupThrottledShare: number | null;
     gpu: GpuMatch | null;
+    /** Seconds since its last step ended, and whether it is stalled (null where not judged). */
+    secondsSinceStep: number | null;
+    stalled: boolean | null;
   } | null;
 }
 
@@ -98,6 +101,8 @@ export function readScrape(inputs: MetricsInputs): Scrape {
                   straggler: rank.straggler,
                   cgroupThrottledShare: rank.window.process?.cgroup_throttled_share ?? null,
                   gpu: held.gpu,
+                  secondsSinceStep: rank.stall?.no_step_s ?? null,
+                  stalled: rank.stall ? rank.stall.state === 'stalled' : null,
                 },
           },
         ];

@@ -14,6 +14,9 @@ export const VERDICT_CODES = {
   idle: 6,
   'communication-bound': 7,
   'memory-bound': 8,
+  stalled: 9,
+  hung: 10,
+  gone: 11,
 } as const satisfies Record<Verdict, number>;
 
 /** Every cause each verdict can have (null: none), so that the verdict state set keeps the same series. */
@@ -27,6 +30,9 @@ export const VERDICT_CAUSES = {
   'memory-bound': ['fragmentation', 'near-capacity', 'allocator-thrash'],
   'warming-up': [null],
   idle: [null],
+  stalled: [null, 'collective', 'data-loader', 'code', 'busy', 'unresponsive'],
+  hung: [null, 'collective', 'data-loader', 'code', 'unresponsive', 'rank-gone'],
+  gone: ['connection-closed', 'no-answer', 'not-reconnected'],
 } as const satisfies Record<Verdict, readonly Cause[]>;
 
 // Fails to compile when src/analysis/verdict.ts gains a cause that is not listed above.

@@ -4,6 +4,7 @@ import { CloseCode } from '../protocol/messages.js';
 import { registerCounterFamilies } from './metrics-counters.js';
 import { counterFamily, gaugeFamily } from './metrics-family.js';
 import { registerJobFamilies } from './metrics-jobs.js';
+import { registerStallFamilies } from './metrics-stalls.js';
 import { registerRegressionFamilies } from './history-metrics.js';
 import { readScrape, type MetricsInputs, type Scrape } from './metrics-scrape.js';
 import { registerStepDurations } from './metrics-steps.js';
@@ -110,6 +111,7 @@ export function registerMetrics(app: FastifyInstance, inputs: MetricsInputs): vo
   registerStepDurations(registry, current);
   registerJournalFamilies(registry, current);
   registerJobFamilies(registry, current);
+  registerStallFamilies(registry, current);
   registerCounterFamilies(registry, current);
   registerRegressionFamilies(registry, inputs.snapshot);
 

@@ -131,6 +131,10 @@ h3 { font-size: 15px; margin: 0 0 2px; }
 section, .chart { background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 14px 16px; margin: 14px 0; }
 .headline { font-size: 16px; font-weight: 600; border-left: 6px solid var(--verdict, #888); padding-left: 10px; margin: 12px 0 0; }
 .regression { background: #fdecea; border-color: #f5c2c0; color: #8a1c1c; font-weight: 600; }
+.stops { background: #fff4f4; border-color: #f1b0b7; }
+.stop { border-left: 6px solid var(--verdict, #5c0011); padding-left: 10px; margin: 8px 0; }
+.stop p { margin: 2px 0; }
+.stop p:first-child { font-weight: 600; }
 .regression p { margin: 0; }
 table { border-collapse: collapse; width: 100%; font-size: 13px; }
 th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--line); vertical-align: top; }

@@ -1,4 +1,5 @@
-import type { Summary } from '../analysis/summary.js';
+import { leadingStop, type Summary } from '../analysis/summary.js';
+import { stopLines } from './summary-text.js';
 import type { Verdict } from '../model/verdict.js';
 import { reportCharts, PHASE_COLOUR, type ChartSpec } from './report-html-charts.js';
 import { HEAD_SCRIPT, PAGE_CSS, PAGE_SCRIPT } from './report-html-page.js';
@@ -26,6 +27,9 @@ const VERDICT_COLOUR: Record<Verdict, string> = {
   throttled: '#d62728',
   'warming-up': '#7aa6d6',
   idle: '#b0b7bf',
+  stalled: '#a61e4d',
+  hung: '#5c0011',
+  gone: '#343a40',
 };
 
 function header(s: Summary): string {
@@ -39,6 +43,15 @@ function header(s: Summary): string {
   ].filter((x): x is string => x !== null);
   return `<header><h1>stepscope: ${h(s.job)}</h1><div class="meta">${facts.join(' · ')}</div>
 <p class="headline" style="--verdict:${VERDICT_COLOUR[s.verdict]}">${h(s.headline)}</p></header>`;
+}
+
+/** Where the run stopped stepping, first thing under the headline: the stop, the culprit's own code, the cost. */
+function stops(s: Summary): string {
+  if (!s.stops?.length) return '';
+  const lead = leadingStop(s.stops)!;
+  const ordered = [lead, ...s.stops.filter((stop) => stop !== lead)];
+  const items = ordered.map((stop) => `<div class="stop" style="--verdict:${VERDICT_COLOUR[stop.verdict]}">${stopLines(stop).map((line) => `<p>${h(line)}</p>`).join('')}</div>`);
+  return `<section id="stops" class="stops"><h2>Where it stopped</h2>${items.join('\n')}</section>`;
 }
 
 function regression(s: Summary): string {
@@ -118,6 +131,7 @@ ${PAGE_CSS}</style>
 <body>
 <main>
 ${header(summary)}
+${stops(summary)}
 ${regression(summary)}
 ${figures(summary)}
 ${timeline(summary)}

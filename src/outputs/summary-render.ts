@@ -1,11 +1,11 @@
-import { wasteSentence, type Summary } from '../analysis/summary.js';
+import { leadingStop, wasteSentence, type Summary } from '../analysis/summary.js';
 
 /** The end-of-job summary for a person: verdict first, then timeline, ranks, GPUs, what to do. */
 
 export type SummaryFormat = 'text' | 'md';
 
 import { mdProse, mdText } from './markdown.js';
-import { nodeLine, num, otherProcessesLine, pct, RANK_COLUMNS, rankCells, withCause } from './summary-text.js';
+import { nodeLine, num, otherProcessesLine, pct, RANK_COLUMNS, rankCells, stopLines, withCause } from './summary-text.js';
 
 function table(format: SummaryFormat, header: string[], rows: string[][]): string[] {
   if (format === 'md') {
@@ -48,6 +48,16 @@ export function renderSummary(summary: Summary, format: SummaryFormat = 'text'):
     out.push(`On the GPU (CUDA events): h2d ${pct(g.h2d)}, compute ${pct(g.compute)}, idle between steps ${pct(g.idle)} of step time.`);
   }
   if (summary.lost > 0) out.push(`The hooks dropped ${summary.lost} step records (buffer full); figures above leave them out.`);
+  if (summary.stops?.length) {
+    out.push('');
+    out.push(heading(summary.stops.length === 1 ? 'Where it stopped' : `Where it stopped (${summary.stops.length} times)`));
+    const lead = leadingStop(summary.stops)!;
+    for (const stop of [lead, ...summary.stops.filter((s) => s !== lead)]) {
+      if (stop !== lead) out.push('');
+      // Function and file names come from the run: inert in Markdown like every name it sent.
+      out.push(...stopLines(stop).map(prose));
+    }
+  }
   if (summary.straggler) out.push(`Straggler: ${prose(summary.straggler.text)} (for ${num(summary.straggler.seconds, 0)} s).`);
   if (summary.baseline) {
     out.push('');

@@ -3,6 +3,7 @@ import { SUMMARY_SCHEMA, type Summary } from '../analysis/summary.js';
 import { THROTTLE_REASON_NAMES } from '../model/gpu.js';
 import { EnvSchema } from '../protocol/hook-schema.js';
 import { RunRecordSchema } from '../protocol/runs.js';
+import { SummaryStopSchema } from '../protocol/stall-state.js';
 import { Bool, Count, Keys, Nullable, Num, NumOrNull, OptionalKeys, Str, StrOrNull, Time } from '../protocol/schema.js';
 import { NodeInventorySchema, BreakdownSchema, CauseSchema, ComparisonSchema, EvidenceSchema, PHASES, RecommendationSchema, StragglerSchema, TimelineSegmentSchema, VerdictSchema, WasteSchema } from '../protocol/state.js';
 
@@ -118,6 +119,7 @@ export const SummaryFileSchema = Type.Object({
   history: Type.Optional(Type.Array(RunRecordSchema)),
   waste: Type.Optional(WasteSchema),
   node: Type.Optional(NodeInventorySchema),
+  stops: Type.Optional(Type.Array(SummaryStopSchema, { description: 'where the run stopped stepping (it hung, a rank stalled or went), oldest first' })),
 });
 
 export type SummaryFile = Static<typeof SummaryFileSchema>;

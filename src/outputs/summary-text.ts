@@ -1,5 +1,7 @@
 import { processList } from '../model/process-list.js';
-import type { GpuSummary, NodeSummary, RankSummary } from '../analysis/summary.js';
+import { stopSentence, type GpuSummary, type NodeSummary, type RankSummary } from '../analysis/summary.js';
+import { framesText } from '../protocol/capture.js';
+import type { SummaryStop } from '../protocol/stall-state.js';
 
 /** The words and figures a summary is shown with, one set for the text, Markdown and HTML renderings. */
 
@@ -48,4 +50,16 @@ export function nodeLine(node: NodeSummary): string {
   ].filter((part): part is string => part !== null);
   const perGpu = node.cores_per_gpu === null ? '' : `; ${node.cores_per_gpu} cores per GPU`;
   return `Node: ${parts.join(', ') || 'not known'}${perGpu}.`;
+}
+
+/** What a summary says of one stop, a line each: the stop, the culprit's stack, what it cost, its dumps. */
+export function stopLines(stop: SummaryStop): string[] {
+  const lines = [`${stopSentence(stop)} From ${num(stop.since_s)} s into the run.`];
+  if (stop.where.length) {
+    const first = stop.where[0]!;
+    lines.push(`Rank ${stop.culprits[0] ?? '?'}'s own code, innermost first: ${framesText(stop.where)} (${first.file}:${first.line}).`);
+  }
+  if (stop.gpu_seconds >= 1) lines.push(`GPU time held idle: ${num(stop.gpu_seconds, 0)} GPU-seconds.`);
+  if (stop.dumps?.length) lines.push(`Every rank's stacks when it was declared hung: ${stop.dumps.join(', ')}.`);
+  return lines;
 }

@@ -47,6 +47,12 @@ const identity = {
   env: EnvSchema,
   /** The highest seq the hook has had acknowledged in this session (0 before any): bounds what a session new to this sidecar may send. */
   acked: Type.Optional(Uint()),
+  /** The hook sends a frame at least this often while its sender thread runs (a `heartbeat` when nothing else goes out), once `welcome` asks for them. Absent: an older hook. */
+  heartbeat_ms: Type.Optional(Type.Integer({ minimum: 100, maximum: 60_000 })),
+  /** The hook answers `capture` requests with a `stack` frame. */
+  capture: Type.Optional(Type.Boolean()),
+  /** The process's start in clock ticks after boot (/proc/self/stat): tells it from another process with the same pid. */
+  proc_start: Type.Optional(Uint()),
 };
 
 /** `hello` as it arrives: `wall_ns` comes as a bigint (today's dates pass 2^53) and is checked on its own. */

@@ -1,4 +1,5 @@
 import type { Static, TSchema } from '@sinclair/typebox';
+import { StackFrameSchema, type StackFrame } from './capture.js';
 import { parseCounterBatch, type CounterBatch } from './counters.js';
 import { EndFrame, ENV_LIMITS, EnvFrame, HelloFrame, MAX_ROWS_PER_FRAME, StepsFrame, type Env, type Hello } from './hook-schema.js';
 import { parseInput, shortly } from './parse.js';
@@ -70,14 +71,25 @@ export interface End {
 
 export type Counters = { type: 'counters' } & CounterBatch;
 
-export type HookMessage = HelloMessage | EnvUpdate | Steps | End | Counters;
+/** The hook is alive and its sender thread runs (sent when nothing else went out for `heartbeat_ms`). */
+export interface Heartbeat {
+  type: 'heartbeat';
+}
+
+/** Where the rank is, answering a `capture` request (src/protocol/capture.ts). */
+export interface Stack {
+  type: 'stack';
+  frame: StackFrame;
+}
+
+export type HookMessage = HelloMessage | EnvUpdate | Steps | End | Counters | Heartbeat | Stack;
 
 export { MAX_ROWS_PER_FRAME };
 const DAY_NS = 86_400 * 1e9;
 // Phases are timed with separate clock reads, so their sum may exceed the step by a hair.
 const PHASE_SLACK_NS = 1e6;
 
-const MESSAGE_TYPES = ['hello', 'env', 'steps', 'end', 'counters'] as const;
+const MESSAGE_TYPES = ['hello', 'env', 'steps', 'end', 'counters', 'heartbeat', 'stack'] as const;
 type MessageType = (typeof MESSAGE_TYPES)[number];
 
 function isMessageType(type: unknown): type is MessageType {
@@ -136,6 +148,10 @@ export function parseHookMessage(value: unknown): HookMessage {
       if (typeof batch === 'string') throw new ProtocolError(CloseCode.invalidPayload, batch);
       return { type: 'counters', ...batch };
     }
+    case 'heartbeat':
+      return { type: 'heartbeat' };
+    case 'stack':
+      return { type: 'stack', frame: parseFrame(StackFrameSchema, frame, 'stack') };
   }
 }
 
@@ -175,6 +191,9 @@ function parseHello(frame: Static<typeof HelloFrame>): HelloMessage {
     env: checkEnvSize(frame.env, 'hello.env'),
   };
   if (frame.acked !== undefined) hello.acked = frame.acked;
+  if (frame.heartbeat_ms !== undefined) hello.heartbeat_ms = frame.heartbeat_ms;
+  if (frame.capture !== undefined) hello.capture = frame.capture;
+  if (frame.proc_start !== undefined) hello.proc_start = frame.proc_start;
   return { type: 'hello', hello, resume: frame.resume ?? null };
 }
 
@@ -299,6 +318,16 @@ export interface Welcome {
   ack: number;
   /** Which counters the sidecar wants the hook to forward, and how often (ms). */
   counters: { nvml: boolean; interval_ms: number; process: boolean; memory: boolean };
+  /** To a hook that offered them: send a frame at least this often (a `heartbeat` when nothing else goes out). */
+  heartbeat_ms?: number;
+  /** To a hook that offered them: `capture` requests will come; `deep`: every thread's whole stack. */
+  capture?: { deep: boolean };
+}
+
+/** Asks the hook where its training thread is: it answers with a `stack` frame carrying `id`. */
+export interface CaptureRequest {
+  type: 'capture';
+  id: number;
 }
 
 export interface Ack {
@@ -307,7 +336,7 @@ export interface Ack {
   end?: true;
 }
 
-export type SidecarMessage = Welcome | Ack;
+export type SidecarMessage = Welcome | Ack | CaptureRequest;
 
 export function sidecarFrame(message: SidecarMessage): Record<string, unknown> {
   return { v: PROTOCOL_VERSION, ...message };

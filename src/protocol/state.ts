@@ -3,6 +3,7 @@ import { THROTTLE_REASON_NAMES } from '../model/gpu.js';
 import { STRAGGLER_REASONS } from '../model/straggler.js';
 import { CAUSES, LIMITERS, VERDICTS } from '../model/verdict.js';
 import { Bool, Count, CountsBy, Keys, Names, Nullable, Num, NumOrNull, OptionalKeys, Str, StrOrNull, Time } from './schema.js';
+import { JobStopSchema, RankStallSchema } from './stall-state.js';
 
 /**
  * The body of `GET /v1/state`, which every `snapshot` and `update` frame of `ws /v1/stream` carries
@@ -468,6 +469,7 @@ export const RankStateSchema = Type.Object(
     window: RankWindowSchema,
     verdict: Nullable(VerdictStateSchema, { description: "the rank's verdict; null before the first or once ended" }),
     straggler: Bool("it is the job's straggler"),
+    stall: Type.Optional(Nullable(RankStallSchema, { description: 'whether it steps, and where it is if it stopped; null where it was not judged (an ended run); absent from older sidecars' })),
   },
   { description: 'one rank of a job' },
 );
@@ -511,6 +513,7 @@ export const JobStateSchema = Type.Object(
     timeline: Type.Array(TimelineSegmentSchema, { description: "the job's verdicts over time, oldest first" }),
     baseline: Nullable(ComparisonSchema, { description: 'this run against the --baseline summary; null without --baseline' }),
     waste: Nullable(WasteSchema, { description: 'GPU time lost so far, by cause; null before the first verdict' }),
+    stop: Type.Optional(Nullable(JobStopSchema, { description: 'while the job does not step (it hung, a rank stalled or went): on whom it waits; an ended run keeps the stop it ended in; null while it steps; absent from older sidecars' })),
   },
   { description: 'a training job' },
 );

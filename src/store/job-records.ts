@@ -1,3 +1,4 @@
+import type { Capture, ProcReading } from '../protocol/capture.js';
 import type { MemorySample, ProcessSample } from '../protocol/counters.js';
 import type { Env, StepRecord } from '../protocol/messages.js';
 import type { DurationCounts } from './duration-counts.js';
@@ -36,7 +37,21 @@ export interface Session {
   seqBase: number;
   /** Records refused for implausible times, counted (they are acknowledged, never applied). */
   refused: number;
+  /** When a frame last came from it (not counter samples: a journal near its cap gives those up). */
+  heardAt: number | null;
+  /** The hook's promise of a frame at least this often (its hello); null: an older hook, no heartbeats. */
+  heartbeatMs: number | null;
+  /** Whether the hook answers `capture` requests. */
+  captures: boolean;
+  /** Its process's start in clock ticks after boot (hello.proc_start), to tell it in /proc; null if not given. */
+  procStart: number | null;
+  /** When its last connection went away while nothing said `end` (cleared when it connects). */
+  disconnectedAt: number | null;
+  /** How: its connection closed, the sidecar closed it as silent, or the sidecar itself restarted. */
+  disconnectReason: SessionDisconnect | null;
 }
+
+export type SessionDisconnect = 'closed' | 'silent' | 'restart';
 
 /** A step record placed on the sidecar's clock. */
 export interface TimedStep {
@@ -67,6 +82,10 @@ export interface Rank {
   process: Ring<ProcessAt>;
   /** Allocator samples (about 1 a second): the last 10 minutes give the growth trend. */
   memory: Ring<MemoryAt>;
+  /** Where it was when the sidecar last asked (it had stalled); null before. */
+  capture: Capture | null;
+  /** Its process as the sidecar last read it in /proc; null before. */
+  proc: (ProcReading & { at: number }) | null;
 }
 
 export interface Job {
@@ -84,6 +103,8 @@ export interface Job {
   disconnectedSince: number | null;
   endedAt: number | null;
   endReason: EndReason | null;
+  /** When any of its ranks was last heard from (a frame, or a connection closing); null before. */
+  lastHeardAt: number | null;
 }
 
 

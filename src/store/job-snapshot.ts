@@ -116,14 +116,19 @@ export function jobStart(job: Job): number {
   return job.firstStepAt ?? job.helloAt;
 }
 
-/** The end of its last step once ended (not the moment the sidecar noticed), else `at`. */
-export function jobEnd(job: Job, at: number): number {
+/**
+ * The end of its last step once ended (not the moment the sidecar noticed), else `at`. A run that had
+ * stopped stepping when it ended (`throughSilence`: it hung, or lost a rank) ends when it was last
+ * heard from: the stop is part of its time.
+ */
+export function jobEnd(job: Job, at: number, throughSilence = false): number {
   if (job.endedAt === null) return at;
   const lastStepEnd = Math.max(...[...job.ranks.values()].map((rank) => rank.lastStepEndAt ?? -Infinity));
+  if (throughSilence && job.lastHeardAt !== null) return Math.min(job.endedAt, Math.max(job.lastHeardAt, Number.isFinite(lastStepEnd) ? lastStepEnd : -Infinity));
   return Number.isFinite(lastStepEnd) ? lastStepEnd : job.endedAt;
 }
 
-export function describeJob(job: Job, at: number): JobSnapshot {
+export function describeJob(job: Job, at: number, throughSilence = false): JobSnapshot {
   const ranks = [...job.ranks.values()].sort((a, b) => a.rank - b.rank).map((rank) => rankSnapshot(rank));
   const sum = (pick: (r: RankSnapshot) => number) => ranks.reduce((total, r) => total + pick(r), 0);
   const startedAt = jobStart(job);
@@ -132,7 +137,7 @@ export function describeJob(job: Job, at: number): JobSnapshot {
     run: job.run,
     world_size: job.worldSize,
     started_at: new Date(startedAt).toISOString(),
-    duration_s: Math.max(0, (jobEnd(job, at) - startedAt) / 1000),
+    duration_s: Math.max(0, (jobEnd(job, at, throughSilence) - startedAt) / 1000),
     connected: job.connections > 0,
     ended: job.endedAt !== null,
     end_reason: job.endReason,

@@ -6,7 +6,8 @@ import { secretMatches } from '../protocol/session-secret.js';
 import { plausibleAt } from '../model/clock.js';
 import { addDuration, emptyDurations, type DurationCounts } from './duration-counts.js';
 import { LogHistogram } from './histogram.js';
-import { toSidecarMs, type EndReason, type Job, type MemoryAt, type ProcessAt, type Rank, type Session, type TimedStep } from './job-records.js';
+import type { Capture, ProcReading } from '../protocol/capture.js';
+import { toSidecarMs, type EndReason, type Job, type MemoryAt, type ProcessAt, type Rank, type Session, type SessionDisconnect, type TimedStep } from './job-records.js';
 
 /** Allocator samples kept per rank: 10 minutes at the hook's 1 a second. */
 const MEMORY_SAMPLES = 600;
@@ -16,6 +17,25 @@ import { addStep, emptySums, StepBuckets, type StepSums } from './step-buckets.j
 
 export type { EndReason, TimedStep } from './job-records.js';
 export { breakdownOf, type Breakdown, type JobSnapshot, type RankSnapshot } from './job-snapshot.js';
+
+/** Whether a rank's process is there and heard from: what tells a stalled rank from a gone one. */
+export interface RankLiveness {
+  connected: boolean;
+  /** Its latest process said `end`. */
+  ended: boolean;
+  pid: number;
+  host: string;
+  heardAt: number | null;
+  heartbeatMs: number | null;
+  captures: boolean;
+  procStart: number | null;
+  disconnectedAt: number | null;
+  disconnectReason: SessionDisconnect | null;
+  /** The last step's number (-1 before the first). */
+  lastStep: number;
+  capture: Capture | null;
+  proc: (ProcReading & { at: number }) | null;
+}
 
 /** Read-only access to one rank's recent history, for windows and verdicts. */
 export interface RankView {
@@ -32,6 +52,7 @@ export interface RankView {
   recent(): TimedStep[];
   process(): ProcessAt[];
   memory(): MemoryAt[];
+  liveness(): RankLiveness;
 }
 
 export interface HelloResult {
@@ -167,6 +188,12 @@ export class JobStore {
         secret,
         seqBase: hello.acked ?? 0,
         refused: 0,
+        heardAt: at,
+        heartbeatMs: null,
+        captures: false,
+        procStart: null,
+        disconnectedAt: null,
+        disconnectReason: null,
       };
       this.sessions.set(session.id, session);
       rank.sessions.push(session);
@@ -175,6 +202,12 @@ export class JobStore {
       this.forgetOldSessions(rank);
     }
     session.ended = false;
+    session.heartbeatMs = hello.heartbeat_ms ?? null;
+    session.captures = hello.capture === true;
+    session.procStart = hello.proc_start ?? null;
+    session.disconnectedAt = null;
+    session.disconnectReason = null;
+    this.heard(session, at);
     session.clockOffsetMs = at - hello.clock.wall_ms;
     session.helloAt = at;
     session.monoAtHello = hello.clock.mono_ns;
@@ -197,8 +230,32 @@ export class JobStore {
     return merged;
   }
 
-  env(sessionId: string, env: Env): void {
-    this.session(sessionId).rank.env = this.mergedEnv(sessionId, env);
+  env(sessionId: string, env: Env, at?: number): void {
+    const session = this.session(sessionId);
+    session.rank.env = this.mergedEnv(sessionId, env);
+    if (at !== undefined) this.heard(session, at);
+  }
+
+  /** A frame came from the session (its process is alive, its sender thread runs). */
+  beat(sessionId: string, at: number): void {
+    this.heard(this.session(sessionId), at);
+  }
+
+  /** Where the rank was, as its hook answered a `capture` request. */
+  stack(sessionId: string, capture: Capture, at: number): void {
+    const session = this.session(sessionId);
+    this.heard(session, at);
+    session.rank.capture = capture;
+  }
+
+  /** The rank's process as read in /proc. */
+  proc(sessionId: string, reading: ProcReading, at: number): void {
+    this.session(sessionId).rank.proc = { ...reading, at };
+  }
+
+  private heard(session: Session, at: number): void {
+    session.heardAt = Math.max(session.heardAt ?? at, at);
+    session.job.lastHeardAt = Math.max(session.job.lastHeardAt ?? at, at);
   }
 
   /** Adds the records not seen before; records at or below the session's highest seq are duplicates. */
@@ -237,6 +294,7 @@ export class JobStore {
       rank.lastStep = record.step;
     }
     if (accepted.length > 0) rank.lastStepAt = at;
+    this.heard(session, at);
     if (refused) {
       session.refused += refused.count;
       session.maxSeq = Math.max(session.maxSeq, refused.through);
@@ -285,6 +343,24 @@ export class JobStore {
           recent: () => rank.recent.toArray(),
           process: () => rank.process.toArray(),
           memory: () => rank.memory.toArray(),
+          liveness: () => {
+            const latest = rank.latest;
+            return {
+              connected: rank.sessions.some((session) => session.connections > 0),
+              ended: latest.ended,
+              pid: latest.pid,
+              host: latest.host,
+              heardAt: latest.heardAt,
+              heartbeatMs: latest.heartbeatMs,
+              captures: latest.captures,
+              procStart: latest.procStart,
+              disconnectedAt: latest.disconnectedAt,
+              disconnectReason: latest.disconnectReason,
+              lastStep: rank.lastStep,
+              capture: rank.capture,
+              proc: rank.proc,
+            };
+          },
         });
       }
     }
@@ -318,8 +394,10 @@ export class JobStore {
     return [...this.jobs.values()].some(evictable);
   }
 
-  end(sessionId: string): void {
-    this.session(sessionId).ended = true;
+  end(sessionId: string, at?: number): void {
+    const session = this.session(sessionId);
+    session.ended = true;
+    if (at !== undefined) this.heard(session, at);
   }
 
   /** After a replay nobody is connected yet: the end grace period starts from `at`. */
@@ -328,19 +406,34 @@ export class JobStore {
       job.connections = 0;
       job.disconnectedSince = at;
     }
-    for (const session of this.sessions.values()) session.connections = 0;
+    for (const session of this.sessions.values()) {
+      // Not the hook's doing: it reconnects within seconds, and one that does not is gone from here.
+      if (session.connections > 0 && !session.ended) {
+        session.disconnectedAt = at;
+        session.disconnectReason = 'restart';
+      }
+      session.connections = 0;
+    }
   }
 
   connected(sessionId: string): void {
     const session = this.session(sessionId);
     session.connections += 1;
+    session.disconnectedAt = null;
+    session.disconnectReason = null;
     session.job.connections += 1;
     session.job.disconnectedSince = null;
   }
 
-  disconnected(sessionId: string, at: number): void {
+  disconnected(sessionId: string, at: number, reason: 'silent' | null = null): void {
     const session = this.session(sessionId);
     session.connections = Math.max(0, session.connections - 1);
+    if (session.connections === 0 && !session.ended) {
+      session.disconnectedAt = at;
+      session.disconnectReason = reason ?? 'closed';
+      // Its process was there until its connection closed; a silent one was last heard before.
+      if (reason === null) this.heard(session, at);
+    }
     session.job.connections = Math.max(0, session.job.connections - 1);
     if (session.job.connections === 0) session.job.disconnectedSince = at;
   }
@@ -390,6 +483,17 @@ export class JobStore {
     return oldest.id;
   }
 
+  /** A rank's latest process: its session, pid, host and start time. */
+  sessionOf(jobId: string, rank: number): { id: string; pid: number; host: string; procStart: number | null } | null {
+    const latest = this.jobs.get(jobId)?.ranks.get(rank)?.latest;
+    return latest ? { id: latest.id, pid: latest.pid, host: latest.host, procStart: latest.procStart } : null;
+  }
+
+  /** A rank's latest /proc reading, as the state shows it. */
+  procOf(jobId: string, rank: number): (ProcReading & { at: number }) | null {
+    return this.jobs.get(jobId)?.ranks.get(rank)?.proc ?? null;
+  }
+
   /** The job's current run as held, for the engine's own reading. */
   job(jobId: string): Readonly<Job> | null {
     return this.jobs.get(jobId) ?? null;
@@ -411,10 +515,13 @@ export class JobStore {
     return this.jobs.size > 0 && [...this.jobs.values()].every((job) => job.endedAt !== null);
   }
 
-  /** One job as of `at`, or null if unknown. */
-  jobSnapshot(jobId: string, at: number): JobSnapshot | null {
+  /**
+   * One job as of `at`, or null if unknown. `throughSilence`: an ended run that had stopped stepping
+   * (it hung, or lost a rank) lasts until it was last heard from, not only to its last step.
+   */
+  jobSnapshot(jobId: string, at: number, throughSilence = false): JobSnapshot | null {
     const job = this.jobs.get(jobId);
-    return job ? describeJob(job, at) : null;
+    return job ? describeJob(job, at, throughSilence) : null;
   }
 
   /** Jobs still running. */
@@ -437,8 +544,8 @@ export class JobStore {
     if (job && job.run === run) job.summarized = true;
   }
 
-  snapshot(at: number): JobSnapshot[] {
-    return [...this.jobs.values()].map((job) => describeJob(job, at));
+  snapshot(at: number, throughSilence: (jobId: string) => boolean = () => false): JobSnapshot[] {
+    return [...this.jobs.values()].map((job) => describeJob(job, at, throughSilence(job.id)));
   }
 
   private endReason(job: Job, at: number, graceMs: number): EndReason | null {
@@ -489,7 +596,7 @@ export class JobStore {
   static load(dump: JobsDump, options: StoreOptions = {}): JobStore {
     const store = new JobStore(options);
     for (const jobDump of dump) {
-      const job: Job = { ...jobDump, ranks: new Map() };
+      const job: Job = { ...jobDump, lastHeardAt: jobDump.lastHeardAt ?? null, ranks: new Map() };
       for (const rankDump of jobDump.ranks) {
         const rank: Rank = {
           ...rankDump,
@@ -500,10 +607,25 @@ export class JobStore {
           histogram: LogHistogram.load(rankDump.histogram),
           process: Ring.of(120, rankDump.process),
           memory: Ring.of(MEMORY_SAMPLES, rankDump.memory ?? []),
+          capture: rankDump.capture ?? null,
+          proc: rankDump.proc ?? null,
         };
         for (const sessionDump of rankDump.sessions) {
           // Checkpoints written before secrets and seq bounds existed lack them.
-          const session: Session = { ...sessionDump, secret: sessionDump.secret ?? null, seqBase: sessionDump.seqBase ?? 0, refused: sessionDump.refused ?? 0, job, rank };
+          const session: Session = {
+            ...sessionDump,
+            secret: sessionDump.secret ?? null,
+            seqBase: sessionDump.seqBase ?? 0,
+            refused: sessionDump.refused ?? 0,
+            heardAt: sessionDump.heardAt ?? null,
+            heartbeatMs: sessionDump.heartbeatMs ?? null,
+            captures: sessionDump.captures ?? false,
+            procStart: sessionDump.procStart ?? null,
+            disconnectedAt: sessionDump.disconnectedAt ?? null,
+            disconnectReason: sessionDump.disconnectReason ?? null,
+            job,
+            rank,
+          };
           rank.sessions.push(session);
           store.sessions.set(session.id, session);
         }
@@ -560,6 +682,7 @@ export class JobStore {
       disconnectedSince: at,
       endedAt: null,
       endReason: null,
+      lastHeardAt: null,
     };
     this.jobs.set(job.id, job);
     return job;
@@ -587,6 +710,8 @@ export class JobStore {
         durations: emptyDurations(),
         process: new Ring(120),
         memory: new Ring(MEMORY_SAMPLES),
+        capture: null,
+        proc: null,
       };
       job.ranks.set(hello.rank, rank);
     }

@@ -116,6 +116,9 @@ export const VERDICT_LETTER: Record<Verdict, string> = {
   'memory-bound': 'M',
   'warming-up': 'w',
   idle: '.',
+  stalled: 'S',
+  hung: '!',
+  gone: 'G',
 };
 
 /** Runs of equal neighbours, for drawing a strip with few spans. */

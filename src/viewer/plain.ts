@@ -1,6 +1,7 @@
 import type { RegressionFrame, VerdictFrame } from '../protocol/stream.js';
 import { fmtMs, fmtPct, fmtRate, fmtShare, DASH } from './format.js';
 import type { GpuRow, WatchView } from './model/job-view.js';
+import { framesText } from '../protocol/capture.js';
 
 /** One line per update for logs, pipes and tests: key=value pairs, the job first, then its GPUs. Pure. */
 
@@ -53,6 +54,14 @@ export function plainLine(view: WatchView, at: number): string {
   if (job.ranks.length > 1) {
     out.push(pair('ranks', job.ranks.map((r) => `${r.rank}:${r.verdict ?? DASH}`).join(',')));
     out.push(pair('straggler', job.straggler ? `rank${job.straggler.rank}` : DASH));
+  }
+  if (job.stop) {
+    const stop = job.stop;
+    out.push(pair('stop', stop.verdict), pair('stop_cause', stop.cause ?? DASH), pair('stopped_s', stop.seconds.toFixed(1)), pair('stop_step', String(stop.step)));
+    if (stop.culprits.length) out.push(pair('stop_ranks', stop.culprits.join(',')));
+    if (stop.where.length) out.push(pair('stop_where', framesText(stop.where, 1)));
+    if (stop.waiting.length) out.push(pair('waiting', stop.waiting.join(',')));
+    if (stop.waitsIn) out.push(pair('waits_in', stop.waitsIn));
   }
   if (job.ended) out.push(pair('ended', job.endReason ?? 'yes'));
   // Only while one holds (or held when the run ended), as the sidecar told it.

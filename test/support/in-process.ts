@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { SourceStatus } from '../../src/counters/status.js';
 import { Engine } from '../../src/engine/engine.js';
-import type { JournalEntry } from '../../src/engine/entries.js';
+import type { EngineConfig, JournalEntry } from '../../src/engine/entries.js';
 import type { EngineSnapshot } from '../../src/engine/snapshot.js';
 import { Ingest } from '../../src/ingest/ingest.js';
 import type { IngestLimits } from '../../src/ingest/limits.js';
@@ -36,7 +36,7 @@ export async function inProcess(
     ready?: () => { ready: boolean; reason: string | null };
     stream?: Pick<StreamOptions, 'rateHz' | 'limits'>;
     limits?: Partial<IngestLimits>;
-    config?: { windowMs: number; holdMs: number; endGraceMs: number };
+    config?: EngineConfig;
     token?: string;
     /** A real clock instead of the simulated one (for a real hook on the other end). */
     now?: () => number;

@@ -175,10 +175,11 @@ const CHECKPOINT = /^checkpoint-\d{8,}\.json$/;
 
 /**
  * Copies a finished job's journal (segments gzipped, checkpoints as they are) and summary.json from
- * its --out folder into test/fixtures/journals/<slug>/, with meta.json; replaces an older recording.
+ * its --out folder into test/fixtures/journals/<slug>/ (or `root`/<slug>/), with meta.json; replaces
+ * an older recording.
  */
-export function recordScenario(out: string, meta: ScenarioMeta): string {
-  const dir = path.join(JOURNALS, slugOf(meta.title));
+export function recordScenario<M extends { title: string } = ScenarioMeta>(out: string, meta: M, root = JOURNALS): string {
+  const dir = path.join(root, slugOf(meta.title));
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
   for (const name of readdirSync(out).sort()) {
@@ -190,34 +191,34 @@ export function recordScenario(out: string, meta: ScenarioMeta): string {
   return dir;
 }
 
-export interface Recording {
+export interface Recording<M = ScenarioMeta> {
   slug: string;
   /** The folder of the recording, in test/fixtures/journals. */
   fixture: string;
-  meta: ScenarioMeta;
+  meta: M;
   /** The summary.json the live sidecar wrote. */
   summary: any;
 }
 
-/** The recordings in test/fixtures/journals, by slug. */
-export function recordings(): Recording[] {
-  if (!existsSync(JOURNALS)) return [];
-  return readdirSync(JOURNALS)
+/** The recordings in test/fixtures/journals (or `root`), by slug. */
+export function recordings<M = ScenarioMeta>(root = JOURNALS): Array<Recording<M>> {
+  if (!existsSync(root)) return [];
+  return readdirSync(root)
     .sort()
-    .filter((slug) => existsSync(path.join(JOURNALS, slug, 'meta.json')))
+    .filter((slug) => existsSync(path.join(root, slug, 'meta.json')))
     .map((slug) => {
-      const fixture = path.join(JOURNALS, slug);
+      const fixture = path.join(root, slug);
       return {
         slug,
         fixture,
-        meta: JSON.parse(readFileSync(path.join(fixture, 'meta.json'), 'utf8')) as ScenarioMeta,
+        meta: JSON.parse(readFileSync(path.join(fixture, 'meta.json'), 'utf8')) as M,
         summary: JSON.parse(readFileSync(path.join(fixture, 'summary.json'), 'utf8')),
       };
     });
 }
 
 /** The recording's journal as the sidecar wrote it (segments gunzipped), in a new temp folder. */
-export function unpackJournal(recording: Recording): string {
+export function unpackJournal(recording: Pick<Recording<unknown>, 'fixture'>): string {
   const dir = tempDir('stepscope-replay-');
   for (const name of readdirSync(recording.fixture)) {
     const from = path.join(recording.fixture, name);

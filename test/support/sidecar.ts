@@ -115,7 +115,8 @@ export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv =
     stderr,
     exited,
     waitForLog,
-    state: async () => (await fetch(`${http}/v1/state`)).json(),
+    // Bounded: a sidecar that stops while a test polls it must not leave the test waiting for ever.
+    state: async () => (await fetch(`${http}/v1/state`, { signal: AbortSignal.timeout(10_000) })).json(),
     stop: async (signal = 'SIGTERM') => {
       if (child.exitCode === null && child.signalCode === null) child.kill(signal);
       return exited;

@@ -8,10 +8,11 @@ import { combineVerdicts } from './combine.js';
 import { historyView, type HistoryPart, type HistoryView } from './history-view.js';
 import { notesOf, type Notes } from './notes.js';
 import { holds, regressionsOf, type Regression } from './regressions.js';
+import { stopView, type StopView } from './stop.js';
 import { gpuRows, rankRow, uniqueRanks, type Breakdown, type GpuRow, type Part, type RankRow } from './rows.js';
 import type { ConnectionStatus, SourceState } from './source.js';
 
-export type { Banner, Breakdown, GpuRow, Notes, RankRow };
+export type { Banner, Breakdown, GpuRow, Notes, RankRow, StopView };
 
 /** What the viewer shows, built from what each sidecar sent. Pure: no terminal, no clock of its own. */
 
@@ -33,6 +34,8 @@ export interface JobView {
   ended: boolean;
   endReason: string | null;
   banner: Banner | null;
+  /** While the job does not step (or as an ended run ended): hung, stalled or gone, on whom it waits. */
+  stop: StopView | null;
   straggler: Straggler | null;
   /** Slowest rank's p50 and p90, summed samples/s, mean breakdown: the job at a glance. */
   stepP50: number | null;
@@ -149,6 +152,11 @@ function jobView(id: string, parts: Part[]): JobView {
     ended: parts.every((p) => p.job.ended),
     endReason: parts.find((p) => p.job.end_reason)?.job.end_reason ?? null,
     banner: combined.verdict ? banner(combined.verdict, at, combined.rank) : null,
+    stop: stopView(
+      parts.map((p) => p.job),
+      ranks.map((r) => r.rank),
+      at,
+    ),
     straggler: combined.straggler,
     stepP50: maxOf(windows.map((w) => w.step_ms_p50)),
     stepP90: maxOf(windows.map((w) => w.step_ms_p90)),

@@ -1,6 +1,8 @@
 import { Box, Text } from 'ink';
 import { fmtClock, fmtDuration, withCause } from '../format.js';
-import type { RegressionView, SourceLine, WatchView } from '../model/job-view.js';
+import type { RegressionView, SourceLine, StopView, WatchView } from '../model/job-view.js';
+import { framesText } from '../../protocol/capture.js';
+import { rankList } from '../../model/stall.js';
 import { regressionHeadline } from '../model/regressions.js';
 import { Paint, useColour, VERDICT_COLOUR } from './theme.js';
 
@@ -20,7 +22,10 @@ export function Banner({ view, width }: { view: WatchView; width: number }) {
   const colour = banner ? VERDICT_COLOUR[banner.verdict] : 'gray';
   let lines: React.ReactNode[];
   const job = view.job;
-  if (!banner) {
+  const stop = job?.stop ?? null;
+  if (stop) {
+    lines = stopLines(stop, banner?.recommendation ?? null, job?.ended ?? false, stale);
+  } else if (!banner) {
     const [first, second] = job?.ended
       ? [`Job ended (${job.endReason ?? 'ended'})${job.finalVerdict ? `: last verdict ${withCause(job.finalVerdict.verdict, job.finalVerdict.cause)}` : ''}.`, 'Its timeline is below; its summary and report are in the sidecar\'s --out.']
       : job
@@ -57,11 +62,45 @@ export function Banner({ view, width }: { view: WatchView; width: number }) {
       </Text>,
     ];
   }
+  const border = stop ? VERDICT_COLOUR[stop.verdict] : colour;
   return (
-    <Box flexDirection="column" borderStyle="round" borderColor={colourOn ? colour : undefined} paddingX={1} width={width}>
+    <Box flexDirection="column" borderStyle="round" borderColor={colourOn ? border : undefined} paddingX={1} width={width}>
       {lines}
     </Box>
   );
+}
+
+/** A job that stopped: for how long, who the others wait for, where in its own code, what they wait in, what to do. */
+function stopLines(stop: StopView, recommendation: string | null, ended: boolean, stale: boolean): React.ReactNode[] {
+  const who = `rank${stop.culprits.length === 1 ? '' : 's'} ${rankList(stop.culprits)}`;
+  const head = stop.verdict === 'gone' ? `${who} gone after step ${stop.step}` : `${ended ? 'for ' : ''}${fmtDuration(stop.seconds)} without a step, after step ${stop.step}${stop.culprits.length ? ` · ${who} ${stop.cause === 'busy' ? 'busy outside its steps' : 'stopped'}` : ''}`;
+  const where = stop.where.length ? `${who}: ${framesText(stop.where, 3)}` : stop.text;
+  const waits = stop.waiting.length
+    ? `rank${stop.waiting.length === 1 ? '' : 's'} ${rankList(stop.waiting)} ${stop.waiting.length === 1 ? 'waits' : 'wait'}${stop.waitsIn ? ` in ${stop.waitsIn}` : ' for it'}`
+    : stop.text;
+  return [
+    <Text key="a" wrap="truncate-end">
+      <Paint colour={VERDICT_COLOUR[stop.verdict]} bold>
+        {stop.verdict.toUpperCase()}
+      </Paint>
+      {stop.cause ? <Paint bold> {stop.cause}</Paint> : null}
+      <Text>
+        {'   '}
+        {head}
+        {ended ? ' (as the job ended)' : ''}
+      </Text>
+      {stale ? <Paint colour="red"> · stale: reconnecting…</Paint> : null}
+    </Text>,
+    <Text key="b" wrap="truncate-end">
+      <Paint bold>{where}</Paint>
+    </Text>,
+    <Text key="c" wrap="truncate-end">
+      {waits === where ? ' ' : waits}
+    </Text>,
+    <Text key="d" wrap="truncate-end">
+      {recommendation ? `→ ${recommendation}` : ' '}
+    </Text>,
+  ];
 }
 
 /** Slower than this many percent per sample shows red; the sidecar's own threshold decides its regression events. */

@@ -17,6 +17,9 @@ export const VERDICT_COLOUR: Record<Verdict, string> = {
   'memory-bound': 'redBright',
   'warming-up': 'blue',
   idle: 'gray',
+  stalled: 'redBright',
+  hung: 'red',
+  gone: 'red',
 };
 
 /** A part has the colour of the verdict it leads to: data is yellow like input-bound, and so on. */
