@@ -1,7 +1,8 @@
 import { findStraggler, type Straggler } from '../model/straggler.js';
 import { RunSeries, type SeriesDump } from './summary-series.js';
-import { VerdictTracker, type TrackerDump, type VerdictChange } from './tracker.js';
-import { judge, VERDICTS, type Cause, type Judgement, type RankContext, type Verdict } from './verdict.js';
+import { loadedJudgement, VerdictTracker, type TrackerDump, type VerdictChange } from './tracker.js';
+import { judge, LIMITER_BARS, VERDICTS, type Cause, type Judgement, type RankContext, type Verdict } from './verdict.js';
+import type { LimiterCost } from './limiters.js';
 import { WasteLedger, type Waste, type WasteDump } from './waste.js';
 import type { RankWindow } from './window.js';
 
@@ -107,7 +108,7 @@ export class JobAnalysis {
     analysis.job = VerdictTracker.load(dump.job);
     analysis.changes = dump.changes;
     analysis.rankChanges = new Map(dump.rankChanges);
-    analysis.lastOf = new Map(dump.lastOf);
+    analysis.lastOf = new Map(dump.lastOf.map(([verdict, judgement]) => [verdict, loadedJudgement(judgement)]));
     analysis.stragglerNow = dump.stragglerNow;
     analysis.stragglerSeconds = new Map(dump.stragglerSeconds);
     analysis.lastAt = dump.lastAt;
@@ -134,7 +135,7 @@ export class JobAnalysis {
         events.push({ ...change, job: this.jobId, rank: input.rank });
       }
       judged.push({ rank: input.rank, window: input.window, held: tracker.current!.judgement });
-      if (this.lastAt !== null && ACTIVE(judgement.verdict)) this.waste.add((at - this.lastAt) / 1000, judgement.evidence.lost, input.window.gpu?.power_w_mean ?? null);
+      if (this.lastAt !== null && ACTIVE(judgement.verdict)) this.waste.add((at - this.lastAt) / 1000, judgement.evidence.lost, input.window.gpu?.power_w_mean ?? null, judgement.evidence.lost_low);
     }
     const active = judged.filter((r) => ACTIVE(r.held.verdict));
     this.stragglerNow = active.length >= 2 ? findStraggler(active) : null;
@@ -192,6 +193,11 @@ export class JobAnalysis {
 
   jobVerdict() {
     return this.job.current;
+  }
+
+  /** The limiters that cost the job at least 5% of its time so far, with their levels. */
+  limiters(): LimiterCost[] {
+    return this.waste.limiters(LIMITER_BARS);
   }
 
   /** GPU time lost so far, by cause, priced at `pricePerGpuHour` when given. */

@@ -1,9 +1,10 @@
 import { WASTE_WORDS, type Waste } from './waste.js';
+import { alsoCosting } from '../model/costs.js';
 import type { GpuOverJob, GpuProcessPeak } from '../counters/gpu-aggregate.js';
 import { coresPerGpu, type NodeInventory } from '../counters/inventory-parse.js';
 import type { Env } from '../protocol/messages.js';
 import { LogHistogram } from '../store/histogram.js';
-import { breakdownOf, type Breakdown, type JobSnapshot, type RankView } from '../store/job-store.js';
+import { breakdownOf, roundBreakdown, type Breakdown, type JobSnapshot, type RankView } from '../store/job-store.js';
 import { emptySums, mergeSums } from '../store/step-buckets.js';
 import type { Comparison } from './compare.js';
 import type { RunRecord } from '../protocol/runs.js';
@@ -13,6 +14,8 @@ import type { Recommendation } from './recommendations.js';
 import { round } from '../model/round.js';
 import type { Straggler } from '../model/straggler.js';
 import type { Cause, Evidence, Verdict } from './verdict.js';
+import type { FixEstimate } from './fix-estimate.js';
+import type { LimiterCost } from './limiters.js';
 
 export const SUMMARY_SCHEMA = 'stepscope.summary/v1';
 
@@ -95,6 +98,10 @@ export interface Summary {
   waste?: Waste;
   /** The node the run ran on, read once at the sidecar's start. Absent where it was not (summaries and recordings before it). */
   node?: NodeSummary;
+  /** Every limiter that cost the job at least 5% of its time, with its level, most costly first. Absent in summaries before it. */
+  limiters?: LimiterCost[];
+  /** The verdict's causes, by what fixing each would buy (from its evidence). Absent in summaries before it. */
+  causes?: FixEstimate[];
 }
 
 /** `cores_per_gpu`: the node's logical cores over the GPUs the job's ranks ran on; null where either is unknown. */
@@ -129,7 +136,6 @@ function stepMs(histogram: LogHistogram, meanMs: number | null): StepMs {
   };
 }
 
-const roundBreakdown = (b: Breakdown): Breakdown => ({ data: round(b.data, 4), h2d: round(b.h2d, 4), compute: round(b.compute, 4), other: round(b.other, 4) });
 
 export interface SummaryInput {
   job: JobSnapshot;
@@ -150,13 +156,14 @@ export function wasteSentence(waste: Waste): string | null {
   return `This job lost ${hours(waste.lost_gpu_seconds)} (${Math.round(waste.lost_share * 100)}% of its GPU time), most to ${WASTE_WORDS[top.cause]} (${hours(top.gpu_seconds)})${cost}.`;
 }
 
-function headline(verdict: Verdict, cause: Cause, share: number | null, evidence: Evidence | null, steps: number): string {
+function headline(verdict: Verdict, cause: Cause, share: number | null, evidence: Evidence | null, steps: number, limiters: readonly LimiterCost[]): string {
   if (steps === 0) return 'No steps were received.';
   const name = verdict;
   const held = share === null ? '' : ` for ${Math.round(share * 100)}% of the job`;
   const because = cause ? ` (${cause})` : '';
   const rule = evidence ? `: ${evidence.rule}` : '';
-  return `${name[0]!.toUpperCase()}${name.slice(1)}${because}${held}${rule}.`;
+  const also = alsoCosting(limiters, verdict);
+  return `${name[0]!.toUpperCase()}${name.slice(1)}${because}${held}${rule}.${also ? ` ${also}` : ''}`;
 }
 
 function dedupe(recommendations: Recommendation[]): Recommendation[] {
@@ -183,6 +190,7 @@ export function buildSummary({ job, views, analysis, gpus, at, gpuHourPrice = nu
   const share = dominant && activeSeconds > 0 ? round(dominant.seconds / activeSeconds, 3) : null;
   const evidence = dominant?.judgement?.evidence ?? current?.evidence ?? null;
   const straggler = analysis.mainStraggler();
+  const limiters = analysis.limiters();
   const recommendations = dedupe([
     ...(dominant?.judgement?.recommendations ?? current?.recommendations ?? []),
     ...timeline.flatMap((segment) => (segment.verdict === verdict ? [] : (analysis.dominantJudgement(segment.verdict)?.recommendations ?? []))),
@@ -213,7 +221,7 @@ export function buildSummary({ job, views, analysis, gpus, at, gpuHourPrice = nu
     started_at: job.started_at,
     ended_at: new Date(endedAt).toISOString(),
     end_reason: job.end_reason,
-    headline: headline(verdict, cause, share, evidence, job.steps),
+    headline: headline(verdict, cause, share, evidence, job.steps, limiters),
     verdict,
     cause,
     verdict_share: share,
@@ -238,6 +246,8 @@ export function buildSummary({ job, views, analysis, gpus, at, gpuHourPrice = nu
     evidence,
     samples_per_step: totals.samplesSteps ? round(totals.samples / totals.samplesSteps, 3) : null,
     waste: analysis.wasted(gpuHourPrice),
+    limiters,
+    causes: (dominant?.judgement ?? current)?.causes ?? [],
   };
 }
 

@@ -2,7 +2,7 @@ import type { Summary } from '../analysis/summary.js';
 import type { Verdict } from '../model/verdict.js';
 import { reportCharts, PHASE_COLOUR, type ChartSpec } from './report-html-charts.js';
 import { HEAD_SCRIPT, PAGE_CSS, PAGE_SCRIPT } from './report-html-page.js';
-import { advice, environment, gpus, history, ranks } from './report-html-tables.js';
+import { advice, costs, environment, gpus, history, ranks } from './report-html-tables.js';
 import { duration, h, num, pct, scriptJson, scriptText, table, withCause } from './report-html-text.js';
 
 /**
@@ -120,6 +120,7 @@ ${PAGE_CSS}</style>
 ${header(summary)}
 ${regression(summary)}
 ${figures(summary)}
+${costs(summary)}
 ${timeline(summary)}
 ${comparison(summary)}
 ${charts(specs)}

@@ -4,7 +4,8 @@ import { wasteSentence, type Summary } from '../analysis/summary.js';
 
 export type SummaryFormat = 'text' | 'md';
 
-import { nodeLine, num, otherProcessesLine, pct, RANK_COLUMNS, rankCells, withCause } from './summary-text.js';
+import { fixText } from '../model/costs.js';
+import { limitersLine, nodeLine, num, otherProcessesLine, pct, RANK_COLUMNS, rankCells, withCause } from './summary-text.js';
 
 function table(format: SummaryFormat, header: string[], rows: string[][]): string[] {
   if (format === 'md') {
@@ -38,6 +39,8 @@ export function renderSummary(summary: Summary, format: SummaryFormat = 'text'):
       (summary.samples_per_s !== null ? ` · ${num(summary.samples_per_s)} samples/s` : ''),
   );
   out.push(`Step time: data ${pct(b.data)}, h2d ${pct(b.h2d)}, compute ${pct(b.compute)}, other ${pct(b.other)}.`);
+  const costs = limitersLine(summary);
+  if (costs) out.push(costs);
   if (summary.gpu_breakdown) {
     const g = summary.gpu_breakdown;
     out.push(`On the GPU (CUDA events): h2d ${pct(g.h2d)}, compute ${pct(g.compute)}, idle between steps ${pct(g.idle)} of step time.`);
@@ -113,6 +116,12 @@ export function renderSummary(summary: Summary, format: SummaryFormat = 'text'):
         ]),
       ),
     );
+  }
+
+  if (summary.causes?.length) {
+    out.push('');
+    out.push(heading('What fixing each cause buys'));
+    summary.causes.forEach((c, i) => out.push(`${i + 1}. ${fixText(c)}.`));
   }
 
   out.push('');

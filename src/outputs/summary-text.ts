@@ -1,5 +1,6 @@
 import { processList } from '../model/process-list.js';
-import type { GpuSummary, NodeSummary, RankSummary } from '../analysis/summary.js';
+import type { GpuSummary, NodeSummary, RankSummary, Summary } from '../analysis/summary.js';
+import { limiterText } from '../model/costs.js';
 
 /** The words and figures a summary is shown with, one set for the text, Markdown and HTML renderings. */
 
@@ -48,4 +49,10 @@ export function nodeLine(node: NodeSummary): string {
   ].filter((part): part is string => part !== null);
   const perGpu = node.cores_per_gpu === null ? '' : `; ${node.cores_per_gpu} cores per GPU`;
   return `Node: ${parts.join(', ') || 'not known'}${perGpu}.`;
+}
+
+/** "Limiters (≥ 5% of the time): loading 30% (high), work outside the phases 8% (moderate)."; null where none (or summaries before them). */
+export function limitersLine(summary: Pick<Summary, 'limiters'>): string | null {
+  if (!summary.limiters?.length) return null;
+  return `Limiters (at least 5% of the time): ${summary.limiters.map(limiterText).join(', ')}.`;
 }

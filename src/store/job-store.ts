@@ -15,7 +15,7 @@ import { Ring } from './ring.js';
 import { addStep, emptySums, StepBuckets, type StepSums } from './step-buckets.js';
 
 export type { EndReason, TimedStep } from './job-records.js';
-export { breakdownOf, type Breakdown, type JobSnapshot, type RankSnapshot } from './job-snapshot.js';
+export { breakdownOf, roundBreakdown, type Breakdown, type JobSnapshot, type RankSnapshot } from './job-snapshot.js';
 
 /** Read-only access to one rank's recent history, for windows and verdicts. */
 export interface RankView {
