@@ -21,6 +21,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { venvPython } from './python-venv.mjs';
+import { startSidecar as startSidecarOf } from './sidecar.mjs';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const HERE = path.join(ROOT, 'scripts', 'accuracy');
@@ -104,23 +105,8 @@ function run(command, args, env = {}, timeoutMs = 180_000, json = true) {
 }
 
 async function startSidecar(out) {
-  const child = track(
-    spawn(process.execPath, [CLI, 'serve', '--port', '0', '--gpu-source', 'none', '--out', out, '--end-grace', '1', '--log-level', 'info'], {
-      stdio: ['ignore', 'pipe', 'inherit'],
-      detached: true,
-    }),
-  );
-  const port = await new Promise((resolve, reject) => {
-    let buffered = '';
-    child.stdout.setEncoding('utf8').on('data', (chunk) => {
-      buffered += chunk;
-      const match = buffered.match(/"port":(\d+)/);
-      if (match) resolve(Number(match[1]));
-      if (buffered.length > 1 << 16) buffered = buffered.slice(-4096);
-    });
-    child.once('exit', (code) => reject(new Error(`the sidecar exited ${code}`)));
-  });
-  child.stdout.resume();
+  const { child, port } = await startSidecarOf(CLI, ['--gpu-source', 'none', '--out', out, '--end-grace', '1'], { detached: true });
+  track(child);
   return { child, url: `ws://127.0.0.1:${port}/v1/ingest` };
 }
 
