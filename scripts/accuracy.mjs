@@ -74,10 +74,14 @@ function killAll() {
 }
 for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => (killAll(), process.exit(1)));
 
-/** Runs a command to its end; its last stdout line parsed as JSON (the programs print their result there) unless `json` is false. */
-function run(command, args, env = {}, timeoutMs = 180_000, json = true) {
+/**
+ * Runs a command to its end (in a process group of its own); its last stdout line parsed as JSON (the
+ * programs print their result there) unless `json` is false. `started` gets the child at once.
+ */
+function run(command, args, env = {}, timeoutMs = 180_000, json = true, started = () => {}) {
   return new Promise((resolve, reject) => {
     const child = track(spawn(command, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true }));
+    started(child);
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (chunk) => (stdout += chunk));
@@ -111,6 +115,41 @@ async function startSidecar(out) {
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+const signalGroup = (child, signal) => {
+  try {
+    process.kill(-child.pid, signal);
+  } catch {
+    // gone
+  }
+};
+
+/**
+ * The truth runs: the program and its ablation in turns, one running while the other is stopped
+ * (SIGSTOP to its process group), swapping every 100 ms, each timed in its training thread's CPU
+ * time. Both meet the same machine, turn by turn — whatever else runs on it weighs on both alike —
+ * and neither takes CPU from the other. Each runs `seconds` on the clock, so about half of it.
+ */
+async function inTurns(command, realArgs, ablatedArgs, env) {
+  const children = [];
+  const runs = [realArgs, ablatedArgs].map((args) => run(command, args, env, 300_000, true, (child) => children.push(child)));
+  let turn = 0;
+  signalGroup(children[1], 'SIGSTOP');
+  const timer = setInterval(() => {
+    const live = children.filter((c) => c.exitCode === null && c.signalCode === null);
+    if (live.length < 2) return live.forEach((c) => signalGroup(c, 'SIGCONT'));
+    signalGroup(children[turn], 'SIGSTOP');
+    turn = 1 - turn;
+    signalGroup(children[turn], 'SIGCONT');
+  }, 100);
+  try {
+    const [real, ablated] = await Promise.all(runs);
+    return { real: real.result, ablated: ablated.result };
+  } finally {
+    clearInterval(timer);
+    for (const child of children) signalGroup(child, 'SIGCONT');
+  }
+}
 
 function freePort() {
   return new Promise((resolve, reject) => {
@@ -184,6 +223,8 @@ const stepsFor = (stepMs) => Math.max(480, Math.round((4 * SECONDS * 1000) / ste
  * (20 steps), a window and the hold before the verdict, and the verdict to hold most of the run.
  */
 const secondsFor = (stepMs) => ['--seconds', String(Math.max(SECONDS, (120 * stepMs) / 1000))];
+/** The truth runs take turns: each gets about half of this on the clock, at least 40 steps of it. */
+const truthSecondsFor = (stepMs) => ['--seconds', String(Math.max(SECONDS, (80 * stepMs) / 1000))];
 
 function cells(cal) {
   const unitsFor = (ms) => Math.round(ms * cal.units_per_ms);
@@ -252,10 +293,9 @@ const quantile = (xs, q) => {
 
 /**
  * 1 − t_ablated / t_real from the mean step time over ten blocks of steady steps each, with an
- * interval of two standard errors (from the blocks' spread, propagated through the ratio). With the
- * loading in the training thread (no workers), the times are the thread's CPU time: what the clock
- * would show with the machine to itself, so that other work on a shared machine does not move the
- * truth between the two runs. With workers the loading runs in parallel: the clock it is.
+ * interval of two standard errors (from the blocks' spread, propagated through the ratio). Without
+ * workers, the times are the training thread's CPU time (the runs took turns: see inTurns); with
+ * workers loading in parallel, the clock's.
  */
 function truthOf(cell, real, ablated) {
   const clock = cell.workers ? 'wall' : 'cpu';
@@ -340,9 +380,12 @@ async function main() {
       try {
         const script = path.join(HERE, 'train.py');
         const zeroCode = (job, args) => run(process.execPath, [CLI, 'run', '--url', sidecar.url, '--job', job, '--', python, script, ...args], env);
-        // Side by side, for the same time: whatever else runs on the machine weighs on both alike.
+        // The verdicts: the program and its ablation side by side, each against the sidecar.
         const [ablated, real] = await Promise.all([zeroCode(`${cell.name}-ablated`, [...cell.ablated, ...secondsFor(cell.stepMs)]), zeroCode(cell.name, [...cell.real, ...secondsFor(cell.stepMs)])]);
-        const truth = truthOf(cell, real.result, ablated.result);
+        // The truth: without workers, the same two in turns (in the training thread's CPU time); with
+        // workers loading in parallel, the clock of the side-by-side runs.
+        const turns = cell.workers ? null : await inTurns(python, [script, ...cell.real, ...truthSecondsFor(cell.stepMs)], [script, ...cell.ablated, ...truthSecondsFor(cell.stepMs)], env);
+        const truth = truthOf(cell, turns?.real ?? real.result, turns?.ablated ?? ablated.result);
         const said = stepscopeSaid(await summaryOf(out, cell.name), cell);
         const control = stepscopeSaid(await summaryOf(out, `${cell.name}-ablated`), cell);
         let tml = null;
