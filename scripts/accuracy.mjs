@@ -5,13 +5,15 @@
 // over the same batches made beforehand (scripts/accuracy/train.py --ready), so the share of time
 // the data cost is 1 - t_ready / t_real. Writes ACCURACY.md (see there for what it holds).
 //
-//   npm run accuracy [-- --out ACCURACY.md] [--json results.json] [--before results.json]
+//   npm run accuracy [-- --out ACCURACY.md] [--json results.json] [--before DIR [--before-label TEXT]]
 //                    [--python PY] [--stepscope DIR] [--only SUBSTRING] [--seconds 6]
 //                    [--traceml auto|off|all] [--label TEXT] [--merge results.json]
-//   npm run accuracy -- --render results.json [--before results.json] [--out FILE]   (no runs: the Markdown again)
+//   npm run accuracy -- --render results.json [--out FILE]   (no runs: the Markdown again)
 //
-// --stepscope DIR runs another checkout's sidecar and hook (its dist/ built): the same grid on the
-// rules before a change (--label names it where it is no git checkout). --before adds that run's results (--json of it) beside this one's.
+// --before DIR replays each cell's journal with another checkout (its dist/ built): the verdicts of
+// the rules before a change on exactly the same runs, beside this checkout's. --stepscope DIR runs
+// the grid on another checkout's sidecar and hook altogether (--label names a folder that is no git
+// checkout).
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -32,6 +34,7 @@ const { values: opts } = parseArgs({
     out: { type: 'string', default: path.join(ROOT, 'ACCURACY.md') },
     json: { type: 'string' },
     before: { type: 'string' },
+    'before-label': { type: 'string' },
     python: { type: 'string' },
     stepscope: { type: 'string', default: ROOT },
     only: { type: 'string' },
@@ -108,10 +111,28 @@ function run(command, args, env = {}, timeoutMs = 180_000, json = true, started 
   });
 }
 
+/** A sidecar of the cell's own (its journal holds the cell alone), gone once both of its jobs have ended. */
 async function startSidecar(out) {
-  const { child, port } = await startSidecarOf(CLI, ['--gpu-source', 'none', '--out', out, '--end-grace', '1'], { detached: true });
+  const { child, port } = await startSidecarOf(CLI, ['--gpu-source', 'none', '--out', out, '--end-grace', '1', '--exit-on-end'], { detached: true });
   track(child);
-  return { child, url: `ws://127.0.0.1:${port}/v1/ingest` };
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  return { child, exited, url: `ws://127.0.0.1:${port}/v1/ingest` };
+}
+
+/**
+ * The summaries another checkout makes of a cell's journal (`stepscope replay --write`), by job: the
+ * rules before a change, on the same runs. The journal holds the whole cell (no checkpoint has
+ * replaced its first segments: a cell lasts seconds).
+ */
+function replayedWith(checkout, journal, jobs) {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'stepscope-accuracy-before-'));
+  try {
+    const replay = spawnSync(process.execPath, [path.join(checkout, 'dist', 'cli.js'), 'replay', journal, '--format', 'json', '--write', dir], { encoding: 'utf8', timeout: 120_000 });
+    if (replay.status !== 0) throw new Error(`replay with ${checkout} failed: ${replay.stderr.slice(-2000)}`);
+    return new Map(jobs.map((job) => [job, JSON.parse(readFileSync(path.join(dir, `summary-${job}.json`), 'utf8'))]));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -366,12 +387,12 @@ async function main() {
   const targets = [...new Set(STEP_MS.flatMap((ms) => LOAD.map((load) => Number((ms * (1 - load)).toPrecision(6)))))];
   const cal = (await run(python, [path.join(HERE, 'calibrate.py'), '--compute-ms', ...targets.map(String)], env)).result;
 
-  const out = mkdtempSync(path.join(os.tmpdir(), 'stepscope-accuracy-'));
-  const sidecar = await startSidecar(out);
   const results = [];
   try {
     for (const cell of cells(cal)) {
       const t0 = Date.now();
+      const out = mkdtempSync(path.join(os.tmpdir(), 'stepscope-accuracy-'));
+      const sidecar = await startSidecar(out);
       let neighbour = null;
       if (cell.neighbour) {
         neighbour = track(spawn(python, [path.join(HERE, 'neighbour.py'), '--procs', String(cell.neighbour)], { stdio: 'ignore', detached: true }));
@@ -388,6 +409,12 @@ async function main() {
         const truth = truthOf(cell, turns?.real ?? real.result, turns?.ablated ?? ablated.result);
         const said = stepscopeSaid(await summaryOf(out, cell.name), cell);
         const control = stepscopeSaid(await summaryOf(out, `${cell.name}-ablated`), cell);
+        await sidecar.exited;
+        let before = null;
+        if (opts.before) {
+          const replayed = replayedWith(opts.before, out, [cell.name, `${cell.name}-ablated`]);
+          before = { stepscope: stepscopeSaid(replayed.get(cell.name), cell), control: stepscopeSaid(replayed.get(`${cell.name}-ablated`), cell) };
+        }
         let tml = null;
         if (traceml.python && cell.traceml) {
           const logs = mkdtempSync(path.join(os.tmpdir(), 'stepscope-traceml-'));
@@ -402,33 +429,37 @@ async function main() {
             rmSync(logs, { recursive: true, force: true });
           }
         }
-        const entry = { ...cell, truth, class: truthClass(cell, truth), stepscope: said, control, traceml: tml, seconds: (Date.now() - t0) / 1000 };
+        const entry = { ...cell, truth, class: truthClass(cell, truth), stepscope: said, control, before, traceml: tml, seconds: (Date.now() - t0) / 1000 };
         results.push(entry);
         console.error(
           `${cell.name.padEnd(22)} truth ${(truth.lost * 100).toFixed(1).padStart(5)}% (${(truth.low * 100).toFixed(0)}–${(truth.high * 100).toFixed(0)})  ` +
             `stepscope ${said.verdict} ${said.level} ${(said.share * 100).toFixed(1)}%  control ${control.verdict}` +
+            (before ? `  before ${before.stepscope.verdict} (control ${before.control.verdict})` : '') +
             (tml ? `  TraceML ${tml.verdict}${tml.share === null ? '' : ` ${(tml.share * 100).toFixed(1)}%`}` : '') +
             `  (${entry.seconds.toFixed(0)} s)`,
         );
       } finally {
-        if (neighbour) {
-          try {
-            process.kill(-neighbour.pid, 'SIGKILL');
-          } catch {
-            // gone
-          }
-        }
+        if (neighbour) signalGroup(neighbour, 'SIGKILL');
+        signalGroup(sidecar.child, 'SIGKILL');
+        rmSync(out, { recursive: true, force: true });
       }
     }
   } finally {
     killAll();
-    rmSync(out, { recursive: true, force: true });
   }
   const report = {
     at: new Date().toISOString(),
     seconds: (Date.now() - started) / 1000,
     machine: machine(load0),
-    versions: { node: process.version, python: versions[1], torch: versions[0], python_path: python, stepscope: opts.label ?? commitOf(STEPSCOPE), traceml: traceml.python ? TRACEML_VERSION : null },
+    versions: {
+      node: process.version,
+      python: versions[1],
+      torch: versions[0],
+      python_path: python,
+      stepscope: opts.label ?? commitOf(STEPSCOPE),
+      before: opts.before ? (opts['before-label'] ?? commitOf(opts.before)) : null,
+      traceml: traceml.python ? TRACEML_VERSION : null,
+    },
     traceml_why: traceml.why,
     calibration: cal,
     results,
@@ -441,8 +472,7 @@ async function main() {
     report.merged = `${report.results.length - fresh.size} cells from the run of ${earlier.at}, ${fresh.size} from this one`;
   }
   if (opts.json) writeFileSync(opts.json, JSON.stringify(report, null, 2) + '\n');
-  const before = opts.before ? JSON.parse(readFileSync(opts.before, 'utf8')) : null;
-  writeFileSync(opts.out, markdown(report, before));
+  writeFileSync(opts.out, markdown(report));
   console.error(`wrote ${path.relative(process.cwd(), opts.out)} in ${report.seconds.toFixed(0)} s`);
 }
 
@@ -480,18 +510,23 @@ function confusion(rows, labels) {
 /** The ablation runs: the same loop with the cost removed, which must be compute-bound. */
 const CONTROL = 'ablation (control)';
 
+/** Each cell's verdict as `who` said it (stepscope, the rules before, TraceML), with its truth; stepscope's ablations too. */
 function verdictRows(report, who) {
   return report.results.flatMap((r) => {
-    const said = who === 'traceml' ? r.traceml : r.stepscope;
+    const said = who === 'traceml' ? r.traceml : who === 'before' ? r.before?.stepscope : r.stepscope;
     if (!said) return [];
     const rows = [{ truth: r.class.verdict, said: said.verdict, borderline: r.class.borderline }];
-    if (who === 'stepscope') rows.push({ truth: CONTROL, expect: 'compute-bound', said: r.control.verdict, borderline: false });
+    const control = who === 'before' ? r.before.control : who === 'stepscope' ? r.control : null;
+    if (control) rows.push({ truth: CONTROL, expect: 'compute-bound', said: control.verdict, borderline: false });
     return rows;
   });
 }
 
-function levelRows(report) {
-  return report.results.map((r) => ({ truth: r.class.level, said: r.stepscope.level, borderline: r.class.borderlineLevel }));
+function levelRows(report, who = 'stepscope') {
+  return report.results.flatMap((r) => {
+    const said = who === 'before' ? r.before?.stepscope : r.stepscope;
+    return said ? [{ truth: r.class.level, said: said.level, borderline: r.class.borderlineLevel }] : [];
+  });
 }
 
 function errors(report) {
@@ -514,7 +549,7 @@ function score(rows) {
   return `${clear.filter((r) => r.said === (r.expect ?? r.truth)).length}/${clear.length}`;
 }
 
-function markdown(report, before) {
+function markdown(report) {
   const verdicts = ['input-bound', 'host-bound', 'compute-bound'];
   const said = (rows) => [...new Set([...verdicts, ...rows.map((r) => r.said)])];
   const truths = [...verdicts, CONTROL];
@@ -555,9 +590,9 @@ function markdown(report, before) {
     ...confusion(rows, { truth: truths, said: said(rows) }),
     '',
   ];
-  if (before) {
-    const old = verdictRows(before, 'stepscope');
-    lines.push(`Before (stepscope ${before.versions.stepscope}, the same grid in a run of its own): ${score(old)} right on clear cells.`, '', ...confusion(old, { truth: truths, said: said(old) }), '');
+  const old = verdictRows(report, 'before');
+  if (old.length) {
+    lines.push(`Before (stepscope ${report.versions.before}: its rules on the same runs, their journals replayed): ${score(old)} right.`, '', ...confusion(old, { truth: truths, said: said(old) }), '');
   }
   const tml = verdictRows(report, 'traceml');
   if (tml.length) lines.push(`TraceML ${report.versions.traceml}, on the cells it ran: ${score(tml)} right on clear cells.`, '', ...confusion(tml, { truth: verdicts, said: said(tml) }), '');
@@ -570,9 +605,9 @@ function markdown(report, before) {
     ...confusion(levels, { truth: ['high', 'moderate', 'none'], said: ['high', 'moderate', 'none'] }),
     '',
   );
-  if (before) {
-    const old = levelRows(before);
-    lines.push('Before: a limiter was named only as the verdict (high); a share under the bar was named nowhere.', '', ...confusion(old, { truth: ['high', 'moderate', 'none'], said: ['high', 'moderate', 'none'] }), '');
+  const oldLevels = levelRows(report, 'before');
+  if (oldLevels.length) {
+    lines.push('Before: a limiter was named only as the verdict (high); a share under its bar was named nowhere.', '', ...confusion(oldLevels, { truth: ['high', 'moderate', 'none'], said: ['high', 'moderate', 'none'] }), '');
   }
   lines.push(
     '## Share errors',
@@ -586,13 +621,13 @@ function markdown(report, before) {
     '',
     '## Every cell',
     '',
-    '| cell | real / ablated ms | truth lost (range) | truth | stepscope | share | level | ready control | TraceML |',
-    '|---|---:|---:|---|---|---:|---|---|---|',
+    '| cell | real / ablated ms | truth lost (range) | truth | stepscope | share | level | ready control | before | TraceML |',
+    '|---|---:|---:|---|---|---:|---|---|---|---|',
     ...report.results.map((r) => {
       const s = r.stepscope;
       const t = r.traceml;
       const verdict = `${s.verdict}${s.cause ? ` (${s.cause})` : ''}${r.class.verdict === s.verdict ? '' : ' ✗'}`;
-      return `| ${r.name}${r.what ? `: ${r.what}` : ''} | ${r.truth.realMs.toFixed(2)} / ${r.truth.ablatedMs.toFixed(2)} | ${pct(r.truth.lost, 1)} (${pct(r.truth.low)}–${pct(r.truth.high)}) | ${r.class.verdict}${r.class.borderline ? ', borderline' : ''} (${r.class.level}${r.class.borderlineLevel && !r.class.borderline ? ', borderline' : ''}) | ${verdict} | ${pct(s.share, 1)} | ${s.level} | ${r.control.verdict} | ${t ? `${t.verdict}${t.share === null ? '' : ` ${pct(t.share, 1)}`}` : '—'} |`;
+      return `| ${r.name}${r.what ? `: ${r.what}` : ''} | ${r.truth.realMs.toFixed(2)} / ${r.truth.ablatedMs.toFixed(2)} | ${pct(r.truth.lost, 1)} (${pct(r.truth.low)}–${pct(r.truth.high)}) | ${r.class.verdict}${r.class.borderline ? ', borderline' : ''} (${r.class.level}${r.class.borderlineLevel && !r.class.borderline ? ', borderline' : ''}) | ${verdict} | ${pct(s.share, 1)} | ${s.level} | ${r.control.verdict} | ${r.before ? `${r.before.stepscope.verdict}${r.before.stepscope.verdict === r.class.verdict ? '' : ' ✗'}` : '—'} | ${t ? `${t.verdict}${t.share === null ? '' : ` ${pct(t.share, 1)}`}` : '—'} |`;
     }),
     '',
     'Transfer (host-to-device copies) cannot be measured here: this machine has no GPU, and the hook times copies only to a CUDA device.',
@@ -602,8 +637,7 @@ function markdown(report, before) {
 }
 
 if (opts.render) {
-  const before = opts.before ? JSON.parse(readFileSync(opts.before, 'utf8')) : null;
-  writeFileSync(opts.out, markdown(JSON.parse(readFileSync(opts.render, 'utf8')), before));
+  writeFileSync(opts.out, markdown(JSON.parse(readFileSync(opts.render, 'utf8'))));
 } else {
   await main();
 }
