@@ -113,7 +113,8 @@ function run(command, args, env = {}, timeoutMs = 180_000, json = true, started 
 
 /** A sidecar of the cell's own (its journal holds the cell alone), gone once both of its jobs have ended. */
 async function startSidecar(out) {
-  const { child, port } = await startSidecarOf(CLI, ['--gpu-source', 'none', '--out', out, '--end-grace', '1', '--exit-on-end'], { detached: true });
+  // A job ends when its hook says so; the grace is for a hook gone silent, which a loaded machine can make of a live one.
+  const { child, port } = await startSidecarOf(CLI, ['--gpu-source', 'none', '--out', out, '--end-grace', '5', '--exit-on-end'], { detached: true });
   track(child);
   const exited = new Promise((resolve) => child.once('exit', resolve));
   return { child, exited, url: `ws://127.0.0.1:${port}/v1/ingest` };
@@ -388,6 +389,7 @@ async function main() {
   const cal = (await run(python, [path.join(HERE, 'calibrate.py'), '--compute-ms', ...targets.map(String)], env)).result;
 
   const results = [];
+  const failed = [];
   try {
     for (const cell of cells(cal)) {
       const t0 = Date.now();
@@ -431,6 +433,8 @@ async function main() {
         }
         const entry = { ...cell, truth, class: truthClass(cell, truth), stepscope: said, control, before, traceml: tml, seconds: (Date.now() - t0) / 1000 };
         results.push(entry);
+        // Written as it goes: a run cut short keeps the cells it measured (--merge takes them up).
+        if (opts.json) writeFileSync(opts.json, JSON.stringify({ partial: true, at: new Date().toISOString(), versions: { stepscope: opts.label ?? commitOf(STEPSCOPE) }, results }, null, 2) + '\n');
         console.error(
           `${cell.name.padEnd(22)} truth ${(truth.lost * 100).toFixed(1).padStart(5)}% (${(truth.low * 100).toFixed(0)}–${(truth.high * 100).toFixed(0)})  ` +
             `stepscope ${said.verdict} ${said.level} ${(said.share * 100).toFixed(1)}%  control ${control.verdict}` +
@@ -438,6 +442,10 @@ async function main() {
             (tml ? `  TraceML ${tml.verdict}${tml.share === null ? '' : ` ${(tml.share * 100).toFixed(1)}%`}` : '') +
             `  (${entry.seconds.toFixed(0)} s)`,
         );
+      } catch (error) {
+        // One cell that cannot be measured (a crash, a run that never ends) is said, and the grid goes on.
+        failed.push({ name: cell.name, error: String(error.message).split('\n').slice(0, 4).join(' ') });
+        console.error(`${cell.name}: not measured: ${failed.at(-1).error}`);
       } finally {
         if (neighbour) signalGroup(neighbour, 'SIGKILL');
         signalGroup(sidecar.child, 'SIGKILL');
@@ -463,12 +471,14 @@ async function main() {
     traceml_why: traceml.why,
     calibration: cal,
     results,
+    failed,
   };
   if (opts.merge) {
     // Cells run again (--only) replace theirs in an earlier run's results; the rest are kept, in order.
     const earlier = JSON.parse(readFileSync(opts.merge, 'utf8'));
     const fresh = new Map(report.results.map((r) => [r.name, r]));
     report.results = [...earlier.results.map((r) => fresh.get(r.name) ?? r), ...report.results.filter((r) => !earlier.results.some((e) => e.name === r.name))];
+    report.failed = [...(earlier.failed ?? []), ...report.failed].filter((f) => !report.results.some((r) => r.name === f.name));
     report.merged = `${report.results.length - fresh.size} cells from the run of ${earlier.at}, ${fresh.size} from this one`;
   }
   if (opts.json) writeFileSync(opts.json, JSON.stringify(report, null, 2) + '\n');
@@ -570,18 +580,22 @@ function markdown(report) {
     '',
     'Each cell is a real PyTorch program (scripts/accuracy/train.py: an MLP trained with SGD on the CPU, one thread) fed by a real',
     '`DataLoader` whose `Dataset` does real work in Python for every batch (a tokenizer-like loop), sized by scripts/accuracy/calibrate.py',
-    'so that the step takes about the cell\'s time and loading about its share. The program is run unmodified under `stepscope run`',
-    '(the zero-code path) against one real sidecar with its default settings; its summary gives the verdict.',
+    'so that the step takes about the cell\'s time and loading about its share (the machine\'s load moves both: each cell\'s own',
+    'figures are in the table). The program runs unmodified under `stepscope run` (the zero-code path) against a real sidecar of',
+    'the cell\'s own, with its default settings, beside its **ablation** — the same program with `--ready`, iterating over the same',
+    'batches made beforehand (the data cost removed, nothing else changed), also under `stepscope run`; their summaries give the',
+    'verdicts, and the ablation must be compute-bound.',
     '',
-    '**Truth by ablation, in the same run**: the same program with `--ready` iterates over the same batches made beforehand',
-    '(the data cost removed, nothing else changed), also under `stepscope run`, side by side with the real one and for as long.',
-    'Lost = 1 − t_ready / t_real, from the mean step times over ten blocks of steady steps (the first 20% left out), in the',
-    'training thread\'s CPU time where the loading runs in that thread (what the clock would show with the machine to itself,',
-    'which the other work on a shared machine does not move), on the clock where loader workers run in parallel; the range',
-    'beside it is two standard errors, from the blocks. The host cases',
-    'ablate the evaluation or the logging instead. The truth is classed by the documented bars: input-bound at ≥ 20% lost, host-bound at',
-    '≥ 25%; a limiter is *moderate* from 5% up to its bar, *high* at it. A cell whose measured range straddles a bar is **borderline**:',
-    'either answer is right there, and it is left out of the scores.',
+    '**Truth by ablation, in the same run**: the program and its ablation run again, in turns (one stopped while the other runs,',
+    'swapping every 100 ms), so that both meet the same machine; lost = 1 − t_ablated / t_real from their mean step times over ten',
+    'blocks of steady steps (the first 20% left out), in the training thread\'s CPU time (which neither being stopped nor other work on',
+    'the machine moves much). Where loader workers load in parallel, the truth is the clock\'s, from the side-by-side runs. The range',
+    'beside it is two standard errors, from the blocks. The host cases ablate the evaluation or the logging instead.',
+    '',
+    'The truth is classed by the documented bars: input-bound at ≥ 20% lost, host-bound at ≥ 25%; a limiter is *moderate* from 5% up',
+    'to its bar, *high* at it. A cell whose range straddles a bar is **borderline**: either answer is right there, and it is left out',
+    'of the matrices. **Before** is the rules before this change, judged on exactly the same runs: each cell\'s journal replayed',
+    '(`stepscope replay`) by that checkout.',
     '',
     '## Verdicts',
     '',
@@ -630,6 +644,7 @@ function markdown(report) {
       return `| ${r.name}${r.what ? `: ${r.what}` : ''} | ${r.truth.realMs.toFixed(2)} / ${r.truth.ablatedMs.toFixed(2)} | ${pct(r.truth.lost, 1)} (${pct(r.truth.low)}–${pct(r.truth.high)}) | ${r.class.verdict}${r.class.borderline ? ', borderline' : ''} (${r.class.level}${r.class.borderlineLevel && !r.class.borderline ? ', borderline' : ''}) | ${verdict} | ${pct(s.share, 1)} | ${s.level} | ${r.control.verdict} | ${r.before ? `${r.before.stepscope.verdict}${r.before.stepscope.verdict === r.class.verdict ? '' : ' ✗'}` : '—'} | ${t ? `${t.verdict}${t.share === null ? '' : ` ${pct(t.share, 1)}`}` : '—'} |`;
     }),
     '',
+    ...(report.failed?.length ? ['Not measured:', '', ...report.failed.map((f) => `- ${f.name}: ${f.error}`), ''] : []),
     'Transfer (host-to-device copies) cannot be measured here: this machine has no GPU, and the hook times copies only to a CUDA device.',
     '',
   );

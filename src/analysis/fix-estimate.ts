@@ -38,7 +38,6 @@ interface LoaderFacts {
   stepMs: number | null;
   waitMs: number | null;
   input: number;
-  hostCores: number | null;
   /** Cores idle on the host, and those within the container's quota where it has one. */
   free: number | null;
   workers: number | null;
@@ -65,7 +64,6 @@ function loaderFacts(input: number, { window, env, hostCores }: FixContext): Loa
     stepMs,
     waitMs: stepMs === null ? null : stepMs * input,
     input,
-    hostCores,
     free,
     workers: configured ?? process?.workers ?? null,
     main: process?.cpu_main_cores ?? null,
