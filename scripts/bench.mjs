@@ -1,6 +1,6 @@
 // npm run bench: the figures behind BENCHMARKS.md. Medians over repeated runs; ratios against a
 // baseline measured in the same run, because these machines are noisy.
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 import { decode, encode } from '../dist/protocol/codec.js';
 import { STEP_FIELDS } from '../dist/protocol/messages.js';
+import { startSidecar as startSidecarOf } from './sidecar.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const only = process.argv[2];
@@ -24,19 +25,7 @@ function cpuSeconds(pid) {
   return ticks / 100;
 }
 
-async function startSidecar(args = ['--gpu-source', 'none'], env = process.env) {
-  const child = spawn(process.execPath, [path.join(root, 'dist/cli.js'), 'serve', '--port', '0', '--log-level', 'info', ...args], { stdio: ['ignore', 'pipe', 'inherit'], env });
-  const port = await new Promise((resolve, reject) => {
-    let buffered = '';
-    child.stdout.setEncoding('utf8').on('data', (chunk) => {
-      buffered += chunk;
-      const match = buffered.match(/"port":(\d+)/);
-      if (match) resolve(Number(match[1]));
-    });
-    child.once('exit', (code) => reject(new Error(`sidecar exited ${code}`)));
-  });
-  return { child, port };
-}
+const startSidecar = (args = ['--gpu-source', 'none'], env = process.env) => startSidecarOf(path.join(root, 'dist/cli.js'), args, { env });
 
 function python() {
   for (const candidate of [process.env.STEPSCOPE_PYTHON, 'python3', '/usr/bin/python3']) {

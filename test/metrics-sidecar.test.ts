@@ -47,18 +47,22 @@ function normalise(text: string): string {
     .replace(/^\n+/, '');
 }
 
-const processSample = (atMs: number, periods: number, throttled: number) => ({
-  at_ns: atMs * 1e6,
-  cpu_main_s: 1,
-  cpu_workers_s: 0,
-  workers: 0,
-  rss_bytes: 1 << 30,
-  cgroup_nr_periods: periods,
-  cgroup_nr_throttled: throttled,
-  cgroup_throttled_usec: throttled * 10_000,
-  cgroup_quota_cores: 2,
-  cgroup_usage_usec: 1_000_000,
-});
+/** The training process's CPU grows by `cores` a second; throttled, it uses the whole quota. */
+const processSample = (atMs: number, periods: number, throttled: number) => {
+  const cores = throttled > 0 ? 2 : 1;
+  return {
+    at_ns: atMs * 1e6,
+    cpu_main_s: 1 + (atMs / 1000) * cores,
+    cpu_workers_s: 0,
+    workers: 0,
+    rss_bytes: 1 << 30,
+    cgroup_nr_periods: periods,
+    cgroup_nr_throttled: throttled,
+    cgroup_throttled_usec: throttled * 10_000,
+    cgroup_quota_cores: 2,
+    cgroup_usage_usec: 1_000_000 + atMs * 1000 * cores,
+  };
+};
 
 /** One rank: hello, two process samples (throttled in `throttled` of 10 CFS periods), 40 steps of 10 ms. */
 async function rank(sidecar: RunningSidecar, rankNo: number, phases: { dataMs: number; computeMs: number }, throttled: number, dropped: number): Promise<TestHook> {

@@ -85,11 +85,18 @@ describe('/metrics from a store filled in process', () => {
     expect(valueOf(running, 'stepscope_job_verdict_code')).toBe(1);
     expect(running.get('stepscope_rank_straggler')!.series).toHaveLength(2);
     expect(running.get('stepscope_rank_gpu_info')!.series.map((series) => series.labels.gpu_uuid)).toEqual(['GPU-0', 'GPU-1']);
+    // 25% of each step waiting for data (its verdict), 10% outside the phases and 5% copying beside it.
+    expect(valueOf(running, 'stepscope_rank_limiter_share', { rank: '1', limiter: 'input' })).toBeCloseTo(0.25, 4);
+    expect(valueOf(running, 'stepscope_rank_limiter_share', { rank: '1', limiter: 'host' })).toBeCloseTo(0.1, 4);
+    expect(running.get('stepscope_rank_limiter_share')!.series.filter((series) => series.labels.rank === '1').map((series) => series.labels.limiter)).toEqual(['input', 'host', 'transfer']);
+    const levels = Object.fromEntries(running.get('stepscope_rank_limiter_level')!.series.filter((series) => series.labels.rank === '1').map((series) => [series.labels.limiter, series.value]));
+    expect(levels).toEqual({ input: 2, transfer: 1, host: 1, communication: 0, throttle: 0 });
+    expect(valueOf(running, 'stepscope_job_limiter_level', { limiter: 'input' })).toBe(2);
 
     s.setTime(T0 + 2000);
     await s.record({ t: 'stop', at: T0 + 2000 });
     const ended = await s.metrics();
-    for (const name of ['stepscope_rank_verdict', 'stepscope_rank_verdict_code', 'stepscope_job_verdict', 'stepscope_job_verdict_code', 'stepscope_rank_straggler', 'stepscope_rank_gpu_info']) {
+    for (const name of ['stepscope_rank_verdict', 'stepscope_rank_verdict_code', 'stepscope_job_verdict', 'stepscope_job_verdict_code', 'stepscope_rank_straggler', 'stepscope_rank_gpu_info', 'stepscope_rank_limiter_share', 'stepscope_rank_limiter_level', 'stepscope_job_limiter_level']) {
       expect(ended.get(name)!.series, name).toEqual([]);
     }
     expect(ended.get('stepscope_phase_seconds_total')!.series).toHaveLength(8);

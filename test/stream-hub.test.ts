@@ -81,7 +81,7 @@ function verdictEvent(at: number): VerdictEvent {
     fromCause: null,
     to: 'input-bound',
     cause: 'few-workers',
-    judgement: { verdict: 'input-bound', cause: 'few-workers', evidence: { rule: 'data waits', lost: {}, figures: {} }, recommendations: [{ id: 'raise-num-workers', text: 'Raise num_workers.' }] },
+    judgement: { verdict: 'input-bound', cause: 'few-workers', evidence: { rule: 'data waits', lost: {}, figures: {} }, recommendations: [{ id: 'raise-num-workers', text: 'Raise num_workers.' }], limiters: [], causes: [] },
   };
 }
 

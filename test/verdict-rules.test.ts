@@ -32,8 +32,40 @@ describe('the verdict rules', () => {
     expect(judge(window({ data: 0.15 }), context()).verdict).toBe('compute-bound');
   });
 
-  it('ignores data wait of tiny steps under 2 ms a step', () => {
-    expect(judge(window({ data: 0.5 }, { step_ms_mean: 3 }), context()).verdict).toBe('compute-bound');
+  it('judges 1 ms steps by their share like any other: 30% of them waiting for data is input-bound', () => {
+    const tiny = judge(window({ data: 0.3 }, { step_ms_mean: 1, step_ms_p50: 1, steps: 4000 }), context());
+    expect(tiny).toMatchObject({ verdict: 'input-bound', evidence: { lost: { input: 0.3 } } });
+    expect(tiny.limiters).toEqual([{ limiter: 'input', share: 0.3, low: 0.3, level: 'high' }]);
+  });
+
+  it('weighs the share at its bound across the window: bursts of waiting in tiny steps stay quiet', () => {
+    const bursty = window({ data: 0.25 }, { step_ms_mean: 1, lost: { slices: 16, input: { share: 0.25, low: 0.04 }, transfer: { share: 0, low: 0 }, host: { share: 0, low: 0 }, communication: null } });
+    const judgement = judge(bursty, context());
+    expect(judgement.verdict).toBe('compute-bound');
+    expect(judgement.limiters).toEqual([]);
+    // Held across the window only in part: named beside the verdict, as moderate.
+    const partly = judge(window({ data: 0.25 }, { lost: { slices: 16, input: { share: 0.25, low: 0.17 }, transfer: { share: 0, low: 0 }, host: { share: 0, low: 0 }, communication: null } }), context());
+    expect(partly.verdict).toBe('compute-bound');
+    expect(partly.limiters).toEqual([{ limiter: 'input', share: 0.25, low: 0.17, level: 'moderate' }]);
+  });
+
+  it('lists every limiter costing 5% or more beside the verdict, with its level, most costly first', () => {
+    const judgement = judge(window({ data: 0.18, other: 0.07, h2d: 0.03 }), context());
+    expect(judgement.verdict).toBe('compute-bound');
+    expect(judgement.limiters).toEqual([
+      { limiter: 'input', share: 0.18, low: 0.18, level: 'moderate' },
+      { limiter: 'host', share: 0.07, low: 0.07, level: 'moderate' },
+    ]);
+    const bound = judge(window({ data: 0.3, other: 0.27 }), context());
+    expect(bound.verdict).toBe('input-bound');
+    expect(bound.limiters.map((l) => [l.limiter, l.level])).toEqual([
+      ['input', 'high'],
+      ['host', 'high'],
+    ]);
+    // A verdict held by its stickiness below its entry bar stays high while it holds.
+    const held = judge(window({ data: 0.17 }), context({ current: 'input-bound' }));
+    expect(held.verdict).toBe('input-bound');
+    expect(held.limiters).toEqual([{ limiter: 'input', share: 0.17, low: 0.17, level: 'high' }]);
   });
 
   it.each([

@@ -100,7 +100,7 @@ describe.skipIf(skipWhy !== '')(`stepscope watch in a terminal${skipWhy}`, () =>
     const sparkline = /^step ms\s+rank 0\s+[▁▂▃▄▅▆▇█ ]+\s+\d+\.\d+$/m;
     const screen = await tmux.waitForScreen('viewer', (s) => s.includes('INPUT-BOUND') && RANK_ROW.test(s) && GPU_ROW.test(s) && sparkline.test(s));
     expect(screen).toMatch(/^stepscope job tty · 1\/1 ranks · 1 node · \d+ steps/m);
-    expect(screen).toMatch(/\d+% of step time waiting for data \(≥ 20%\)/);
+    expect(screen).toMatch(/\d+% of step time waiting for data \(≥ 20%[,)]/);
     // The cause reads this machine's real CPU: few-workers when it is idle, contention under the test suite's own load.
     expect(screen).toMatch(/→ .*num_workers|→ Cache decoded samples|→ Something other than this job/);
     expect(screen).toMatch(/^GPU util\s+gpu 0\s+[▁▂▃▄▅▆▇█ ]+\s+95%$/m);

@@ -3,8 +3,9 @@ import { isStop, type StopVerdict } from '../model/verdict.js';
 import type { CodeFrame } from '../protocol/capture.js';
 import { jobStop, jobStopJudgement, jobStopParts, rankStall, stackDumpDir, STALL_DEFAULTS, type RankStall, type StallConfig, type StallInput } from './stall.js';
 import { RunSeries, type SeriesDump } from './summary-series.js';
-import { VerdictTracker, type TrackerDump, type VerdictChange } from './tracker.js';
-import { judge, VERDICTS, type Cause, type Judgement, type RankContext, type Verdict } from './verdict.js';
+import { loadedJudgement, VerdictTracker, type TrackerDump, type VerdictChange } from './tracker.js';
+import { judge, LIMITER_BARS, VERDICTS, type Cause, type Judgement, type RankContext, type Verdict } from './verdict.js';
+import type { LimiterCost } from './limiters.js';
 import { WasteLedger, type Waste, type WasteDump } from './waste.js';
 import type { RankWindow } from './window.js';
 
@@ -160,7 +161,7 @@ export class JobAnalysis {
     analysis.job = VerdictTracker.load(dump.job);
     analysis.changes = dump.changes;
     analysis.rankChanges = new Map(dump.rankChanges);
-    analysis.lastOf = new Map(dump.lastOf);
+    analysis.lastOf = new Map(dump.lastOf.map(([verdict, judgement]) => [verdict, loadedJudgement(judgement)]));
     analysis.stragglerNow = dump.stragglerNow;
     analysis.stragglerSeconds = new Map(dump.stragglerSeconds);
     analysis.lastAt = dump.lastAt;
@@ -193,7 +194,8 @@ export class JobAnalysis {
         change = null;
       } else if (stall?.judgement) {
         const { since, ...stopped } = stall.judgement;
-        judgement = stopped;
+        // A rank that does not step has no step time for a limiter to cost, nor a cause to fix by it.
+        judgement = { ...stopped, limiters: [], causes: [] };
         // Into a stop, from when it began; a stop's first cause (where its stack was not known yet) is replaced at once.
         const settling = isStop(held) && held === judgement.verdict && tracker.current?.judgement.cause === null;
         change = tracker.update(judgement, at, judgement.verdict === held ? { immediate: settling } : { since });
@@ -206,7 +208,7 @@ export class JobAnalysis {
         events.push({ ...change, job: this.jobId, rank: input.rank });
       }
       judged.push({ rank: input.rank, window: input.window, held: tracker.current!.judgement });
-      if (this.lastAt !== null && ACTIVE(judgement.verdict)) this.waste.add((at - this.lastAt) / 1000, judgement.evidence.lost, input.window.gpu?.power_w_mean ?? null);
+      if (this.lastAt !== null && ACTIVE(judgement.verdict)) this.waste.add((at - this.lastAt) / 1000, judgement.evidence.lost, input.window.gpu?.power_w_mean ?? null, judgement.evidence.lost_low);
     }
     const active = judged.filter((r) => ACTIVE(r.held.verdict));
     this.stragglerNow = active.length >= 2 ? findStraggler(active) : null;
@@ -230,7 +232,7 @@ export class JobAnalysis {
     if (stop) {
       const stopped = jobStopJudgement(stop, this.stallsNow, worldSize, at);
       ({ since } = stopped);
-      jobJudgement = { verdict: stopped.verdict, cause: stopped.cause, evidence: stopped.evidence, recommendations: stopped.recommendations };
+      jobJudgement = { verdict: stopped.verdict, cause: stopped.cause, evidence: stopped.evidence, recommendations: stopped.recommendations, limiters: [], causes: [] };
       this.noteStop(stop.verdict, stopped, stop, at, worldSize);
     }
     if (jobJudgement) {
@@ -337,6 +339,11 @@ export class JobAnalysis {
 
   jobVerdict() {
     return this.job.current;
+  }
+
+  /** The limiters that cost the job at least 5% of its time so far, with their levels. */
+  limiters(): LimiterCost[] {
+    return this.waste.limiters(LIMITER_BARS);
   }
 
   /** GPU time lost so far, by cause, priced at `pricePerGpuHour` when given. */

@@ -22,7 +22,7 @@ export interface Recommendation {
   text: string;
 }
 
-interface Context {
+export interface Context {
   window: RankWindow;
   env: Env;
   hostCores: number | null;
@@ -52,13 +52,9 @@ interface Setup {
   workersWait: boolean;
 }
 
-function setup({ env, window, hostCores }: Context): Setup {
+/** The loader workers a rank can run beside its training process, and the cores that bound them (the tightest of host, quota, affinity). */
+export function workerRoom({ env, window, hostCores }: Context): Pick<Setup, 'workerRoom' | 'coresWhy' | 'tightBy' | 'ranks'> {
   const stack = envGroup(env, 'stack');
-  const compile = envGroup(env, 'compile');
-  const ampValue = typeof stack.amp === 'string' ? stack.amp : null;
-  const precision = typeof stack.matmul_precision === 'string' ? stack.matmul_precision : null;
-  const gpuSeen = window.gpu !== null || env.gpu_name != null || env.gpu_index != null;
-  const noCuda = env.cuda === undefined || env.cuda === null || stack.cuda_in_use === false;
   // Cores the rank may use: the fewest of the host's, its container's quota and its CPU affinity, shared by the host's ranks.
   type Bound = { cores: number | null; why: string; by: 'host' | 'quota' | 'affinity' };
   const quota = num(window.process?.cgroup_quota_cores ?? null);
@@ -69,10 +65,27 @@ function setup({ env, window, hostCores }: Context): Setup {
     { cores: affinity, why: `the ${affinity} CPUs the process may run on`, by: 'affinity' },
   ];
   const tightest = bounds.filter((b) => b.cores !== null && b.cores > 0).sort((a, b) => a.cores! - b.cores!)[0] ?? null;
-  const workers = num(loader(env).num_workers);
-  const busy = num(window.process?.cpu_workers_cores ?? null);
   const ranks = Math.max(1, num(stack.local_world_size) ?? 1);
   const cores = tightest ? Math.floor(tightest.cores! / ranks) : null;
+  return {
+    // One core stays with the training process.
+    workerRoom: cores === null ? null : Math.max(0, cores - 1),
+    coresWhy: tightest === null ? null : ranks > 1 ? `${tightest.why} shared by ${ranks} ranks` : tightest.why,
+    tightBy: tightest?.by ?? null,
+    ranks,
+  };
+}
+
+function setup(context: Context): Setup {
+  const { env, window } = context;
+  const stack = envGroup(env, 'stack');
+  const compile = envGroup(env, 'compile');
+  const ampValue = typeof stack.amp === 'string' ? stack.amp : null;
+  const precision = typeof stack.matmul_precision === 'string' ? stack.matmul_precision : null;
+  const gpuSeen = window.gpu !== null || env.gpu_name != null || env.gpu_index != null;
+  const noCuda = env.cuda === undefined || env.cuda === null || stack.cuda_in_use === false;
+  const workers = num(loader(env).num_workers);
+  const busy = num(window.process?.cpu_workers_cores ?? null);
   return {
     workers,
     amp: ampValue,
@@ -80,11 +93,7 @@ function setup({ env, window, hostCores }: Context): Setup {
     cudnnTf32: typeof stack.cudnn_tf32 === 'boolean' ? stack.cudnn_tf32 : null,
     compiled: typeof compile.in_use === 'boolean' ? compile.in_use : Object.keys(stack).length ? false : null,
     cpuOnly: !gpuSeen && (('torch' in env && noCuda) || stack.cuda_in_use === false),
-    // One core stays with the training process.
-    workerRoom: cores === null ? null : Math.max(0, cores - 1),
-    coresWhy: tightest === null ? null : ranks > 1 ? `${tightest.why} shared by ${ranks} ranks` : tightest.why,
-    tightBy: tightest?.by ?? null,
-    ranks,
+    ...workerRoom(context),
     // Workers measured mostly waiting (on storage, a remote service) use little CPU: the cores do not bound them.
     workersWait: workers !== null && workers > 0 && busy !== null && busy < 0.5 * workers,
   };

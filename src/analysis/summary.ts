@@ -1,9 +1,10 @@
 import { WASTE_WORDS, type Waste } from './waste.js';
+import { alsoCosting } from '../model/costs.js';
 import type { GpuOverJob, GpuProcessPeak } from '../counters/gpu-aggregate.js';
 import { coresPerGpu, type NodeInventory } from '../counters/inventory-parse.js';
 import type { Env } from '../protocol/messages.js';
 import { LogHistogram } from '../store/histogram.js';
-import { breakdownOf, type Breakdown, type JobSnapshot, type RankView } from '../store/job-store.js';
+import { breakdownOf, roundBreakdown, type Breakdown, type JobSnapshot, type RankView } from '../store/job-store.js';
 import { emptySums, mergeSums } from '../store/step-buckets.js';
 import type { Comparison } from './compare.js';
 import type { RunRecord } from '../protocol/runs.js';
@@ -16,6 +17,8 @@ import type { Cause, Evidence, Verdict } from './verdict.js';
 import type { SummaryStop } from '../protocol/stall-state.js';
 import { rankList } from '../model/stall.js';
 import { isStop } from '../model/verdict.js';
+import type { FixEstimate } from './fix-estimate.js';
+import type { LimiterCost } from './limiters.js';
 
 export const SUMMARY_SCHEMA = 'stepscope.summary/v1';
 
@@ -100,6 +103,10 @@ export interface Summary {
   node?: NodeSummary;
   /** Where the run stopped stepping (it hung, a rank stalled or went), oldest first; absent where it never did. */
   stops?: SummaryStop[];
+  /** Every limiter that cost the job at least 5% of its time, with its level, most costly first. Absent in summaries before it. */
+  limiters?: LimiterCost[];
+  /** The verdict's causes, by what fixing each would buy (from its evidence). Absent in summaries before it. */
+  causes?: FixEstimate[];
 }
 
 /** `cores_per_gpu`: the node's logical cores over the GPUs the job's ranks ran on; null where either is unknown. */
@@ -134,7 +141,6 @@ function stepMs(histogram: LogHistogram, meanMs: number | null): StepMs {
   };
 }
 
-const roundBreakdown = (b: Breakdown): Breakdown => ({ data: round(b.data, 4), h2d: round(b.h2d, 4), compute: round(b.compute, 4), other: round(b.other, 4) });
 
 export interface SummaryInput {
   job: JobSnapshot;
@@ -181,13 +187,14 @@ export function stopSentence(stop: SummaryStop): string {
   return `${head}${stop.text ? `: ${stop.text}` : ''}.`;
 }
 
-function headline(verdict: Verdict, cause: Cause, share: number | null, evidence: Evidence | null, steps: number, stopped = false): string {
+function headline(verdict: Verdict, cause: Cause, share: number | null, evidence: Evidence | null, steps: number, limiters: readonly LimiterCost[], stopped = false): string {
   if (steps === 0) return 'No steps were received.';
   const name = verdict;
   const held = share === null ? '' : ` for ${Math.round(share * 100)}% of ${stopped ? 'its stepping time' : 'the job'}`;
   const because = cause ? ` (${cause})` : '';
   const rule = evidence ? `: ${evidence.rule}` : '';
-  return `${name[0]!.toUpperCase()}${name.slice(1)}${because}${held}${rule}.`;
+  const also = alsoCosting(limiters, verdict);
+  return `${name[0]!.toUpperCase()}${name.slice(1)}${because}${held}${rule}.${also ? ` ${also}` : ''}`;
 }
 
 function dedupe(recommendations: Recommendation[]): Recommendation[] {
@@ -217,6 +224,7 @@ export function buildSummary({ job, views, analysis, gpus, at, gpuHourPrice = nu
   const straggler = analysis.mainStraggler();
   const stops = summaryStops(analysis, Date.parse(job.started_at), endedAt, job.duration_s);
   const lead = leadingStop(stops);
+  const limiters = analysis.limiters();
   const recommendations = dedupe([
     ...(lead?.recommendations ?? []),
     ...(dominant?.judgement?.recommendations ?? current?.recommendations ?? []),
@@ -242,7 +250,7 @@ export function buildSummary({ job, views, analysis, gpus, at, gpuHourPrice = nu
       };
     });
   const totalDur = totals.durNs;
-  const usual = headline(verdict, cause, share, evidence, job.steps, lead !== null);
+  const usual = headline(verdict, cause, share, evidence, job.steps, limiters, lead !== null);
   // Throughput while it stepped: a stop is in the wall time, not in what the job could do.
   const stoppedMs = analysis.stopEpisodes().reduce((total, episode) => total + (episode.verdict === 'stalled' ? 0 : Math.max(0, Math.min(episode.until, endedAt) - episode.since)), 0);
   const steppingS = Math.max(0, job.duration_s - stoppedMs / 1000);
@@ -279,6 +287,8 @@ export function buildSummary({ job, views, analysis, gpus, at, gpuHourPrice = nu
     samples_per_step: totals.samplesSteps ? round(totals.samples / totals.samplesSteps, 3) : null,
     waste: analysis.wasted(gpuHourPrice),
     ...(stops.length ? { stops } : {}),
+    limiters,
+    causes: (dominant?.judgement ?? current)?.causes ?? [],
   };
 }
 

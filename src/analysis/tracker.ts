@@ -20,6 +20,10 @@ export interface TrackerDump {
 
 const sameState = (a: Judgement, b: Judgement) => a.verdict === b.verdict && a.cause === b.cause;
 
+/** A judgement from a checkpoint written before judgements listed their limiters and causes: with none. */
+export const loadedJudgement = (judgement: Judgement): Judgement => ({ ...judgement, limiters: judgement.limiters ?? [], causes: judgement.causes ?? [] });
+const loadedHeld = (held: { judgement: Judgement; since: number } | null) => (held ? { ...held, judgement: loadedJudgement(held.judgement) } : null);
+
 /**
  * Keeps a verdict from flapping: a new verdict (or cause) takes over only once every judgement for
  * `holdMs` has agreed on it. The first judgement is taken as it is.
@@ -44,8 +48,8 @@ export class VerdictTracker {
 
   static load(dump: TrackerDump): VerdictTracker {
     const tracker = new VerdictTracker(dump.holdMs);
-    tracker.held = dump.held;
-    tracker.pending = dump.pending;
+    tracker.held = loadedHeld(dump.held);
+    tracker.pending = loadedHeld(dump.pending);
     return tracker;
   }
 

@@ -1,6 +1,8 @@
 import type { Env } from '../protocol/messages.js';
 import type { ThrottleReasonName } from '../counters/types.js';
-import type { Cause, CommCause, ComputeCause, Evidence, InputCause, Limiter, MemoryCause, ThrottleCause, Verdict } from '../model/verdict.js';
+import { LIMITER_OF, type Cause, type CommCause, type ComputeCause, type Evidence, type InputCause, type Limiter, type MemoryCause, type ThrottleCause, type Verdict } from '../model/verdict.js';
+import { inputFixes, wholeLimiter, type FixEstimate, type PresentCause } from './fix-estimate.js';
+import { listLimiters, type LimiterCost, type LostShare } from './limiters.js';
 import { recommendationsFor, type Recommendation } from './recommendations.js';
 import { gpuSharedCause, topConsumersText } from './neighbours.js';
 import { envGroup, num, recompileCause } from './stack.js';
@@ -19,6 +21,10 @@ export interface Judgement {
   cause: Cause;
   evidence: Evidence;
   recommendations: Recommendation[];
+  /** Every limiter costing at least 5% of step time, most costly first. */
+  limiters: LimiterCost[];
+  /** The causes present, by what fixing each would buy (the verdict's cause first). */
+  causes: FixEstimate[];
 }
 
 export const THRESHOLDS = {
@@ -26,10 +32,12 @@ export const THRESHOLDS = {
   warmupSteps: 20,
   /** No step ended for this long (or 3 median steps, if longer): idle. */
   idleMs: 10_000,
-  /** Input-bound at 20% of step time lost waiting for data: TF profiler's "highly input-bound", TraceML's critical. */
+  /**
+   * Input-bound at 20% of step time lost waiting for data (TF profiler's "highly input-bound",
+   * TraceML's critical), whatever the step's length: the share must hold at the lower end of its
+   * 95% interval over the window's slices (limiters.ts), so jitter is judged by statistics.
+   */
   input: 0.2,
-  /** ... and at least this much per step (TraceML's floor), so sub-millisecond jitter of tiny steps is not a verdict. */
-  inputMinMsPerStep: 2,
   transfer: 0.2,
   /** Higher than input: some loop overhead outside the phases is normal. */
   host: 0.25,
@@ -80,6 +88,15 @@ export const THRESHOLDS = {
   tensorIdleSmActive: 0.5,
 } as const;
 
+/** Each limiter's verdict bar: the share of step time (its lower bound) at which it is the verdict, and its level is high. */
+export const LIMITER_BARS: Readonly<Record<Limiter, number>> = {
+  input: THRESHOLDS.input,
+  transfer: THRESHOLDS.transfer,
+  host: THRESHOLDS.host,
+  communication: THRESHOLDS.communication,
+  throttle: THRESHOLDS.throttle,
+};
+
 const HARMFUL_REASONS: Record<Exclude<ThrottleCause, 'clocks-low'>, ThrottleReasonName[]> = {
   thermal: ['HwThermalSlowdown', 'SwThermalSlowdown'],
   power: ['SwPowerCap', 'HwPowerBrakeSlowdown'],
@@ -109,16 +126,18 @@ function loaderWorkers(env: Env): number | null {
   return typeof loader?.num_workers === 'number' ? loader.num_workers : null;
 }
 
-function inputCause(window: RankWindow, context: RankContext): { cause: InputCause; why: string } {
+/** Every cause of input-bound whose evidence is present, the more specific first; `unknown` where none is. */
+function inputCauses(window: RankWindow, context: RankContext): Array<PresentCause<InputCause>> {
   const { process, host } = window;
+  const present: Array<PresentCause<InputCause>> = [];
   if (process?.cgroup_throttled_share != null && process.cgroup_throttled_share >= THRESHOLDS.cgroupThrottledShare) {
-    return { cause: 'cgroup-throttled', why: `the container was CPU-throttled in ${pct(process.cgroup_throttled_share)} of CFS periods (limit ${process.cgroup_quota_cores ?? '?'} cores)` };
+    present.push({ cause: 'cgroup-throttled', why: `the container was CPU-throttled in ${pct(process.cgroup_throttled_share)} of CFS periods (limit ${process.cgroup_quota_cores ?? '?'} cores)` });
   }
   if (host?.memory_pressure_pct != null && host.memory_pressure_pct >= THRESHOLDS.memoryPressurePct) {
-    return { cause: 'memory-pressure', why: `tasks on the host stalled on memory ${host.memory_pressure_pct.toFixed(0)}% of the time (PSI): the loader waits for reclaim and swap-in` };
+    present.push({ cause: 'memory-pressure', why: `tasks on the host stalled on memory ${host.memory_pressure_pct.toFixed(0)}% of the time (PSI): the loader waits for reclaim and swap-in` });
   }
   if (host?.iowait_pct_mean != null && host.iowait_pct_mean >= THRESHOLDS.iowaitPct) {
-    return { cause: 'io-wait', why: `host CPUs spent ${host.iowait_pct_mean.toFixed(0)}% waiting for I/O` };
+    present.push({ cause: 'io-wait', why: `host CPUs spent ${host.iowait_pct_mean.toFixed(0)}% waiting for I/O` });
   }
   if (host?.cpu_pct_mean != null && host.cpu_pct_mean >= THRESHOLDS.cpuSaturatedPct) {
     // Whose CPU: the job's own processes, or something else on the node (where the hooks measure the job's).
@@ -126,21 +145,21 @@ function inputCause(window: RankWindow, context: RankContext): { cause: InputCau
     const own = context.jobCpuCores ?? null;
     if (busy !== null && own !== null && own < THRESHOLDS.contentionJobShare * busy) {
       const others = topConsumersText(window);
-      return { cause: 'contention', why: `host CPU ${host.cpu_pct_mean.toFixed(0)}% busy, but this job's processes use only ${own.toFixed(1)} of the ${busy.toFixed(1)} busy cores: something else on this node takes the CPU${others ? `; ${others}` : ''}` };
+      present.push({ cause: 'contention', why: `host CPU ${host.cpu_pct_mean.toFixed(0)}% busy, but this job's processes use only ${own.toFixed(1)} of the ${busy.toFixed(1)} busy cores: something else on this node takes the CPU${others ? `; ${others}` : ''}` });
+    } else {
+      const whose = own === null || busy === null ? '' : `, ${own.toFixed(1)} of the ${busy.toFixed(1)} busy cores by this job`;
+      present.push({ cause: 'cpu-saturated', why: `host CPU ${host.cpu_pct_mean.toFixed(0)}% busy${whose}` });
     }
-    const whose = own === null || busy === null ? '' : `, ${own.toFixed(1)} of the ${busy.toFixed(1)} busy cores by this job`;
-    return { cause: 'cpu-saturated', why: `host CPU ${host.cpu_pct_mean.toFixed(0)}% busy${whose}` };
   }
   const configured = loaderWorkers(context.env);
   const workers = configured ?? process?.workers ?? null;
   if (workers === 0) {
     const why = configured === 0 ? 'the DataLoader loads in the training process (num_workers=0)' : 'no loader worker processes: data is loaded in the training process';
-    return { cause: 'few-workers', why };
+    present.push({ cause: 'few-workers', why });
+  } else if (workers !== null && process?.cpu_workers_cores != null && process.cpu_workers_cores >= THRESHOLDS.workerBusyFrac * workers) {
+    present.push({ cause: 'few-workers', why: `${workers} loader workers use ${process.cpu_workers_cores.toFixed(1)} cores: each of them is busy` });
   }
-  if (workers !== null && process?.cpu_workers_cores != null && process.cpu_workers_cores >= THRESHOLDS.workerBusyFrac * workers) {
-    return { cause: 'few-workers', why: `${workers} loader workers use ${process.cpu_workers_cores.toFixed(1)} cores: each is busy while the host has CPU to spare` };
-  }
-  return { cause: 'unknown', why: 'no CPU, quota or I/O limit seen: remote storage latency or a slow collate are likely' };
+  return present.length ? present : [{ cause: 'unknown', why: 'no CPU, quota or I/O limit seen: remote storage latency or a slow collate are likely' }];
 }
 
 function throttleCause(window: RankWindow): { cause: ThrottleCause; share: number } | null {
@@ -160,11 +179,16 @@ const pct = (x: number) => `${Math.round(x * 100)}%`;
 
 export function judge(window: RankWindow, context: RankContext): Judgement {
   const figures = evidenceFigures(window, context);
-  const done = (verdict: Verdict, cause: Cause, rule: string, lost: Evidence['lost'] = {}): Judgement => ({
+  let limiters: LimiterCost[] = [];
+  let lostLow: Evidence['lost_low'] = {};
+  const done = (verdict: Verdict, cause: Cause, rule: string, lost: Evidence['lost'] = {}, causes: FixEstimate[] = []): Judgement => ({
     verdict,
     cause,
-    evidence: { rule, lost, figures },
-    recommendations: recommendationsFor(verdict, cause, { window, env: context.env, hostCores: context.hostCores }),
+    evidence: { rule, lost, lost_low: lostLow, figures },
+    // The advice of every cause present, the one that buys most first.
+    recommendations: dedupe((causes.length ? causes.map((c) => c.cause) : [cause]).flatMap((c) => recommendationsFor(verdict, c, { window, env: context.env, hostCores: context.hostCores }))),
+    limiters,
+    causes,
   });
 
   if (context.sinceLastStepMs === null) return done('warming-up', null, 'no step has ended yet');
@@ -172,47 +196,45 @@ export function judge(window: RankWindow, context: RankContext): Judgement {
   if (context.sinceLastStepMs > idleAfter) return done('idle', null, `no step for ${(context.sinceLastStepMs / 1000).toFixed(1)} s`);
   if (context.totalSteps < THRESHOLDS.warmupSteps) return done('warming-up', null, `${context.totalSteps} of ${THRESHOLDS.warmupSteps} steps seen`);
   const shares = window.breakdown;
-  if (!shares || window.steps === 0) return done(context.current ?? 'warming-up', null, 'no step in the window; keeping the verdict');
+  if (!shares || window.steps === 0 || !window.lost) return done(context.current ?? 'warming-up', null, 'no step in the window; keeping the verdict');
 
-  // Where the CUDA path measured the GPU's idle gap, only the part of the CPU's waiting that the GPU
-  // felt counts: data wait overlapping queued GPU work costs nothing.
-  const idle = window.gpu_idle_share;
-  const input = idle === null ? shares.data : Math.min(shares.data, idle);
-  const host = idle === null ? shares.other : Math.min(shares.other, Math.max(0, idle - input));
-  const comm = window.comm;
-  const lost: Record<Limiter, number> = { input: round(input), transfer: round(shares.h2d), host: round(host), communication: round(comm?.wait_share ?? 0), throttle: 0 };
+  // Each limiter's share over the window and the lower bound that holds across it (limiters.ts):
+  // the bound decides, the share is what it costs.
+  const measured = window.lost;
+  const costs: Record<Limiter, LostShare> = {
+    input: measured.input,
+    transfer: measured.transfer,
+    host: measured.host,
+    communication: measured.communication ?? { share: 0, low: 0 },
+    throttle: { share: 0, low: 0 },
+  };
   const throttle = throttleCause(window);
-  if (throttle && window.gpu?.sm_clock_frac_mean != null) lost.throttle = round(shares.compute * (1 - window.gpu.sm_clock_frac_mean));
-  const dataMsPerStep = (window.step_ms_mean ?? 0) * shares.data;
-
-  const threshold: Record<Limiter, number> = {
-    input: THRESHOLDS.input,
-    transfer: THRESHOLDS.transfer,
-    host: THRESHOLDS.host,
-    communication: THRESHOLDS.communication,
-    throttle: THRESHOLDS.throttle,
-  };
-  const limiterOf: Partial<Record<Verdict, Limiter>> = {
-    'input-bound': 'input',
-    'transfer-bound': 'transfer',
-    'host-bound': 'host',
-    'communication-bound': 'communication',
-    throttled: 'throttle',
-  };
-  const current = context.current ? limiterOf[context.current] : undefined;
+  if (throttle && window.gpu?.sm_clock_frac_mean != null) {
+    // From the GPU's samples, not the steps: its persistence is the reason's share of the samples.
+    const share = round(shares.compute * (1 - window.gpu.sm_clock_frac_mean));
+    costs.throttle = { share, low: share };
+  }
+  const lost = Object.fromEntries(Object.entries(costs).map(([limiter, cost]) => [limiter, round(cost.share)])) as Record<Limiter, number>;
+  lostLow = Object.fromEntries(Object.entries(costs).map(([limiter, cost]) => [limiter, round(cost.low)]));
+  const threshold = LIMITER_BARS;
+  const current = context.current ? LIMITER_OF[context.current] : undefined;
   const over = (limiter: Limiter) => {
     const bar = limiter === current ? threshold[limiter] * THRESHOLDS.stickiness : threshold[limiter];
-    if (lost[limiter] < bar) return false;
-    if (limiter === 'input' && dataMsPerStep < THRESHOLDS.inputMinMsPerStep) return false;
+    if (costs[limiter].low < bar) return false;
     if (limiter === 'throttle' && !throttle) return false;
     return true;
   };
   const candidates = (Object.keys(lost) as Limiter[]).filter(over).sort((a, b) => lost[b] - lost[a]);
-  // The bar the headline quotes is the one the figure passed: a verdict held in force below its
-  // entry threshold says so, so that "18% (≥ 20%)" is never written.
-  const bar = (limiter: Limiter) =>
-    lost[limiter] >= threshold[limiter] ? `≥ ${pct(threshold[limiter])}` : `held: ≥ ${pct(threshold[limiter] * THRESHOLDS.stickiness)} while in force, ${pct(threshold[limiter])} to enter`;
   const top = candidates[0];
+  limiters = listLimiters(costs, threshold, top !== undefined && top === current ? top : null);
+  // The bar the headline quotes is the one the figure passed: a verdict held in force below its
+  // entry threshold says so, so that "18% (≥ 20%)" is never written; a bound below the share is given.
+  const bar = (limiter: Limiter) => {
+    const { share, low } = costs[limiter];
+    const holds = pct(low) !== pct(share) ? `, at least ${pct(low)} across the window` : '';
+    return low >= threshold[limiter] ? `≥ ${pct(threshold[limiter])}${holds}` : `held: ≥ ${pct(threshold[limiter] * THRESHOLDS.stickiness)} while in force, ${pct(threshold[limiter])} to enter${holds}`;
+  };
+  const idle = window.gpu_idle_share;
 
   if (top === 'input') {
     // A container with a CPU quota whose throttling has no rate yet (one process sample): the first
@@ -221,25 +243,34 @@ export function judge(window: RankWindow, context: RankContext): Judgement {
     if (quota !== null && window.process?.cgroup_throttled_share == null && context.current !== 'input-bound') {
       return done(context.current ?? 'warming-up', null, `input-bound pending: the container's CPU quota (${quota} cores) needs a second process sample to rule out throttling`, lost);
     }
-    const { cause, why } = inputCause(window, context);
-    const measured = idle === null ? 'waiting for data' : 'with the GPU idle waiting for data';
-    return done('input-bound', cause, `${pct(lost.input)} of step time ${measured} (${bar('input')}); ${why}`, lost);
+    const present = inputCauses(window, context);
+    const causes = inputFixes(present, lost.input, { window, env: context.env, hostCores: context.hostCores, jobCpuCores: context.jobCpuCores ?? null });
+    const why = present.find((p) => p.cause === causes[0]!.cause)!.why;
+    const measuredBy = idle === null ? 'waiting for data' : 'with the GPU idle waiting for data';
+    return done('input-bound', causes[0]!.cause, `${pct(lost.input)} of step time ${measuredBy} (${bar('input')}); ${why}`, lost, causes);
   }
   if (top === 'throttle') {
     const gpu = window.gpu!;
     const reasons = Object.entries(gpu.throttle_share).map(([name, share]) => `${name} ${pct(share)}`).join(', ') || 'no reason reported';
-    return done('throttled', throttle!.cause, `SM clock at ${pct(gpu.sm_clock_frac_mean!)} of its maximum while busy (${reasons}); ${pct(lost.throttle)} of step time lost`, lost);
+    const fix = wholeLimiter('throttle', throttle!.cause, lost.throttle, `the SM clock back at its maximum gives back the compute time the lower clock costs (compute ${pct(shares.compute)} × ${pct(1 - gpu.sm_clock_frac_mean!)})`);
+    return done('throttled', throttle!.cause, `SM clock at ${pct(gpu.sm_clock_frac_mean!)} of its maximum while busy (${reasons}); ${pct(lost.throttle)} of step time lost`, lost, [fix]);
   }
-  if (top === 'transfer') return done('transfer-bound', null, `${pct(lost.transfer)} of step time in host-to-device copies (${bar('transfer')})`, lost);
+  if (top === 'transfer') {
+    const fix = wholeLimiter('transfer', null, lost.transfer, 'copies from pinned memory overlapped with compute (non_blocking) leave the step: all of their share at most');
+    return done('transfer-bound', null, `${pct(lost.transfer)} of step time in host-to-device copies (${bar('transfer')})`, lost, [fix]);
+  }
   // Frequent recompiles: the step waits for the compiler, in whichever phase the hook counted it.
   const recompiling = recompileCause(context.env, window);
   if (top === 'host') {
     const rule = `${pct(lost.host)} of step time outside data, copy and compute (${bar('host')})`;
-    return recompiling ? done('host-bound', 'recompiles', `${rule}; ${recompiling.why}`, lost) : done('host-bound', 'outside-phases', rule, lost);
+    const cause = recompiling ? 'recompiles' : 'outside-phases';
+    const fix = wholeLimiter('host', cause, lost.host, recompiling ? 'no recompiles: all of the time outside the phases at most' : 'the work outside the phases done less often, or off the training thread: all of its share at most');
+    return done('host-bound', cause, recompiling ? `${rule}; ${recompiling.why}` : rule, lost, [fix]);
   }
   if (top === 'communication') {
     const { cause, why } = commCause(window, context);
-    return done('communication-bound', cause, `${pct(lost.communication)} of step time waiting in collectives (${bar('communication')}); ${why}`, lost);
+    const fix = wholeLimiter('communication', cause, lost.communication, 'only the exposed wait counts: collectives that overlap the backward pass cost nothing');
+    return done('communication-bound', cause, `${pct(lost.communication)} of step time waiting in collectives (${bar('communication')}); ${why}`, lost, [fix]);
   }
   const memory = memoryCause(window);
   if (memory) return done('memory-bound', memory.cause, memory.why, lost);
@@ -257,6 +288,11 @@ export function judge(window: RankWindow, context: RankContext): Judgement {
   // Never a silent compute-bound where low clocks could not have been seen.
   const unchecked = gpu === null ? null : gpu.throttle_unchecked;
   return done('compute-bound', split.cause, [rule, split.why, unchecked && `throttling could not be checked: ${unchecked}`].filter(Boolean).join('; '), lost);
+}
+
+function dedupe(recommendations: Recommendation[]): Recommendation[] {
+  const seen = new Set<string>();
+  return recommendations.filter((r) => (seen.has(r.id) ? false : (seen.add(r.id), true)));
 }
 
 /** A slow rank when a peer waits far less in the collectives (everyone waits for it); else the collective itself. */

@@ -1,4 +1,5 @@
 import { LIMITERS, type Limiter } from '../model/verdict.js';
+import { listLimiters, type LimiterCost } from './limiters.js';
 import { round } from '../model/round.js';
 
 /**
@@ -31,6 +32,8 @@ export interface WasteDump {
   gpuSeconds: number;
   lost: Array<[Limiter, number]>;
   energy: Array<[Limiter, number]>;
+  /** The lost shares' lower bounds, summed like the shares (absent in checkpoints before them). */
+  steady?: Array<[Limiter, number]>;
 }
 
 /** A tick further than this from the last (the sidecar was down) counts as this long: nobody measured the gap. */
@@ -40,18 +43,36 @@ export class WasteLedger {
   private gpuSeconds = 0;
   private readonly lost = new Map<Limiter, number>();
   private readonly energy = new Map<Limiter, number>();
+  private readonly steady = new Map<Limiter, number>();
 
-  /** One rank over `seconds` of stepping, with the shares it lost and its GPU's mean power (null: unmeasured). */
-  add(seconds: number, lost: Partial<Record<Limiter, number>>, powerW: number | null): void {
+  /**
+   * One rank over `seconds` of stepping, with the shares it lost, their lower bounds over its window
+   * (for the job's limiters' levels) and its GPU's mean power (null: unmeasured).
+   */
+  add(seconds: number, lost: Partial<Record<Limiter, number>>, powerW: number | null, low: Partial<Record<Limiter, number>> = {}): void {
     const dt = Math.min(Math.max(0, seconds), MAX_TICK_S);
     if (dt === 0) return;
     this.gpuSeconds += dt;
     for (const limiter of LIMITERS) {
+      const bound = low[limiter] ?? 0;
+      if (bound > 0) this.steady.set(limiter, (this.steady.get(limiter) ?? 0) + bound * dt);
       const share = lost[limiter] ?? 0;
       if (share <= 0) continue;
       this.lost.set(limiter, (this.lost.get(limiter) ?? 0) + share * dt);
       if (powerW !== null) this.energy.set(limiter, (this.energy.get(limiter) ?? 0) + share * dt * powerW);
     }
+  }
+
+  /**
+   * The limiters that cost the job at least 5% of its GPU time, with their level against `bars`:
+   * the share over the job, and as its bound the time-weighted mean of the windows' lower bounds.
+   */
+  limiters(bars: Readonly<Record<Limiter, number>>): LimiterCost[] {
+    if (this.gpuSeconds <= 0) return [];
+    const costs = Object.fromEntries(
+      [...this.lost.entries()].map(([limiter, seconds]) => [limiter, { share: round(seconds / this.gpuSeconds, 4), low: round((this.steady.get(limiter) ?? 0) / this.gpuSeconds, 4) }]),
+    );
+    return listLimiters(costs, bars, null);
   }
 
   view(pricePerGpuHour: number | null): Waste {
@@ -75,7 +96,7 @@ export class WasteLedger {
   }
 
   dump(): WasteDump {
-    return { gpuSeconds: this.gpuSeconds, lost: [...this.lost.entries()], energy: [...this.energy.entries()] };
+    return { gpuSeconds: this.gpuSeconds, lost: [...this.lost.entries()], energy: [...this.energy.entries()], steady: [...this.steady.entries()] };
   }
 
   static load(dump: WasteDump | undefined): WasteLedger {
@@ -84,6 +105,7 @@ export class WasteLedger {
     ledger.gpuSeconds = dump.gpuSeconds;
     for (const [limiter, seconds] of dump.lost) ledger.lost.set(limiter, seconds);
     for (const [limiter, joules] of dump.energy) ledger.energy.set(limiter, joules);
+    for (const [limiter, seconds] of dump.steady ?? []) ledger.steady.set(limiter, seconds);
     return ledger;
   }
 }

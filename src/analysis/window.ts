@@ -1,7 +1,9 @@
 import type { MemoryAt, ProcessAt } from '../store/job-records.js';
 import { memoryWindow, type MemoryWindow } from './memory-window.js';
 import { percentile } from '../store/ring.js';
-import type { StepSums } from '../store/step-buckets.js';
+import { commStepsNs, type StepSums } from '../store/step-buckets.js';
+import { windowLost, type WindowLost } from './limiters.js';
+import { breakdownOf, roundBreakdown } from '../store/job-snapshot.js';
 import { throttleReasonNames, ThrottleReason, type GpuSample, type ThrottleReasonName } from '../counters/types.js';
 import type { HostSample } from '../counters/host.js';
 import { largestFirst, type ComputeApp } from '../counters/compute-apps.js';
@@ -21,6 +23,8 @@ export interface WindowInput {
   from: number;
   to: number;
   steps: StepSums;
+  /** The same steps' sums in each slice of time that has some, oldest first (for the limiters' bounds); none: no bounds. */
+  slices?: StepSums[];
   /** Durations (ms) of the rank's recent steps that ended in the window. */
   stepMs: number[];
   /** Samples as the store holds them: with the throttle signals a second source filled in, marked. */
@@ -159,6 +163,8 @@ export interface RankWindow {
   process: ProcessWindow | null;
   comm: CommWindow | null;
   memory: MemoryWindow | null;
+  /** What each limiter measured from the steps cost over the window, with the lower bound the rules weigh. */
+  lost: WindowLost | null;
 }
 
 type Num = number | null;
@@ -199,27 +205,21 @@ export function rankWindow(input: WindowInput): RankWindow {
     step_ms_p50: sorted.length ? percentile(sorted, 50) : null,
     step_ms_p90: sorted.length ? percentile(sorted, 90) : null,
     samples_per_s: steps.samplesSteps && seconds > 0 ? round(steps.samples / seconds, 1) : null,
-    breakdown: phaseTotal
-      ? {
-          data: round(steps.dataNs / phaseTotal, 4),
-          h2d: round(steps.h2dNs / phaseTotal, 4),
-          compute: round(steps.computeNs / phaseTotal, 4),
-          other: round(steps.otherNs / phaseTotal, 4),
-        }
-      : null,
+    breakdown: phaseTotal ? roundBreakdown(breakdownOf(steps)) : null,
     gpu_idle_share: steps.gpuIdleSteps ? round(steps.gpuIdleNs / steps.durNs, 4) : null,
     gpu: input.gpu && input.gpu.samples.length ? gpuWindow(input.gpu.samples, input.gpu.matchedBy, otherProcesses(input.apps ?? null, input.gpu.samples.at(-1)!, input.jobPids ?? new Set())) : null,
     host: input.host.length ? hostWindow(input.host, input.jobPids ?? new Set()) : null,
     process: processWindow(input.process, input.to),
     comm: commWindow(steps),
     memory: memoryWindow(input.memory, input.from, input.to),
+    lost: windowLost(steps, input.slices ?? []),
   };
 }
 
 function commWindow(steps: StepSums): CommWindow | null {
   if (steps.commSteps === 0 || steps.durNs === 0) return null;
   // Only the steps that measured collectives: a job that turned it on mid-window is not diluted.
-  const durNs = steps.steps === steps.commSteps ? steps.durNs : (steps.durNs / steps.steps) * steps.commSteps;
+  const durNs = commStepsNs(steps);
   return {
     steps: steps.commSteps,
     share: round(steps.commNs / durNs, 4),

@@ -28,6 +28,8 @@ export interface VerdictState {
   since: string;
   evidence: Judgement['evidence'];
   recommendations: Judgement['recommendations'];
+  limiters: Judgement['limiters'];
+  causes: Judgement['causes'];
   /** A different verdict waiting out its hold time, if any. */
   pending: { verdict: Judgement['verdict']; cause: Judgement['cause']; since: string } | null;
 }
@@ -105,6 +107,8 @@ export function verdictState(held: { judgement: Judgement; since: number; pendin
     since: new Date(held.since).toISOString(),
     evidence: judgement.evidence,
     recommendations: judgement.recommendations,
+    limiters: judgement.limiters,
+    causes: judgement.causes,
     pending: held.pending ? { verdict: held.pending.judgement.verdict, cause: held.pending.judgement.cause, since: new Date(held.pending.since).toISOString() } : null,
   };
 }
@@ -123,6 +127,7 @@ export function windowFor(view: RankView, counters: CounterStore<HostSample>, at
     from,
     to: at,
     steps: view.buckets.between(from, at),
+    slices: view.buckets.slicesBetween(from, at),
     stepMs: view
       .recent()
       .filter((step) => step.endAt >= from && step.endAt < at)

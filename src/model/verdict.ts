@@ -63,10 +63,25 @@ export type Cause = InputCause | ThrottleCause | HostCause | CommCause | MemoryC
 export const LIMITERS = ['input', 'transfer', 'host', 'communication', 'throttle'] as const;
 export type Limiter = (typeof LIMITERS)[number];
 
+/** The limiter each verdict names (none for compute-bound, memory-bound, warming-up and idle). */
+export const LIMITER_OF: Readonly<Partial<Record<Verdict, Limiter>>> = {
+  'input-bound': 'input',
+  'transfer-bound': 'transfer',
+  'host-bound': 'host',
+  'communication-bound': 'communication',
+  throttled: 'throttle',
+};
+
+/** How much a limiter costs, as named beside the verdict: moderate from 5% of step time, high at its verdict's bar. */
+export const LEVELS = ['moderate', 'high'] as const;
+export type Level = (typeof LEVELS)[number];
+
 export interface Evidence {
   /** The rule that decided, in words, with its numbers. */
   rule: string;
-  /** Shares of step time lost to each limiter (0..1), as the rules weighed them. */
+  /** Shares of step time lost to each limiter (0..1). */
   lost: Partial<Record<Limiter, number>>;
+  /** The lower bounds of those shares over the window (0..1), which the rules weighed; absent in judgements before them. */
+  lost_low?: Partial<Record<Limiter, number>>;
   figures: Record<string, number | string | null>;
 }

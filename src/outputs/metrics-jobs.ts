@@ -1,7 +1,7 @@
 import type { Registry } from 'prom-client';
 import { counterFamily, gaugeFamily } from './metrics-family.js';
 import type { JobScrape, RankScrape, Scrape } from './metrics-scrape.js';
-import { VERDICT_CODES, verdictStateSet } from './metrics-verdicts.js';
+import { limiterLevels, VERDICT_CODES, verdictStateSet } from './metrics-verdicts.js';
 
 /** Per job and rank: where step time goes, the verdicts, the straggler. */
 
@@ -81,6 +81,26 @@ export function registerJobFamilies(registry: Registry, scrape: () => Scrape): v
   });
 
   gaugeFamily(registry, {
+    name: 'stepscope_rank_limiter_share',
+    help: "Share of step time each limiter costing at least 5% takes over the rank's window (input, transfer, host, communication, throttle); absent below 5%. Running jobs only.",
+    labelNames: ['training_job', 'rank', 'limiter'],
+    *samples() {
+      for (const { rank, labels } of eachRank(scrape())) for (const cost of rank.live?.verdict?.limiters ?? []) yield [{ ...labels, limiter: cost.limiter }, cost.share];
+    },
+  });
+
+  gaugeFamily(registry, {
+    name: 'stepscope_rank_limiter_level',
+    help: "Each limiter's level beside the rank's verdict: 0 under 5% of step time, 1 moderate, 2 high (at its verdict's bar). Running jobs only.",
+    labelNames: ['training_job', 'rank', 'limiter'],
+    *samples() {
+      for (const { rank, labels } of eachRank(scrape())) {
+        if (rank.live?.verdict) for (const { limiter, level } of limiterLevels(rank.live.verdict.limiters)) yield [{ ...labels, limiter }, level];
+      }
+    },
+  });
+
+  gaugeFamily(registry, {
     name: 'stepscope_rank_straggler',
     help: 'Whether the rank is the straggler that holds the other ranks of its job back (1) or not (0). Running jobs only.',
     labelNames: ['training_job', 'rank'],
@@ -128,6 +148,17 @@ export function registerJobFamilies(registry: Registry, scrape: () => Scrape): v
     labelNames: ['training_job'],
     *samples() {
       for (const job of scrape().jobs) if (!job.ended && job.verdict) yield [{ training_job: job.job }, VERDICT_CODES[job.verdict.verdict]];
+    },
+  });
+
+  gaugeFamily(registry, {
+    name: 'stepscope_job_limiter_level',
+    help: "Each limiter's level beside the job's verdict (the rank's whose verdict is the job's): 0 under 5% of step time, 1 moderate, 2 high. Running jobs only.",
+    labelNames: ['training_job', 'limiter'],
+    *samples() {
+      for (const job of scrape().jobs) {
+        if (!job.ended && job.verdict) for (const { limiter, level } of limiterLevels(job.verdict.limiters)) yield [{ training_job: job.job, limiter }, level];
+      }
     },
   });
 

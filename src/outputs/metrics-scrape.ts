@@ -29,6 +29,8 @@ export interface MetricsInputs {
 export interface VerdictNow {
   verdict: Verdict;
   cause: Cause;
+  /** The limiters costing at least 5% of step time beside it. */
+  limiters: VerdictState['limiters'];
 }
 
 export interface RankScrape {
@@ -73,7 +75,7 @@ export interface Scrape {
   skipped: Record<string, number>;
 }
 
-const verdictNow = (held: VerdictState | null): VerdictNow | null => (held ? { verdict: held.verdict, cause: held.cause } : null);
+const verdictNow = (held: VerdictState | null): VerdictNow | null => (held ? { verdict: held.verdict, cause: held.cause, limiters: held.limiters } : null);
 
 export function readScrape(inputs: MetricsInputs): Scrape {
   const snapshot = inputs.snapshot();

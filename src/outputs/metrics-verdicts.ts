@@ -1,4 +1,5 @@
 import type { Cause, Verdict } from '../analysis/verdict.js';
+import { LIMITERS, type Level, type Limiter } from '../model/verdict.js';
 
 /**
  * The numbers of stepscope_rank_verdict_code and stepscope_job_verdict_code. Dashboards map them
@@ -63,4 +64,15 @@ export function verdictStateSet(current: { verdict: Verdict; cause: Cause } | nu
   }
   if (current && !listed) series.push({ verdict: current.verdict, cause: current.cause ?? '', value: 1 });
   return series;
+}
+
+/** The number of a limiter's level in stepscope_*_limiter_level: 0 under 5% of step time (not listed). */
+export const LEVEL_CODES = { moderate: 1, high: 2 } as const satisfies Record<Level, number>;
+
+/** Every limiter with its level's code: the listed ones' levels, 0 for the others. */
+export function limiterLevels(listed: ReadonlyArray<{ limiter: Limiter; level: Level }>): Array<{ limiter: Limiter; level: number }> {
+  return LIMITERS.map((limiter) => {
+    const found = listed.find((l) => l.limiter === limiter);
+    return { limiter, level: found ? LEVEL_CODES[found.level] : 0 };
+  });
 }

@@ -1,8 +1,25 @@
 import type { Summary } from '../analysis/summary.js';
 import { h, num, pct, table, withCause } from './report-html-text.js';
 import { nodeLine, otherProcessesLine, RANK_COLUMNS, rankCells } from './summary-text.js';
+import { LIMITER_WORDS } from '../model/costs.js';
 
-/** The report's tables: ranks, GPUs, the job's earlier runs, what to do, the environment. Pure. */
+/** The report's tables: what costs time, ranks, GPUs, the job's earlier runs, what to do, the environment. Pure. */
+
+/** The limiters that cost the job at least 5% of its time, and what fixing each cause would buy. */
+export function costs(s: Summary): string {
+  const limiters = s.limiters ?? [];
+  const causes = s.causes ?? [];
+  if (!limiters.length && !causes.length) return '';
+  const costRows = limiters.map((l) => [h(LIMITER_WORDS[l.limiter]), pct(l.share), h(l.level)]);
+  const fixRows = causes.map((c) => [
+    h(c.cause ?? LIMITER_WORDS[c.limiter]),
+    c.gain === null ? `up to ${pct(c.upto)}: unknown, ${h(c.unknown ?? '')}` : pct(c.gain),
+    h(c.basis),
+  ]);
+  return `<section id="costs"><h2>What costs time</h2>${costRows.length ? table(['limiter', 'share of step time', 'level'], costRows, [1]) : ''}${
+    fixRows.length ? `<h3 style="margin-top:12px">What fixing each cause buys</h3>${table(['cause', 'step time back', 'rests on'], fixRows)}` : ''
+  }</section>`;
+}
 
 export function ranks(s: Summary): string {
   const rows = s.ranks.map((r) => rankCells(r, 'straggler').map(h));

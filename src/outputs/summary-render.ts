@@ -4,8 +4,9 @@ import { leadingStop, wasteSentence, type Summary } from '../analysis/summary.js
 
 export type SummaryFormat = 'text' | 'md';
 
+import { fixText } from '../model/costs.js';
 import { mdProse, mdText } from './markdown.js';
-import { nodeLine, num, otherProcessesLine, pct, RANK_COLUMNS, rankCells, stopLines, withCause } from './summary-text.js';
+import { limitersLine, nodeLine, num, otherProcessesLine, pct, RANK_COLUMNS, rankCells, stopLines, withCause } from './summary-text.js';
 
 function table(format: SummaryFormat, header: string[], rows: string[][]): string[] {
   if (format === 'md') {
@@ -43,6 +44,8 @@ export function renderSummary(summary: Summary, format: SummaryFormat = 'text'):
       (summary.samples_per_s !== null ? ` · ${num(summary.samples_per_s)} samples/s` : ''),
   );
   out.push(`Step time: data ${pct(b.data)}, h2d ${pct(b.h2d)}, compute ${pct(b.compute)}, other ${pct(b.other)}.`);
+  const costs = limitersLine(summary);
+  if (costs) out.push(costs);
   if (summary.gpu_breakdown) {
     const g = summary.gpu_breakdown;
     out.push(`On the GPU (CUDA events): h2d ${pct(g.h2d)}, compute ${pct(g.compute)}, idle between steps ${pct(g.idle)} of step time.`);
@@ -128,6 +131,12 @@ export function renderSummary(summary: Summary, format: SummaryFormat = 'text'):
         ]),
       ),
     );
+  }
+
+  if (summary.causes?.length) {
+    out.push('');
+    out.push(heading('What fixing each cause buys'));
+    summary.causes.forEach((c, i) => out.push(`${i + 1}. ${fixText(c)}.`));
   }
 
   out.push('');

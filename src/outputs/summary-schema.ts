@@ -5,7 +5,7 @@ import { EnvSchema } from '../protocol/hook-schema.js';
 import { RunRecordSchema } from '../protocol/runs.js';
 import { SummaryStopSchema } from '../protocol/stall-state.js';
 import { Bool, Count, Keys, Nullable, Num, NumOrNull, OptionalKeys, Str, StrOrNull, Time } from '../protocol/schema.js';
-import { NodeInventorySchema, BreakdownSchema, CauseSchema, ComparisonSchema, EvidenceSchema, PHASES, RecommendationSchema, StragglerSchema, TimelineSegmentSchema, VerdictSchema, WasteSchema } from '../protocol/state.js';
+import { NodeInventorySchema, BreakdownSchema, CauseSchema, ComparisonSchema, EvidenceSchema, FixEstimateSchema, LimiterCostSchema, PHASES, RecommendationSchema, StragglerSchema, TimelineSegmentSchema, VerdictSchema, WasteSchema } from '../protocol/state.js';
 
 /**
  * summary.json as read back (`stepscope report`, `compare`, `--baseline`, the run history): one
@@ -120,6 +120,8 @@ export const SummaryFileSchema = Type.Object({
   waste: Type.Optional(WasteSchema),
   node: Type.Optional(NodeInventorySchema),
   stops: Type.Optional(Type.Array(SummaryStopSchema, { description: 'where the run stopped stepping (it hung, a rank stalled or went), oldest first' })),
+  limiters: Type.Optional(Type.Array(LimiterCostSchema, { description: "every limiter that cost the job at least 5% of its time, most costly first (its bound: the time-weighted mean of the windows' bounds)" })),
+  causes: Type.Optional(Type.Array(FixEstimateSchema, { description: "the verdict's causes, by what fixing each would buy, most first" })),
 });
 
 export type SummaryFile = Static<typeof SummaryFileSchema>;

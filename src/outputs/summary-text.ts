@@ -1,5 +1,6 @@
 import { processList } from '../model/process-list.js';
-import { stopSentence, type GpuSummary, type NodeSummary, type RankSummary } from '../analysis/summary.js';
+import { stopSentence, type GpuSummary, type NodeSummary, type RankSummary, type Summary } from '../analysis/summary.js';
+import { limiterText } from '../model/costs.js';
 import { framesText } from '../protocol/capture.js';
 import type { SummaryStop } from '../protocol/stall-state.js';
 
@@ -62,4 +63,10 @@ export function stopLines(stop: SummaryStop): string[] {
   if (stop.gpu_seconds >= 1) lines.push(`GPU time held idle: ${num(stop.gpu_seconds, 0)} GPU-seconds.`);
   if (stop.dumps?.length) lines.push(`Every rank's stacks when it was declared hung: ${stop.dumps.join(', ')}.`);
   return lines;
+}
+
+/** "Limiters (≥ 5% of the time): loading 30% (high), work outside the phases 8% (moderate)."; null where none (or summaries before them). */
+export function limitersLine(summary: Pick<Summary, 'limiters'>): string | null {
+  if (!summary.limiters?.length) return null;
+  return `Limiters (at least 5% of the time): ${summary.limiters.map(limiterText).join(', ')}.`;
 }

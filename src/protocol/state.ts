@@ -1,7 +1,7 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { THROTTLE_REASON_NAMES } from '../model/gpu.js';
 import { STRAGGLER_REASONS } from '../model/straggler.js';
-import { CAUSES, LIMITERS, VERDICTS } from '../model/verdict.js';
+import { CAUSES, LEVELS, LIMITERS, VERDICTS } from '../model/verdict.js';
 import { Bool, Count, CountsBy, Keys, Names, Nullable, Num, NumOrNull, OptionalKeys, Str, StrOrNull, Time } from './schema.js';
 import { JobStopSchema, RankStallSchema } from './stall-state.js';
 
@@ -294,6 +294,25 @@ export const MemoryWindowSchema = Type.Object(
   { description: "the framework's allocator on the rank's device, as its hook reads it" },
 );
 
+export const LostShareSchema = Type.Object(
+  {
+    share: Num('share of step time lost to it over the window, 0..1'),
+    low: Num("the lower end of its one-sided 95% confidence interval over the window's slices of time, 0..1: what the rules weigh (docs/verdicts.md)"),
+  },
+  { description: 'what a limiter cost over the window' },
+);
+
+export const WindowLostSchema = Type.Object(
+  {
+    slices: Count("slices of time (250 ms) with steps in the window: the bound's sample; with fewer than 2 the bound is the share"),
+    input: LostShareSchema,
+    transfer: LostShareSchema,
+    host: LostShareSchema,
+    communication: Nullable(LostShareSchema, { description: 'null where the hook does not measure collectives' }),
+  },
+  { description: 'the share of step time each limiter measured from the steps cost over the window, with its lower bound' },
+);
+
 export const RankWindowSchema = Type.Object(
   {
     from: Time('start of the window'),
@@ -311,6 +330,7 @@ export const RankWindowSchema = Type.Object(
     process: Nullable(ProcessWindowSchema, { description: "the rank's process; null without process samples" }),
     comm: Nullable(CommWindowSchema, { description: "the rank's collectives; null when its hook does not measure them" }),
     memory: Nullable(MemoryWindowSchema, { description: "the rank's allocator; null without memory samples (no CUDA)" }),
+    lost: Nullable(WindowLostSchema, { description: 'what each limiter cost over the window; null without steps' }),
   },
   { description: "the rank's recent steps lined up with its GPU's, the host's and its process's counters" },
 );
@@ -329,12 +349,39 @@ export const RecommendationSchema = Type.Object(
 export const EvidenceSchema = Type.Object(
   {
     rule: Str('the rule that decided, in words, with its numbers'),
-    lost: OptionalKeys(LIMITERS, Type.Number(), { description: 'shares of step time (0..1) lost to each limiter, as the rules weighed them' }),
+    lost: OptionalKeys(LIMITERS, Type.Number(), { description: 'shares of step time (0..1) lost to each limiter' }),
+    lost_low: Type.Optional(
+      OptionalKeys(LIMITERS, Type.Number(), {
+        description: "the lower bound of each share over the window's slices of time (0..1), which the rules weigh (docs/verdicts.md); absent in summaries written before it",
+      }),
+    ),
     figures: Type.Record(Type.String(), Type.Union([Type.Number(), Type.String(), Type.Null()]), {
       description: 'the figures the rules read (window_s, steps, data_share, gpu_util_mean, ...); null where not measured',
     }),
   },
   { description: 'why the verdict' },
+);
+
+export const LimiterCostSchema = Type.Object(
+  {
+    limiter: Names(LIMITERS, { description: 'input (starvation), transfer (copies), host (outside the phases), communication (waiting in collectives), throttle (low clocks)' }),
+    share: Num('share of step time it cost, 0..1'),
+    low: Num('the lower bound of that share the level is judged by (over the window\'s slices; over the job, the time-weighted mean of the windows\' bounds), 0..1'),
+    level: Names(LEVELS, { description: "moderate: from 5% of step time; high: at its verdict's bar (20%; host 25%, throttle 10%)" }),
+  },
+  { description: 'a limiter that costs at least 5% of step time' },
+);
+
+export const FixEstimateSchema = Type.Object(
+  {
+    cause: CauseSchema,
+    limiter: Names(LIMITERS, { description: "the limiter whose lost time it explains" }),
+    gain: NumOrNull('share of step time that removing it would give back, 0..1; null where that depends on something not measured (see unknown)'),
+    upto: Num("the most removing it could give back: all of its limiter's lost share (Amdahl), 0..1"),
+    basis: Str('the facts the estimate rests on, in words'),
+    unknown: StrOrNull('what the estimate depends on that was not measured; null where it was'),
+  },
+  { description: 'a cause with what fixing it would buy' },
 );
 
 export const VerdictStateSchema = Type.Object(
@@ -344,6 +391,8 @@ export const VerdictStateSchema = Type.Object(
     since: Time('when this verdict began'),
     evidence: EvidenceSchema,
     recommendations: Type.Array(RecommendationSchema, { description: 'what to do, most useful first' }),
+    limiters: Type.Array(LimiterCostSchema, { description: 'every limiter costing at least 5% of step time, most costly first, the verdict\'s own among them' }),
+    causes: Type.Array(FixEstimateSchema, { description: 'the causes whose evidence is present, by what fixing each would buy, most first (the verdict\'s cause is the first); empty where the verdict has none' }),
     pending: Nullable(
       Type.Object({
         verdict: VerdictSchema,
@@ -573,6 +622,9 @@ export type RankWindow = Static<typeof RankWindowSchema>;
 export type Recommendation = Static<typeof RecommendationSchema>;
 export type Evidence = Static<typeof EvidenceSchema>;
 export type VerdictState = Static<typeof VerdictStateSchema>;
+export type LimiterCost = Static<typeof LimiterCostSchema>;
+export type FixEstimate = Static<typeof FixEstimateSchema>;
+export type WindowLost = Static<typeof WindowLostSchema>;
 export type Straggler = Static<typeof StragglerSchema>;
 export type TimelineSegment = Static<typeof TimelineSegmentSchema>;
 export type Comparison = Static<typeof ComparisonSchema>;

@@ -1,3 +1,4 @@
+import { round } from '../model/round.js';
 import type { Env } from '../protocol/messages.js';
 import type { EndReason, Job, Rank } from './job-records.js';
 import { percentile } from './ring.js';
@@ -54,6 +55,9 @@ export interface JobSnapshot {
 const seconds = (ns: number) => ns / 1e9;
 const ms = (ns: number) => Math.round(ns / 1e3) / 1e3;
 const finiteOrNull = (value: number) => (Number.isFinite(value) ? value : null);
+
+/** The shares to 4 digits, as the state and the summaries give them. */
+export const roundBreakdown = (b: Breakdown): Breakdown => ({ data: round(b.data, 4), h2d: round(b.h2d, 4), compute: round(b.compute, 4), other: round(b.other, 4) });
 
 export function breakdownOf(totals: StepSums): Breakdown {
   const total = totals.dataNs + totals.h2dNs + totals.computeNs + totals.otherNs;

@@ -76,6 +76,12 @@ export function addStep(sums: StepSums, record: StepRecord): void {
   }
 }
 
+/** The step time of the steps that measured their collectives (all of it when every step did). */
+export function commStepsNs(s: StepSums): number {
+  if (s.commSteps === 0 || s.steps === 0) return 0;
+  return s.steps === s.commSteps ? s.durNs : (s.durNs / s.steps) * s.commSteps;
+}
+
 export function mergeSums(into: StepSums, from: StepSums): void {
   for (const key of Object.keys(into) as (keyof StepSums)[]) into[key] += from[key];
 }
@@ -131,13 +137,20 @@ export class StepBuckets {
   /** Sums of the steps that ended in [from, to). */
   between(from: number, to: number): StepSums {
     const total = emptySums();
+    for (const sums of this.slicesBetween(from, to)) mergeSums(total, sums);
+    return total;
+  }
+
+  /** The sums of each slice in which steps ended in [from, to), oldest first: the window's samples for the limiters' bounds. */
+  slicesBetween(from: number, to: number): StepSums[] {
+    const held: StepSums[] = [];
     const first = Math.floor(from / this.sliceMs);
     const last = Math.ceil(to / this.sliceMs) - 1;
     for (let slice = Math.max(first, last - this.slices + 1); slice <= last; slice++) {
       const at = slice % this.slices;
-      if (this.index[at] === slice) mergeSums(total, this.sums[at]!);
+      if (this.index[at] === slice && this.sums[at]!.steps > 0) held.push(this.sums[at]!);
     }
-    return total;
+    return held;
   }
 
   /**

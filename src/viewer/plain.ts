@@ -51,6 +51,9 @@ export function plainLine(view: WatchView, at: number): string {
     pair('compute', fmtShare(b?.compute)),
     pair('other', fmtShare(b?.other)),
   );
+  // Every limiter costing at least 5%, as limiter:share:level ("input:18%:moderate").
+  const limiters = job.banner?.limiters ?? [];
+  if (limiters.length) out.push(pair('limiters', limiters.map((l) => `${l.limiter}:${fmtShare(l.share)}:${l.level}`).join(',')));
   if (job.ranks.length > 1) {
     out.push(pair('ranks', job.ranks.map((r) => `${r.rank}:${r.verdict ?? DASH}`).join(',')));
     out.push(pair('straggler', job.straggler ? `rank${job.straggler.rank}` : DASH));

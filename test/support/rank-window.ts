@@ -1,8 +1,11 @@
+import { lostOf } from '../../src/analysis/limiters.js';
 import type { GpuWindow, RankWindow } from '../../src/analysis/window.js';
 
 /**
  * A rank's window as the rules read it, for tests of the rules and the advice: 100 steps of 40 ms on
- * a busy A10 at full clocks, the host at ease; shares and any part overridden.
+ * a busy A10 at full clocks, the host at ease; shares and any part overridden. Its limiters' lost
+ * shares follow from the shares (and any GPU idle share or collectives given), steady across the
+ * window (each bound equal to its share) unless `lost` is given.
  */
 
 export const gpu = (over: Partial<GpuWindow> = {}): GpuWindow => ({
@@ -42,7 +45,7 @@ export const window = (shares: { data?: number; h2d?: number; compute?: number; 
   const h2d = shares.h2d ?? 0;
   const other = shares.other ?? 0;
   const compute = shares.compute ?? 1 - data - h2d - other;
-  return {
+  const base: Omit<RankWindow, 'lost'> = {
     from: '',
     to: '',
     seconds: 4,
@@ -60,5 +63,9 @@ export const window = (shares: { data?: number; h2d?: number; compute?: number; 
     memory: null,
     ...over,
   };
+  const lostShares = lostOf({ breakdown: { data, h2d, other }, gpuIdle: base.gpu_idle_share, commWait: base.comm?.wait_share ?? null });
+  const steady = (share: number | null) => (share === null ? null : { share, low: share });
+  const lost = over.lost !== undefined ? over.lost : { slices: 16, input: steady(lostShares.input)!, transfer: steady(lostShares.transfer)!, host: steady(lostShares.host)!, communication: steady(lostShares.communication) };
+  return { ...base, lost };
 };
 

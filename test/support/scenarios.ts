@@ -99,6 +99,10 @@ export interface ScenarioExpectations {
   change?: { atMs: number; to: [string, string | null]; withinMs?: number };
   /** Until the first step ended, every verdict shown (at each tick) was warming-up. */
   warmingUpUntilFirstStep?: boolean;
+  /** Exactly these limiters, with these levels, listed beside the summary's verdict (over the job). */
+  limiters?: Array<{ limiter: string; level: string }>;
+  /** These causes among the summary's, each with an estimate, ranked by what fixing each buys. */
+  causesRanked?: string[];
 }
 
 export interface ScenarioMeta {
@@ -111,8 +115,8 @@ export interface ScenarioMeta {
   worldSize: number;
   /** Steps the loop made, in all ranks. */
   steps: number;
-  /** What was scripted: the loop's arguments, the phases, the stand-ins' scenarios. */
-  script: { loop: string[]; phases?: Phases; thenPhases?: Phases; host?: HostLoad | null; gpu?: object | null };
+  /** What was scripted: the loop's arguments, the phases, the stand-ins' scenarios; and where measured, the truth (the share of time the ablated cost took). */
+  script: { loop: string[]; phases?: Phases; thenPhases?: Phases; host?: HostLoad | null; gpu?: object | null; truth?: { lost: number } };
   expect: ScenarioExpectations;
   recordedAt: string;
 }
@@ -163,6 +167,14 @@ export function expectScenario(summary: any, meta: Pick<ScenarioMeta, 'job' | 'w
   if (e.loader) expect(summary.env.loader).toMatchObject(e.loader);
   if (e.evidenceRuleContains) expect(summary.evidence.rule).toContain(e.evidenceRuleContains);
   for (const [figure, above] of Object.entries(e.evidenceAbove ?? {})) expect(summary.evidence.figures[figure]).toBeGreaterThan(above);
+  if (e.limiters) expect((summary.limiters ?? []).map((l: any) => ({ limiter: l.limiter, level: l.level })), summary.headline).toEqual(e.limiters);
+  if (e.causesRanked) {
+    const causes: Array<{ cause: string; gain: number | null; upto: number }> = summary.causes;
+    expect(causes.map((c) => c.cause), JSON.stringify(causes)).toEqual(expect.arrayContaining(e.causesRanked));
+    const bought = causes.map((c) => c.gain ?? c.upto);
+    expect(bought, 'ranked by what fixing each buys').toEqual([...bought].sort((a, b) => b - a));
+    expect(summary.cause).toBe(causes[0]!.cause);
+  }
   if (e.change) {
     const segment = (summary.timeline as Segment[]).find((s) => s.verdict === e.change!.to[0] && s.cause === e.change!.to[1]);
     expect(segment, JSON.stringify(summary.timeline)).toBeDefined();

@@ -1,5 +1,6 @@
+import { alsoCosting } from '../../model/costs.js';
 import type { Cause, Verdict } from '../../model/verdict.js';
-import type { Evidence, VerdictState } from '../../protocol/state.js';
+import type { Evidence, LimiterCost, VerdictState } from '../../protocol/state.js';
 import { fmtNum, fmtPct, fmtShare } from '../format.js';
 
 /** The job's verdict as the banner shows it: what, since when, why in words and figures, what to do. Pure. */
@@ -12,6 +13,10 @@ export interface Banner {
   rule: string;
   /** The evidence's figures in one line. */
   figures: string;
+  /** "Also costing time: loading 18% (moderate).": the limiters beside the verdict's own; null where none. */
+  costs: string | null;
+  /** Every limiter costing at least 5%, the verdict's own among them, most costly first. */
+  limiters: LimiterCost[];
   recommendation: string | null;
   /** All of them, most useful first (the first is `recommendation`). */
   recommendations: string[];
@@ -47,6 +52,9 @@ export function banner(state: VerdictState, at: number, rank: number | null): Ba
     heldS: Math.max(0, (at - since) / 1000),
     rule: state.evidence.rule,
     figures: figuresLine(state.evidence),
+    // A sidecar from before limiters were listed sends none.
+    costs: alsoCosting(state.limiters ?? [], state.verdict),
+    limiters: state.limiters ?? [],
     recommendation: state.recommendations[0]?.text ?? null,
     recommendations: state.recommendations.map((r) => r.text),
     pending: state.pending ? { verdict: state.pending.verdict, cause: state.pending.cause, forS: Math.max(0, (at - Date.parse(state.pending.since)) / 1000) } : null,

@@ -55,6 +55,7 @@ export function Banner({ view, width }: { view: WatchView; width: number }) {
         {banner.rule}
       </Text>,
       <Text key="c" wrap="truncate-end">
+        {banner.costs ? <Paint colour="yellow">{banner.costs} </Paint> : null}
         <Paint dim>{banner.figures}</Paint>
       </Text>,
       <Text key="d" wrap="truncate-end">

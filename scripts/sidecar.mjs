@@ -1,0 +1,20 @@
+// The real sidecar for the benchmarks (scripts/bench.mjs, scripts/accuracy.mjs): `serve` on a free
+// port, resolved once it listens.
+import { spawn } from 'node:child_process';
+
+/** Starts `node <cli> serve --port 0 … args`; resolves with the child and its port once it listens. */
+export async function startSidecar(cli, args, { env = process.env, detached = false } = {}) {
+  const child = spawn(process.execPath, [cli, 'serve', '--port', '0', '--log-level', 'info', ...args], { stdio: ['ignore', 'pipe', 'inherit'], env, detached });
+  const port = await new Promise((resolve, reject) => {
+    let buffered = '';
+    child.stdout.setEncoding('utf8').on('data', (chunk) => {
+      buffered += chunk;
+      const match = buffered.match(/"port":(\d+)/);
+      if (match) resolve(Number(match[1]));
+      // Its log goes on; only the start of it is read.
+      if (buffered.length > 1 << 16) buffered = buffered.slice(-4096);
+    });
+    child.once('exit', (code) => reject(new Error(`the sidecar exited ${code}`)));
+  });
+  return { child, port };
+}
