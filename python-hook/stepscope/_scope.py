@@ -127,14 +127,7 @@ class _Phase:
 
     def _record(self):
         """A just-recorded event from the pool; None if the pool is empty or CUDA failed."""
-        try:
-            event = self.timer.take()
-            if event is not None:
-                event.record()
-            return event
-        except Exception:
-            self.scope._internal_error()
-            return None
+        return self.timer.record()
 
 
 _UNTIMED = object()  # start_event of a phase entered without GPU timing
@@ -405,6 +398,24 @@ class Scope:
         self._add_gpu_env(torch)
         self._use_gpu_timer(timer)
         return "on"
+
+    def _gpu_for_marks(self):
+        """The GpuTimer for the marks of the zero-code path and the callbacks, decided as a phase
+        lookup decides it; None while CUDA is not in use or timing is off (training thread)."""
+        mode = self._gpu_mode
+        if mode == "on":
+            return self._gpu
+        if mode not in ("undecided", "recheck"):
+            return None
+        try:
+            mode = self._decide_gpu()
+        except Exception:
+            self._internal_error()
+            mode = "off"
+        if mode != "on":
+            self._gpu_mode = mode
+            return None
+        return self._gpu
 
     def _use_gpu_timer(self, timer):
         self._gpu = timer

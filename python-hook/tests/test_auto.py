@@ -98,7 +98,9 @@ class VersionGuardTest(Quiet):
 
         d = _auto._Driver()
         seen = []
-        d.h2d = lambda t0, t1: seen.append(t1 - t0)
+        d.h2d = lambda t0, t1, begun: seen.append(t1 - t0)
+        d.copy_wanted = lambda: True
+        d.marker = types.SimpleNamespace(copy_begin=lambda: None, cancel=lambda begun: None)
         d.on = True
         d.tid = threading.get_ident()
         _auto.patch_h2d(d, FakeTensor)
