@@ -395,6 +395,7 @@ def install(torch=None) -> bool:
             d.tid = threading.main_thread().ident
             d.installed = True
             d.on = True
+            _comm.arm()  # DDP models built before the first step are watched as they are built
             if hasattr(os, "register_at_fork") and not getattr(d, "_fork_registered", False):
                 os.register_at_fork(after_in_child=_off_in_child)
                 d._fork_registered = True
@@ -415,6 +416,7 @@ def uninstall() -> None:
         d = _driver
         d.on = False
         _unpatch(d)
+        _comm.disarm()
         _driver = _Driver()
         # The wrappers hold the old driver: it is off, so they only call the originals.
 
