@@ -206,7 +206,9 @@ class CommTracker:
     def gpu_record(self):
         """A CUDA event just recorded on this thread's current stream; None where none can be (never
         raises, never blocks)."""
-        pool = self._pool or self._make_pool()
+        pool = self._pool
+        if pool is None:
+            pool = self._make_pool()
         if pool is None:
             return None
         try:
@@ -243,20 +245,22 @@ class CommTracker:
 
     # --- sender thread --------------------------------------------------------
 
-    def step_columns(self, start_ns, end_ns, final=False):
+    def step_columns(self, start_ns, end_ns, final=False, give_up=None):
         """``(comm_ns, comm_wait_ns, comm_bytes)`` of the step ``(start_ns, end_ns]`` (hook clock,
         before the sender's origin), or None to ask again later: a collective launched before the
-        step's end has not reported its completion yet and the step ended under ``_GRACE_NS`` ago.
+        step's end has not reported its completion yet and the step ended under ``_GRACE_NS`` ago,
+        or the GPU has yet to complete the events of one (``give_up``, at close: do not wait for them;
+        by default as ``final``).
         Steps must be asked for in order; each answer forgets what lies before the step's end.
         Never raises (an internal error gives nil figures)."""
         try:
-            return self._step_columns(start_ns, end_ns, final)
+            return self._step_columns(start_ns, end_ns, final, final if give_up is None else give_up)
         except Exception:
             self.errors += 1
             _log.warn_once(_log.INTERNAL + ":comm", "internal error in communication timing (training continues)")
             return _NONE
 
-    def _step_columns(self, start_ns, end_ns, final):
+    def _step_columns(self, start_ns, end_ns, final, give_up):
         self.drain()
         if self.active_since is None:
             self._forget(end_ns)
@@ -265,7 +269,7 @@ class CommTracker:
             for t0, _ in self._open.values():
                 if t0 < end_ns:
                     return None
-        gpu = self._gpu_figures(start_ns, end_ns, final)
+        gpu = self._gpu_figures(start_ns, end_ns, give_up)
         if gpu is None:
             return None  # the GPU has yet to run the step's collectives
         if start_ns < self.active_since or start_ns < self._lost_until:
@@ -293,7 +297,7 @@ class CommTracker:
         self._forget(end_ns)
         return (_measure(comm) + gpu[0], _measure(wait) + gpu[1], int(sent))
 
-    def _gpu_figures(self, start_ns, end_ns, final):
+    def _gpu_figures(self, start_ns, end_ns, give_up):
         """(comm, wait) ns on the GPU's clock of the collectives launched in the step; None to ask
         again later (their events have not completed), _UNTIMED where they cannot be known."""
         entries = [op for op in self._gpu if start_ns < op.t0 <= end_ns]
@@ -320,7 +324,7 @@ class CommTracker:
             now = self._clock()
             if self._gpu_since is None or self._gpu_since[0] != end_ns:
                 self._gpu_since = (end_ns, now)
-            if not final and now - self._gpu_since[1] < _GPU_TIMEOUT_NS:
+            if not give_up and now - self._gpu_since[1] < _GPU_TIMEOUT_NS:
                 return None
             return _UNTIMED
         try:
@@ -896,18 +900,19 @@ def _ddp_hook(state, bucket):
         return future
 
 
-_DEFAULT = []
+_DEFAULT = {}  # id(torch) -> its DDP allreduce_hook (None if it has none)
 
 
 def _default_allreduce():
-    if not _DEFAULT:
+    key = id(sys.modules.get("torch"))
+    if key not in _DEFAULT:
         try:
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # torch is already loaded here
 
-            _DEFAULT.append(default_hooks.allreduce_hook)
+            _DEFAULT[key] = default_hooks.allreduce_hook
         except Exception:
-            _DEFAULT.append(None)
-    return _DEFAULT[0]
+            _DEFAULT[key] = None
+    return _DEFAULT[key]
 
 
 def watch_ddp(model) -> bool:
