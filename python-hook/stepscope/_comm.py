@@ -1035,7 +1035,9 @@ def _watch_existing(modules):
     except Exception:
         grouped = False
     if grouped and not _armed:
-        models = [obj for obj in gc.get_objects() if isinstance(obj, ddp_class)]
+        # type(), not isinstance(): the latter reads __class__, which some objects answer with a warning
+        # (torch 1.13's deprecated torch.distributed.reduce_op does).
+        models = [obj for obj in gc.get_objects() if issubclass(type(obj), ddp_class)]
     for model in models:
         _watch(model, auto=True)
 
