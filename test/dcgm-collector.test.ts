@@ -237,7 +237,7 @@ describe('a sidecar whose --dcgm-url gives nothing readable', () => {
       expect(state.counters.gpu_health).toMatchObject({ name: 'dcgm', state: 'failing', lastError: expect.stringContaining('1.x exporter names stepscope does not read (dcgm_low_util_violation)') });
       const ready = await fetch(`${sidecar.http}/readyz`);
       expect(ready.status).toBe(200);
-      const body = await ready.json();
+      const body = (await ready.json()) as { status: string; detail?: string[] };
       expect(body.status).toBe('ready');
       expect(body.detail).toEqual([expect.stringMatching(/^GPU counters: dcgm: dcgm-exporter at .* serves nothing stepscope can read as GPU counters: 1\.x exporter names .*; GPU counters come from the hooks' NVML readings instead$/)]);
       const warnings = sidecar.logs.filter((line) => line.level >= 40 && /DCGM exporter/.test(line.msg));
