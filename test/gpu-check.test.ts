@@ -73,6 +73,7 @@ describe('scripts/gpu-check.sh', () => {
       'cuda-event-pending': 'PASS',
       'cuda-event-elapsed-before-completion-raises': 'PASS',
       'cuda-event-elapsed': 'PASS',
+      'cuda-event-record-cost': 'PASS',
       'nvml-readings': 'PASS',
       'nvml-gpm-sm-active': 'PASS',
       'nvml-gpm-tensor': 'PASS',
