@@ -125,6 +125,7 @@ _local = threading.local()  # .depth > 0 inside a timed collective or a DDP hook
 _wrapped_modules = set()
 _ddp_models = weakref.WeakSet()  # DistributedDataParallel models built since the class was wrapped
 _armed = False  # the zero-code path is on: models are watched as they are built, before its scope
+_scanned = set()  # id(DistributedDataParallel) whose live instances were looked for once
 
 
 def current():
@@ -1023,8 +1024,10 @@ def disarm():
 
 def _watch_existing(modules):
     """At ``install``: watch the DDP models built before it. Those built since the class was wrapped are
-    known; others are looked for once among live objects, only where a process group exists (DDP
-    needs one), so that a job without torch.distributed pays nothing."""
+    known; others are looked for once among live objects (0.1-0.3 s with a large program loaded), only
+    where a process group exists (DDP needs one), so that a job without torch.distributed pays nothing;
+    from then on the wrapped class registers every new model."""
+    global _scanned
     ddp_class = _ddp_class(modules)
     if ddp_class is None:
         return
@@ -1034,7 +1037,8 @@ def _watch_existing(modules):
         grouped = dist is not None and dist.is_available() and dist.is_initialized()
     except Exception:
         grouped = False
-    if grouped and not _armed:
+    if grouped and not _armed and id(ddp_class) not in _scanned:
+        _scanned.add(id(ddp_class))
         # type(), not isinstance(): the latter reads __class__, which some objects answer with a warning
         # (torch 1.13's deprecated torch.distributed.reduce_op does).
         models = [obj for obj in gc.get_objects() if issubclass(type(obj), ddp_class)]
