@@ -122,10 +122,11 @@ CPU, GPU, BY_DEVICE = "cpu", "gpu", "device"
 
 _current = None  # the tracker of the live scope; None: collectives pass through untouched
 _local = threading.local()  # .depth > 0 inside a timed collective or a DDP hook: inner calls are not counted again
-_wrapped_modules = set()
+# Weak: a module or class that is gone must not be taken for one made later at the same address.
+_wrapped_modules = weakref.WeakSet()
 _ddp_models = weakref.WeakSet()  # DistributedDataParallel models built since the class was wrapped
 _armed = False  # the zero-code path is on: models are watched as they are built, before its scope
-_scanned = set()  # id(DistributedDataParallel) whose live instances were looked for once
+_scanned = weakref.WeakSet()  # DistributedDataParallel classes whose live instances were looked for once
 
 
 def current():
@@ -585,9 +586,9 @@ def _wrap_loaded(modules):
     DistributedDataParallel's construction."""
     for name in ("torch.distributed", "torch.distributed.distributed_c10d"):
         module = modules.get(name)
-        if module is None or id(module) in _wrapped_modules:
+        if module is None or module in _wrapped_modules:
             continue
-        _wrapped_modules.add(id(module))
+        _wrapped_modules.add(module)
         _wrap_ddp_class(modules)
         try:
             if hasattr(module, "is_available") and not module.is_available():
@@ -901,11 +902,13 @@ def _ddp_hook(state, bucket):
         return future
 
 
-_DEFAULT = {}  # id(torch) -> its DDP allreduce_hook (None if it has none)
+_DEFAULT = weakref.WeakKeyDictionary()  # torch -> its DDP allreduce_hook (None if it has none)
 
 
 def _default_allreduce():
-    key = id(sys.modules.get("torch"))
+    key = sys.modules.get("torch")
+    if key is None:
+        return None
     if key not in _DEFAULT:
         try:
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # torch is already loaded here
@@ -1027,7 +1030,6 @@ def _watch_existing(modules):
     known; others are looked for once among live objects (0.1-0.3 s with a large program loaded), only
     where a process group exists (DDP needs one), so that a job without torch.distributed pays nothing;
     from then on the wrapped class registers every new model."""
-    global _scanned
     ddp_class = _ddp_class(modules)
     if ddp_class is None:
         return
@@ -1037,8 +1039,8 @@ def _watch_existing(modules):
         grouped = dist is not None and dist.is_available() and dist.is_initialized()
     except Exception:
         grouped = False
-    if grouped and not _armed and id(ddp_class) not in _scanned:
-        _scanned.add(id(ddp_class))
+    if grouped and not _armed and ddp_class not in _scanned:
+        _scanned.add(ddp_class)
         # type(), not isinstance(): the latter reads __class__, which some objects answer with a warning
         # (torch 1.13's deprecated torch.distributed.reduce_op does).
         models = [obj for obj in gc.get_objects() if issubclass(type(obj), ddp_class)]
