@@ -276,6 +276,7 @@ def check_nccl(report, simulate, python):
     report.expect("nccl-then-callback-stream", got["then_ms"] >= 0.9 * got["busy_ms"], "an event recorded in an all_reduce future's then() completes %.2f ms after one recorded before a %d ms kernel queued ahead of the collective" % (got["then_ms"], got["busy_ms"]))
     report.expect("nccl-work-wait-stream", got["wait_ms"] >= 0.9 * got["busy_ms"] and got["wait_host_ms"] < 0.5 * got["busy_ms"], "work.wait(): the stream waited %.2f ms, the host %.2f ms" % (got["wait_ms"], got["wait_host_ms"]))
     report.expect("nccl-sync-call-stream", got["sync_ms"] >= 0.9 * got["busy_ms"], "an event recorded after a synchronous all_reduce completes %.2f ms after the kernel before it began" % got["sync_ms"])
+    report.expect("nccl-ddp-watched", got["watched"], "a DistributedDataParallel model built after stepscope.init() is watched without watch_ddp: %s" % got["watched"])
     rows = got["rows"][3:]
     timed = [r for r in rows if r["comm_ns"] is not None]
     report.expect("nccl-hook-rows", len(rows) > 0 and len(timed) == len(rows), "%d of %d steps with comm_ns measured on the GPU (CUDA events)" % (len(timed), len(rows)))
@@ -380,7 +381,6 @@ def child_nccl(simulate):
             out["nccl_duration_ms"] = None
             out["nccl_duration_why"] = "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0][:160])
     import stepscope
-    from stepscope import _comm
     from tests.fake_sidecar import FakeSidecar
 
     with FakeSidecar() as server:
@@ -400,7 +400,7 @@ def child_nccl(simulate):
         end.record()
         wait()
         out["hook_ms"] = start.elapsed_time(end)
-    out["watched"] = getattr(m, "_stepscope_watch", None) is not None and _comm is not None
+    out["watched"] = getattr(m, "_stepscope_watch", None) is not None
     dist.destroy_process_group()
     print(json.dumps(out, default=str))
 
@@ -517,7 +517,8 @@ def check_nvml(report, gpu, simulate):
     name = gpm[0].get("name")
     report.expect("nvml-readings", gpm[0].get("util_gpu") is not None and gpm[0].get("sm_clock_mhz") is not None, "%s: util %s%%, SM clock %s MHz, power %s W" % (name, gpm[0].get("util_gpu"), gpm[0].get("sm_clock_mhz"), gpm[0].get("power_w")))
     if not has_gpm:
-        report.line("SKIP" if "H100" not in str(name) and "H200" not in str(name) else "FAIL", "nvml-gpm", "no GPM readings on %s (GPM needs Hopper or newer)" % name)
+        hopper = not gpu.simulated and tuple(torch.cuda.get_device_capability(0)) >= (9, 0)
+        report.line("FAIL" if hopper else "SKIP", "nvml-gpm", "no GPM readings on %s (GPM needs Hopper or newer%s)" % (name, ": this one is" if hopper else ""))
     else:
         bf16, fp32 = gpm
         report.expect("nvml-gpm-sm-active", bf16["sm_active"] > 0.5, "SM activity under bf16 matmuls: %s" % bf16["sm_active"])
@@ -570,7 +571,9 @@ def provenance(simulate):
 
         info.update(torch=torch.__version__, torch_cuda=torch.version.cuda)
         if not simulate and torch.cuda.is_available():
-            info.update(gpu=torch.cuda.get_device_name(0), gpus=torch.cuda.device_count(), nccl=".".join(map(str, torch.cuda.nccl.version())))
+            from stepscope import _stack
+
+            info.update(gpu=torch.cuda.get_device_name(0), gpus=torch.cuda.device_count(), capability=list(torch.cuda.get_device_capability(0)), nccl=_stack.nccl_version(torch))
     except Exception as exc:
         info["torch"] = "not importable (%s)" % exc
     return info

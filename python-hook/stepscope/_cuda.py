@@ -58,13 +58,6 @@ class EventPool:
         if event is not None:
             self._free.append(event)
 
-    @property
-    def created(self) -> int:
-        return self._created
-
-    def __len__(self):
-        return len(self._free)
-
 
 class GpuStep:
     """The GPU marks of one step; ``done`` once resolved (durations stay None if unknown)."""

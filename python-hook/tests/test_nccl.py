@@ -194,8 +194,8 @@ class UnknownTimesTest(NcclCase):
         for _ in range(3):
             self.step(lambda: self.dist.all_reduce(SimTensor(16)))
         pool = self.tracker._pool
-        self.assertEqual(pool.created, 2)
-        self.assertEqual(len(pool), 2)
+        self.assertEqual(pool._created, 2)
+        self.assertEqual(len(pool._free), 2)
 
     def test_without_cuda_in_use_nothing_is_recorded(self):
         self.sim.initialized = False

@@ -177,7 +177,7 @@ class MarkerTest(MarkerCase):
         self.scope.step()
         self.clock.advance(20 * MS)
         self.assertEqual(self.gpu_rows(), [(2 * MS, 6 * MS, None)])
-        self.assertEqual(len(self.scope._gpu.pool), self.scope._gpu.pool.created - 1)  # all back but the last end
+        self.assertEqual(len(self.scope._gpu.pool._free), self.scope._gpu.pool._created - 1)  # all back but the last end
 
     def test_pending_events_wait_and_are_never_forced(self):
         marker = _cuda.Marker(self.scope)
@@ -196,7 +196,7 @@ class MarkerTest(MarkerCase):
         marker.flush()
         self.scope.step()
         self.assertIsNone(self.scope._queue[0][7])
-        self.assertEqual(len(self.scope._gpu.pool), self.scope._gpu.pool.created)
+        self.assertEqual(len(self.scope._gpu.pool._free), self.scope._gpu.pool._created)
 
 
 @unittest.skipUnless(HAS_TORCH, "torch is not installed for this interpreter")
