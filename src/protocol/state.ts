@@ -153,7 +153,10 @@ export const CountersStateSchema = Type.Object(
   {
     gpu_source: Str('where GPU counters come from: dcgm, nvidia-smi, hook (NVML in the hook), sim, none'),
     gpu_source_reason: Str('why that source, in words'),
-    gpu_health: Nullable(CollectorHealthSchema, { description: "the GPU collector's health; null when no collector runs in the sidecar" }),
+    gpu_health: Nullable(CollectorHealthSchema, {
+      description:
+        "the GPU collector's health; where the hooks' readings were taken because the DCGM exporter given by --dcgm-url gave nothing readable, that exporter's (failing, with what it serves instead); null when no collector runs in the sidecar",
+    }),
     host_health: Nullable(CollectorHealthSchema, { description: "the host collector's health; null when none runs" }),
     gpus: Type.Array(GpuSummarySchema, { description: 'every GPU seen, with its latest reading' }),
     host: Nullable(HostSummarySchema, { description: "the host's latest reading; null before the first" }),
