@@ -94,6 +94,7 @@ class GpuTimer:
         self._prev_end = None
         self.timeouts = 0
         self.errors = 0
+        self.on = True  # False once the scope stopped reading events: record and mark do nothing
 
     @property
     def exhausted(self) -> int:
@@ -106,7 +107,9 @@ class GpuTimer:
         return self.pool.take()
 
     def record(self):
-        """A just-recorded event from the pool; None if the pool is empty or CUDA failed."""
+        """A just-recorded event from the pool; None if the pool is empty, CUDA failed or timing is off."""
+        if not self.on:
+            return None
         try:
             event = self.pool.take()
             if event is not None:
@@ -123,7 +126,8 @@ class GpuTimer:
 
     def mark(self, kind: int, start, end) -> None:
         """A phase of ``kind`` ran between the recorded events ``start`` and ``end`` (None if none)."""
-        self._marks.append((kind, start, end))
+        if self.on:
+            self._marks.append((kind, start, end))
 
     def end_step(self, seq: int):
         """Close the marks of the step recorded as ``seq``; None if it had no GPU phase."""

@@ -343,6 +343,10 @@ class Scope:
                     None if gpu is None else gpu.end_step(seq),
                 )
             )
+            if gpu is not None:
+                sender = self._sender
+                if sender is not None and sender.disabled is not None:
+                    self._gpu_off()  # sending stopped for good: nothing will read the events
             data.total = h2d.total = compute.total = 0
             self._start = t
             if len(queue) == _WAKE_AT:
@@ -381,6 +385,8 @@ class Scope:
         mode = self._gpu_mode
         if mode not in ("undecided", "recheck"):
             return mode
+        if self._disabled is not None:
+            return "off"  # this scope sends nothing: nothing would read the events
         torch = sys.modules.get("torch")
         if torch is None:
             if self._cuda:
@@ -416,6 +422,13 @@ class Scope:
             self._gpu_mode = mode
             return None
         return self._gpu
+
+    def _gpu_off(self):
+        gpu, self._gpu = self._gpu, None
+        if gpu is not None:
+            gpu.on = False  # the Markers that hold it record nothing more
+        self._h2d.timer = self._compute.timer = None
+        self._gpu_mode = "off"
 
     def _use_gpu_timer(self, timer):
         self._gpu = timer

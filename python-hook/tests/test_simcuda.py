@@ -122,6 +122,40 @@ class MarkerCase(Quiet):
         self.assertEqual(self.sim.host_syncs, 0, "the hook synchronized the device")
 
 
+class NobodyReadsTest(MarkerCase):
+    """A scope that sends nothing records no events: nothing would ever read them or give them back."""
+
+    def tearDown(self):
+        pass
+
+    def test_a_scope_made_disabled_never_turns_gpu_timing_on(self):
+        scope = Scope(None, disabled="STEPSCOPE_URL is not a usable sidecar URL")
+        marker = _cuda.Marker(scope)
+        for _ in range(3):
+            marker.open()
+            marker.close_now()
+            marker.flush()
+            scope.step()
+        self.assertEqual((scope._gpu_mode, self.sim.recorded), ("off", []))
+
+    def test_a_sender_that_stops_for_good_turns_it_off(self):
+        marker = _cuda.Marker(self.scope)
+        marker.open()
+        self.scope._sender = types.SimpleNamespace(disabled="token refused")
+        marker.close_now()
+        marker.flush()
+        self.scope.step()
+        recorded = len(self.sim.recorded)
+        for _ in range(3):
+            marker.open()
+            marker.close_now()
+            marker.flush()
+            self.scope.step()
+        self.assertEqual(len(self.sim.recorded), recorded)
+        self.assertEqual(self.scope._gpu_mode, "off")
+        self.assertEqual(self.scope._errors, 0)
+
+
 class CallbackMarksTest(MarkerCase):
     """The Lightning and Transformers callbacks' timer: a compute span from batch start to batch end."""
 
