@@ -14,7 +14,7 @@ const hook = path.join(root, 'python-hook');
 const seen = new Set();
 const pythons = [];
 /** The modules that need torch: all the test environment on current PyTorch adds to the others' runs. */
-const TORCH_MODULES = ['tests.test_auto', 'tests.test_integrations', 'tests.test_where'];
+const TORCH_MODULES = ['tests.test_auto', 'tests.test_integrations', 'tests.test_where', 'tests.test_simcuda', 'tests.test_fsdp'];
 const venv = process.env.STEPSCOPE_VENV_PYTHON || venvPython();
 for (const candidate of [process.env.STEPSCOPE_PYTHON, 'python3', '/usr/bin/python3', venv]) {
   if (!candidate) continue;

@@ -10,7 +10,7 @@ import { DcgmCollector } from './counters/dcgm.js';
 import { HostCollector } from './counters/host.js';
 import { readInventory } from './counters/inventory.js';
 import { NvidiaSmiCollector } from './counters/nvidia-smi.js';
-import { GpuSourceError, startGpuSource, type GpuSourceChoice, type GpuSourceOption } from './counters/registry.js';
+import { gpuSourceDetail, GpuSourceError, startGpuSource, type GpuSourceChoice, type GpuSourceOption } from './counters/registry.js';
 import { SimCollector } from './counters/sim.js';
 import { Engine } from './engine/engine.js';
 import type { EndedRun, EngineSnapshot } from './engine/snapshot.js';
@@ -295,6 +295,7 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
     sources: () => ({ gpu: { source: gpu.source, reason: gpu.reason, health: gpu.health() }, host: host.health() }),
     // Hooks learn in `welcome` whether to forward GPU readings, so not before the source is chosen.
     ready: () => (gpu === undefined || stopping !== null ? { ready: false, reason: stopping ? 'stopping' : 'choosing the GPU counter source' } : { ready: true, reason: null }),
+    detail: () => gpuSourceDetail(gpu),
     stream: { rateHz: options.streamRateHz, limits: options.streamLimits },
     serverFactory: (handler) => ((onRequest = handler), early.server),
   });

@@ -29,6 +29,8 @@ export interface ServerOptions {
   stream?: Pick<StreamOptions, 'rateHz' | 'limits'>;
   /** Whether the sidecar is ready for hooks once listening (its GPU counter source chosen, its journal writing, not stopping). */
   ready?: () => { ready: boolean; reason: string | null };
+  /** What works less than configured, in words, for /readyz's `detail` (not a reason to be unready). */
+  detail?: () => string[];
   /** When set, every request and websocket upgrade must carry `Authorization: Bearer <token>`. */
   token?: string;
   /** The server to serve on (one listening already: early-server.ts); default a new one, for app.listen. */
@@ -80,7 +82,10 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     const own = options.ready?.() ?? { ready: true, reason: null };
     const journal = options.journal();
     const reason = !own.ready ? own.reason : journal && !journal.ok ? journal.reason : app.server.listening ? null : 'not listening yet';
-    return reply.code(reason === null ? 200 : 503).send(reason === null ? { status: 'ready' } : { status: 'not ready', reason });
+    // What works less than configured without making the sidecar unready (an unusable GPU source).
+    const detail = options.detail?.() ?? [];
+    const extra = detail.length > 0 ? { detail } : {};
+    return reply.code(reason === null ? 200 : 503).send(reason === null ? { status: 'ready', ...extra } : { status: 'not ready', reason, ...extra });
   });
 
   const state = (snapshot = options.snapshot()) =>

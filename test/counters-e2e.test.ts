@@ -118,6 +118,14 @@ describe.skipIf(!plain.python)('GPU counters matched to ranks, with a stand-in n
     expect(state.counters.gpu_source).toBe('hook');
     expect(state.counters.gpus[0]).toMatchObject({ uuid: 'GPU-3f1c2b7e-9a41-4e0b-8d7a-5c6e2f9a1b30', name: 'NVIDIA H100 80GB HBM3', sm_clock_mhz: 1100, throttle_reasons: ['HwThermalSlowdown'], power_w: 612.345 });
     expect(state.jobs[0].ranks[0].window.gpu).toMatchObject({ index: 0, sm_clock_max_mhz: 1980, temp_c_max: 89, throttle_share: { HwThermalSlowdown: 1 } });
+    // GPM through the hook (the stand-in binding has nvidia-ml-py's structures): the profiling
+    // activities without a DCGM exporter, from the second reading on.
+    const profiled = await waitFor(async () => {
+      const s = await sidecar.state();
+      return s.counters.gpus[0]?.sm_active != null && s.jobs[0]?.ranks[0]?.window.gpu?.tensor_active_mean != null ? s : null;
+    }, 15_000);
+    expect(profiled.counters.gpus[0]).toMatchObject({ sm_active: 0.935, tensor_active: 0.031 });
+    expect(profiled.jobs[0].ranks[0].window.gpu).toMatchObject({ sm_active_mean: 0.935, sm_occupancy_mean: 0.412, tensor_active_mean: 0.031, dram_active_mean: 0.227 });
     const run = await loop;
     expect(run.code, run.stderr).toBe(0);
     await sidecar.stop();

@@ -6,9 +6,15 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { DcgmCollector, type DcgmCollectorOptions } from '../src/counters/dcgm.js';
 import type { GpuSample } from '../src/counters/types.js';
 import { capturedLogger } from './support/logger.js';
-import { ROOT, waitFor } from './support/sidecar.js';
+import { ROOT, startSidecar, waitFor } from './support/sidecar.js';
 
 const H100_PODS = readFileSync(path.join(ROOT, 'test/fixtures/dcgm/3.x-h100-pods.txt'), 'utf8');
+const NODE_EXPORTER = readFileSync(path.join(ROOT, 'test/fixtures/dcgm/not-dcgm-node-exporter.txt'), 'utf8');
+/** The literal 1.x capture, with only the family the parser has no mapping for. */
+const UNREAD_1X = readFileSync(path.join(ROOT, 'test/fixtures/dcgm/1.x-pod-gpu-metrics-exporter.txt'), 'utf8')
+  .split('\n')
+  .filter((line) => line.includes('dcgm_low_util_violation'))
+  .join('\n');
 const LLAMA = { pod: 'llama-ft-0', namespace: 'research' };
 const SCRAPE_FAILED = 'dcgm-exporter scrape failed; retrying';
 
@@ -186,6 +192,25 @@ describe('DcgmCollector against a stand-in dcgm-exporter', () => {
     expect(dcgm.health()).toMatchObject({ state: 'ok', lastError: null });
   });
 
+  it('refuses to start on a page with nothing it can read, naming what the page holds', async () => {
+    const stub = await exporter();
+    stub.body = NODE_EXPORTER;
+    const { collector: dcgm, sink } = collector({ url: stub.url });
+    await expect(dcgm.start(sink)).rejects.toThrow(`dcgm-exporter at ${stub.url}: serves nothing stepscope can read as GPU counters: 5 metric families, none of them DCGM's`);
+    expect(dcgm.health()).toMatchObject({ state: 'failing', samples: 0 });
+  });
+
+  it('says once, and in its health, when a working exporter turns unreadable', async () => {
+    const stub = await exporter();
+    const { collector: dcgm, lines, sink } = collector({ url: stub.url });
+    await dcgm.start(sink);
+    stub.body = UNREAD_1X;
+    const from = stub.requests;
+    await waitFor(() => stub.requests >= from + 6);
+    expect(dcgm.health()).toMatchObject({ state: 'failing', lastError: expect.stringContaining('1.x exporter names stepscope does not read (dcgm_low_util_violation)') });
+    expect(lines.filter((line) => line.msg === SCRAPE_FAILED)).toHaveLength(1);
+  });
+
   it('stops scraping on stop(), even in the middle of a scrape that hangs', async () => {
     const stub = await exporter();
     const { collector: dcgm, sink } = collector({ url: stub.url, timeoutMs: 60_000 });
@@ -197,5 +222,30 @@ describe('DcgmCollector against a stand-in dcgm-exporter', () => {
     await new Promise((resolve) => setTimeout(resolve, 200));
     expect(stub.requests).toBe(requests);
     expect(dcgm.health().state).toBe('stopped');
+  });
+});
+
+describe('a sidecar whose --dcgm-url gives nothing readable', () => {
+  it('says so once in its log, in the state\'s counter health and in /readyz, and takes the hooks\' readings', async () => {
+    const stub = new StandInExporter();
+    stub.body = UNREAD_1X;
+    await stub.listen();
+    const sidecar = await startSidecar(['--gpu-source', 'auto', '--dcgm-url', stub.url, '--gpu-interval', '100'], { PATH: '/nonexistent' });
+    try {
+      const state = await sidecar.state();
+      expect(state.counters.gpu_source).toBe('hook');
+      expect(state.counters.gpu_health).toMatchObject({ name: 'dcgm', state: 'failing', lastError: expect.stringContaining('1.x exporter names stepscope does not read (dcgm_low_util_violation)') });
+      const ready = await fetch(`${sidecar.http}/readyz`);
+      expect(ready.status).toBe(200);
+      const body = (await ready.json()) as { status: string; detail?: string[] };
+      expect(body.status).toBe('ready');
+      expect(body.detail).toEqual([expect.stringMatching(/^GPU counters: dcgm: dcgm-exporter at .* serves nothing stepscope can read as GPU counters: 1\.x exporter names .*; GPU counters come from the hooks' NVML readings instead$/)]);
+      const warnings = sidecar.logs.filter((line) => line.level >= 40 && /DCGM exporter/.test(line.msg));
+      expect(warnings).toHaveLength(1);
+      expect(warnings[0]!.err).toContain('1.x exporter names');
+    } finally {
+      await sidecar.stop('SIGKILL');
+      await stub.close();
+    }
   });
 });

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { canonicalMetric, dcgmValue, describeNoMatch, describeSelector, normaliseSelector, parseDcgmMetrics, parseDcgmSeries } from '../src/counters/dcgm-parse.js';
+import { canonicalMetric, dcgmValue, describeNoMatch, describeSelector, describeUnreadable, hasReadableSeries, normaliseSelector, parseDcgmMetrics, parseDcgmSeries } from '../src/counters/dcgm-parse.js';
 import { CounterStore } from '../src/counters/counter-store.js';
 import { ThrottleReason, throttleReasonNames } from '../src/counters/types.js';
 import { ROOT } from './support/sidecar.js';
@@ -312,5 +312,48 @@ describe('describeNoMatch', () => {
       'the exporter reports 1 GPU(s), none with pod=x (it maps no GPU to a pod)',
     );
     expect(describeNoMatch([], { pod: 'x' })).toBe('the exporter reports no GPU metrics');
+  });
+});
+
+/** The lines of `text` that belong to the families named (HELP, TYPE and samples), in order. */
+function onlyFamilies(text: string, names: string[]): string {
+  return text
+    .split('\n')
+    .filter((line) => names.some((name) => line.startsWith(`${name}{`) || line.startsWith(`${name} `) || new RegExp(`^# (HELP|TYPE) ${name} `).test(line)))
+    .join('\n');
+}
+
+describe('describeUnreadable: what a page with nothing readable holds instead', () => {
+  it('says when the page is another exporter, not Prometheus text, or empty', () => {
+    const node = fixture('not-dcgm-node-exporter.txt');
+    expect(hasReadableSeries(parseDcgmSeries(node))).toBe(false);
+    expect(describeUnreadable(node)).toBe("5 metric families, none of them DCGM's (go_gc_duration_seconds, go_goroutines, node_cpu_seconds_total, …): another exporter at this address?");
+    expect(describeUnreadable('<!DOCTYPE html>\n<html><head><title>Grafana</title>')).toBe('not Prometheus text (it begins "<!DOCTYPE html> <html><head><title>Grafa")');
+    expect(describeUnreadable('')).toBe('no metrics at all (an empty page)');
+  });
+
+  it('names 1.x exporter names and DCGM fields it does not read', () => {
+    // From the literal 1.x capture, only the family the parser has no mapping for.
+    const old = onlyFamilies(fixture('1.x-pod-gpu-metrics-exporter.txt'), ['dcgm_low_util_violation']);
+    expect(hasReadableSeries(parseDcgmSeries(old))).toBe(false);
+    expect(describeUnreadable(old)).toMatch(/^1\.x exporter names stepscope does not read \(dcgm_low_util_violation\); it reads dcgm_sm_clock, dcgm_memory_clock, dcgm_gpu_temp, … and the DCGM_FI_\* names$/);
+    const fields = onlyFamilies(fixture('3.x-default-counters.txt'), ['DCGM_FI_DEV_XID_ERRORS', 'DCGM_FI_DEV_VGPU_LICENSE_STATUS']);
+    expect(hasReadableSeries(parseDcgmSeries(fields))).toBe(false);
+    expect(describeUnreadable(fields)).toMatch(/^only DCGM fields stepscope does not read \(DCGM_FI_DEV_XID_ERRORS, DCGM_FI_DEV_VGPU_LICENSE_STATUS\)/);
+  });
+
+  it('says when the series are not per GPU, or all blank', () => {
+    const noGpu = fixture('3.x-default-counters.txt').replace(/gpu="\d+",/g, '');
+    expect(hasReadableSeries(parseDcgmSeries(noGpu))).toBe(false);
+    expect(describeUnreadable(noGpu)).toMatch(/^DCGM series without a per-GPU "gpu" label \(DCGM_FI_DEV_SM_CLOCK, DCGM_FI_DEV_MEM_CLOCK, DCGM_FI_DEV_GPU_TEMP, …; labels: UUID, device, modelName/);
+    const blank = fixture('3.x-default-counters.txt').replace(/^(DCGM_FI_\S+\{[^}]*\}) \S+$/gm, '$1 9223372036854775794');
+    expect(hasReadableSeries(parseDcgmSeries(blank))).toBe(false);
+    expect(describeUnreadable(blank)).toMatch(/^DCGM series whose values are all blank/);
+  });
+
+  it('has nothing to say of a readable page, whatever its generation', () => {
+    for (const name of ['1.x-pod-gpu-metrics-exporter.txt', '2.x-readme-spaces.txt', '3.x-default-counters.txt', '4.x-pod-uid.txt']) {
+      expect(hasReadableSeries(parseDcgmSeries(fixture(name))), name).toBe(true);
+    }
   });
 });

@@ -13,7 +13,8 @@ import { runWithSidecar, stepSeconds } from './support/torch-runs.js';
  * zero-code path (STEPSCOPE_AUTO=1, as the Kubernetes manifests run it), a Lightning run with
  * stepscope's Callback and a Hugging Face Trainer run with its TrainerCallback. Each is checked for
  * the exact step count, step times that add up to the wall time the script measured itself, and the
- * verdict (compute-bound: their data is a few percent of the step, the bar is 20%). And the software
+ * verdict (compute-bound: their data is a few percent of the step, the bar is 20%; the DDP job's
+ * all-reduce, timed without a call, may make it communication-bound on a loaded machine). And the software
  * stack fingerprint of an unmodified loop on torch.compile and bf16 autocast whose shapes change.
  */
 
@@ -54,9 +55,14 @@ describe.skipIf(!venv.python)(`real frameworks on current PyTorch${venv.python ?
       const own = measured[rank.rank];
       expect(Math.abs(stepSeconds(rank) - own.train_s), `rank ${rank.rank}`).toBeLessThan(0.05 * own.train_s + 0.05);
       expect(rank.breakdown.data, `rank ${rank.rank}`).toBeLessThan(0.1);
-      expect(rank.verdict, `rank ${rank.rank}: ${summary.headline}`).toBe('compute-bound');
+      // DDP is watched without a call: its all-reduce of 5 MB of gradients a step is timed, and on a
+      // shared 2-core machine it can take half the step. Which of the two it is depends on the load;
+      // waiting alike, neither rank is ever the slow one.
+      expect([rank.verdict, rank.cause], `rank ${rank.rank}: ${summary.headline}`).toSatisfy(
+        ([verdict, cause]: [string, string | null]) => (verdict === 'compute-bound' && cause === null) || (verdict === 'communication-bound' && cause === 'slow-collective'),
+      );
     }
-    expect(summary.verdict, summary.headline).toBe('compute-bound');
+    expect(summary.evidence.figures.comm_wait_share, 'the all-reduce is measured').not.toBeNull();
     expect(summary.straggler).toBeNull();
   }, TIMEOUT);
 

@@ -87,3 +87,39 @@ describe('throttle signals the DCGM exporter lacks, filled from a second source'
     expect(filledText([])).toBeNull();
   });
 });
+
+describe("profiling activities the GPU source lacks, filled from the hooks' NVML GPM readings", () => {
+  const H100 = 'GPU-3f1c2b7e-9a41-4e0b-8d7a-5c6e2f9a1b30';
+  /** What the hook's GpmReader sends of a Hopper GPU running an FP32 model (fractions, as the `counters` frame carries them). */
+  const gpm = (at: number): GpuSample => ({ ...capped(H100, at), smActive: 0.935, smOccupancy: 0.412, tensorActive: 0.031, dramActive: 0.227 });
+  /** nvidia-smi has no profiling fields. */
+  const smi = (at: number): GpuSample => ({ ...capped(H100, at), utilGpu: 99 });
+
+  it('fill the samples of the same GPU, close in time, and say where they came from', () => {
+    const store = new CounterStore();
+    store.addFillSamples([gpm(1_000)], 'hook');
+    store.addGpuSamples([smi(1_500)]);
+    const window = windowOf(store.gpuSamples(H100, 0, 10_000)).gpu!;
+    expect(window).toMatchObject({ sm_active_mean: 0.935, sm_occupancy_mean: 0.412, tensor_active_mean: 0.031, dram_active_mean: 0.227 });
+    expect(window.profiling_filled).toBe("SM, tensor-pipe and memory activity from the hooks' NVML GPM readings");
+  });
+
+  it("never over the source's own, from a stale reading, a reading without them, or into a MIG instance", () => {
+    const store = new CounterStore();
+    store.addFillSamples([gpm(0)], 'hook');
+    store.addGpuSamples([smi(FILL_STALE_MS + 1)]);
+    expect(windowOf(store.gpuSamples(H100, 0, 2 * FILL_STALE_MS)).gpu).toMatchObject({ sm_active_mean: null, profiling_filled: null });
+
+    store.addFillSamples([gpm(20_000)], 'hook');
+    store.addGpuSamples([{ ...smi(20_100), smActive: 0.5 }]);
+    expect(store.gpuSamples(H100, 20_000, 21_000)[0]).toMatchObject({ smActive: 0.5, tensorActive: null });
+
+    store.addFillSamples([capped(H100, 30_000)], 'hook'); // an NVML reading without GPM (before Hopper)
+    store.addGpuSamples([smi(30_100)]);
+    expect(store.gpuSamples(H100, 30_000, 31_000)[0]!.smActive).toBeNull();
+
+    store.addFillSamples([gpm(40_000)], 'hook');
+    store.addGpuSamples([{ ...smi(40_100), uuid: null, parentUuid: H100, gpuInstanceId: 1 }]);
+    expect(store.gpuSamples(gpuKey({ uuid: null, index: 0, parentUuid: H100, gpuInstanceId: 1 }), 40_000, 41_000)[0]!.smActive).toBeNull();
+  });
+});

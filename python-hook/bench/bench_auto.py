@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the hook, and its tests' simulated CUDA
 
 import torch  # noqa: E402
 
@@ -257,7 +257,79 @@ def hook_path_alone(n=200_000, repeats=7):
         "explicit_us_per_step": round(cpu_us(explicit) - cpu_us(plain), 3),
     }
     d.flush()
+    result.update(cuda_marks_alone(batch, original_next, original_backward, n, repeats))
     return result
+
+
+class _FreeEvent:
+    """A CUDA event whose record() costs nothing: what is left is the hook's own code."""
+
+    __slots__ = ()
+
+    def record(self, stream=None):
+        pass
+
+    def query(self):
+        return True
+
+    def elapsed_time(self, end):
+        return 0.0
+
+
+def cuda_marks_alone(batch, original_next, original_backward, n, repeats, chunk=200):
+    """What the zero-code path's CUDA marks add per step (a span opened at the batch, ended at the
+    backward pass and again at the optimizer step: three event records), on the training thread:
+    with events that cost nothing (the hook's own code) and with the simulated CUDA layer's
+    (tests/simcuda.py, whose record() is Python: not a GPU's cudaEventRecord, which
+    scripts/gpu-check.sh measures). The sender thread's reading of the events is left out: it is
+    timed apart, between chunks of steps, as it runs on another thread."""
+    from stepscope import _cuda
+    from stepscope._scope import Scope
+    from tests.simcuda import ManualClock, SimCuda
+
+    def per_step(make_event):
+        d = _auto._Driver()
+        d.on = d.installed = True
+        d.optimizer_seen = d.loader_seen = True
+        d.tid = threading.get_ident()
+        scope = Scope(None)
+        d.scope_factory = lambda: scope
+        if make_event is not None:
+            scope._use_gpu_timer(_cuda.GpuTimer(make_event, pairs=4 * chunk))
+        wrapped_next = _auto.make_next(d, original_next, torch.is_grad_enabled)
+        wrapped_backward = _auto.make_backward(d, original_backward)
+        post_hook = _auto.make_post_hook(d)
+        timer = scope._gpu
+        runs, reads = [], []
+        steps = n // chunk * chunk
+        for _ in range(repeats):
+            spent = read = 0
+            for _ in range(n // chunk):
+                t0 = time.thread_time_ns()
+                for _ in range(chunk):
+                    wrapped_next(None)
+                    wrapped_backward(None)
+                    post_hook(None, (), {})
+                t1 = time.thread_time_ns()
+                spent += t1 - t0
+                if timer is not None:
+                    timer.resolve()
+                read += time.thread_time_ns() - t1
+                scope._queue.clear()
+            runs.append(spent / steps / 1000)
+            reads.append(read / steps / 1000)
+        return statistics.median(runs), statistics.median(reads)
+
+    sim = SimCuda(clock=ManualClock(0))
+    base, _ = per_step(None)
+    free, free_read = per_step(_FreeEvent)
+    simulated, simulated_read = per_step(lambda: sim.Event(enable_timing=True))
+    return {
+        "zero_code_cuda_marks_us_per_step": round(free - base, 3),
+        "zero_code_cuda_marks_simulated_us_per_step": round(simulated - base, 3),
+        "sender_reads_marks_us_per_step": round(free_read, 3),
+        "sender_reads_marks_simulated_us_per_step": round(simulated_read, 3),
+    }
 
 
 def markdown(title, result):
@@ -291,6 +363,7 @@ def main():
     parser.add_argument("--features", type=int, default=64)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--hook-path-only", action="store_true", help="only the hook's own code per step (no training loops)")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -305,7 +378,7 @@ def main():
         "loops": {},
     }
     report["hook_path_alone"] = hook_path_alone()
-    for kind in args.loops.split(","):
+    for kind in [] if args.hook_path_only else args.loops.split(","):
         steps = args.minimal_steps if kind == "minimal" else args.mlp_steps
         report["loops"][kind] = measure(Loop(kind, steps, args.batch, args.features, args.hidden), scopes, args.rounds)
     report["loadavg_end"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
@@ -317,6 +390,16 @@ def main():
         alone = report["hook_path_alone"]
         print()
         print("Hook path alone, training-thread CPU per step: zero-code %.2f µs, explicit API %.2f µs" % (alone["zero_code_us_per_step"], alone["explicit_us_per_step"]))
+        print(
+            "Zero-code CUDA marks (3 event records a step), added per step on the training thread: %.2f µs of the hook's own code, %.2f µs with the simulated layer's events; "
+            "read by the sender thread: %.2f µs, %.2f µs"
+            % (
+                alone["zero_code_cuda_marks_us_per_step"],
+                alone["zero_code_cuda_marks_simulated_us_per_step"],
+                alone["sender_reads_marks_us_per_step"],
+                alone["sender_reads_marks_simulated_us_per_step"],
+            )
+        )
         titles = {"minimal": "Minimal step (DataLoader next, backward of a scalar, optimizer step)", "mlp": "MLP step (batch 32, 64-128-10)"}
         for kind, result in report["loops"].items():
             print()

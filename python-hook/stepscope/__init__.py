@@ -53,7 +53,7 @@ def init(
     max_unacked: int = 100_000,
     gpu_event_pairs: int = 256,
     exit_timeout: float = 2.0,
-    comm: bool = True,
+    comm=None,
 ) -> Scope:
     """Start timing this process's training loop and reporting it to the sidecar.
 
@@ -68,12 +68,15 @@ def init(
     token        sent as ``Authorization: Bearer <token>``; default ``$STEPSCOPE_TOKEN``.
     cuda         None: time h2d/compute with CUDA events once torch has initialized CUDA;
                  False: CPU clock only; True: CUDA events even if CUDA must be initialized for it.
+                 Default: ``$STEPSCOPE_CUDA`` (0/off or 1/on) if set, else None.
     batch_interval  seconds between sends (sooner once 256 records wait).
     buffer_size  records the training thread may queue for the sender thread (oldest dropped beyond).
     max_unacked  records kept until the sidecar acknowledges them (oldest dropped beyond).
     gpu_event_pairs  size of the CUDA event pool.
     exit_timeout seconds the atexit handler waits for the sidecar when close() was not called.
-    comm         True: time torch.distributed's collectives and send the comm_* step columns.
+    comm         True: time torch.distributed's collectives and DDP's gradient all-reduce (a
+                 DistributedDataParallel model is watched without a call) and send the comm_* step
+                 columns. Default: ``$STEPSCOPE_COMM`` (0/off or 1/on) if set, else True.
 
     Calling init again closes the scope the previous call returned (waiting at most 1 s) and
     returns a new one, with a new session. Never raises: on an internal error, or with a URL or
@@ -88,6 +91,10 @@ def init(
     if previous is not None:
         previous.close(timeout=1.0)
     try:
+        if cuda is None:
+            cuda = _env.flag("STEPSCOPE_CUDA")
+        if comm is None:
+            comm = _env.flag("STEPSCOPE_COMM") is not False
         if url:
             source = "url"
         else:

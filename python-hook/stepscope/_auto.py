@@ -19,6 +19,12 @@ What is watched (torch 1.13 through 2.x):
   time is the GPU's compute: it stays in "compute").
 - **compute**: from a batch's arrival to the optimizer step, less the copies in between; the time
   after the step until the next batch is read (logging, checkpoints, evaluation) is "other".
+- **on the GPU**: once torch has CUDA in use, CUDA events are recorded on the current stream at a
+  batch's arrival, at the end of its optimizer step(s) and around each non-blocking copy
+  (``_cuda.Marker``), and read by the sender thread once completed, as the explicit API's phases are:
+  the GPU's compute and copy times of each step and its idle gap before the step's first work.
+- **DDP**: a ``DistributedDataParallel`` model built while this path is armed is watched
+  (``stepscope._comm``): its gradient all-reduce is timed, on gloo and on NCCL.
 - **samples**: the first dimension of each batch (a tensor, the first item of a tuple or list, the
   first value of a mapping).
 - **rank and world size**: from the launcher's environment (``RANK``, ``WORLD_SIZE``,
@@ -40,7 +46,7 @@ import sys
 import threading
 import time
 
-from . import _log
+from . import _comm, _cuda, _log
 
 __all__ = ["install", "uninstall", "installed", "scope_for", "batch_samples", "SUPPORTED"]
 
@@ -111,6 +117,7 @@ class _Driver:
         self.handles = []  # hook handles to remove at uninstall
         self.torch = None
         self.stepper = ""  # how optimizer steps are seen: "post-hook" (torch >= 2.0), "step-code" (1.13)
+        self.marker = None  # the GPU marks (a _cuda.Marker) once the scope exists
 
     # --- scope ---------------------------------------------------------------
 
@@ -134,6 +141,7 @@ class _Driver:
                 finally:
                     self.creating = False
             scope._on_close = self.flush
+            self.marker = _cuda.Marker(scope)
             sender = scope._sender
             if sender is not None:
                 sender.add_env({"instrumentation": "auto"})
@@ -151,6 +159,8 @@ class _Driver:
         try:
             if self.scope is not None and self.pending:
                 self._end(self.pending)
+            if self.marker is not None:
+                self.marker.discard()
         except Exception:
             pass
         self.window = self.pending = 0
@@ -181,6 +191,8 @@ class _Driver:
             elif self.window:
                 scope._compute.total += t0 - self.window - self.excl
                 self.window = 0
+                self.marker.close_if_open()  # another batch of the same step follows (accumulation)
+                self.marker.flush()
             if not self.started:
                 self._begin(t0)
             self.loader_seen = True
@@ -197,6 +209,7 @@ class _Driver:
             scope._data.total += t1 - t0
             self.window = t1
             self.excl = 0
+            self.marker.open()
             n = batch_samples(batch)
             if n is not None:
                 self.samples = n if self.samples is None else self.samples + n
@@ -234,29 +247,37 @@ class _Driver:
             elif self.window:
                 scope._compute.total += t - self.window - self.excl
                 self.window = 0
+            self.marker.close_now()
             if self.loader_seen:
                 self.pending = t
             else:
                 self._end(t)
                 self.window = t
                 self.excl = 0
+                self.marker.open()
         except Exception:
             self._error()
 
-    def h2d(self, t0, t1):
-        """A non-blocking copy to the GPU took the training thread from t0 to t1."""
-        scope = self.scope
-        if scope is None or not self.started:
-            return
+    def copy_wanted(self):
+        """Whether a non-blocking copy to the GPU starting now is this loop's h2d (training thread)."""
         try:
-            if not self.torch.is_grad_enabled():
-                return  # an evaluation's copies, like its batches, stay in "other"
+            # An evaluation's copies, like its batches, stay in "other".
+            return self.scope is not None and self.started and self.torch.is_grad_enabled()
+        except Exception:
+            return False
+
+    def h2d(self, t0, t1, begun=None):
+        """A non-blocking copy to the GPU took the training thread from t0 to t1 (``begun``: the GPU
+        event recorded before it)."""
+        scope = self.scope
+        try:
             if self.pending:
                 self._end(self.pending)
             took = t1 - t0
             scope._h2d.total += took
             if self.window:
                 self.excl += took
+            self.marker.copy_end(begun)
         except Exception:
             self._error()
 
@@ -286,6 +307,7 @@ class _Driver:
         samples = self.samples
         self.samples = None
         self.pending = 0
+        self.marker.flush()
         scope._end_step(t, samples)
         self.steps += 1
         if self.cuda_checks:
@@ -373,6 +395,7 @@ def install(torch=None) -> bool:
             d.tid = threading.main_thread().ident
             d.installed = True
             d.on = True
+            _comm.arm()  # DDP models built before the first step are watched as they are built
             if hasattr(os, "register_at_fork") and not getattr(d, "_fork_registered", False):
                 os.register_at_fork(after_in_child=_off_in_child)
                 d._fork_registered = True
@@ -393,6 +416,7 @@ def uninstall() -> None:
         d = _driver
         d.on = False
         _unpatch(d)
+        _comm.disarm()
         _driver = _Driver()
         # The wrappers hold the old driver: it is off, so they only call the originals.
 
@@ -538,8 +562,11 @@ def make_backward(d, original):
 
     def backward(self, *args, **kwargs):
         result = original(self, *args, **kwargs)
-        if d.on and not d.optimizer_seen and get_ident() == d.tid:
-            d.boundary()
+        if d.on and get_ident() == d.tid:
+            if not d.optimizer_seen:
+                d.boundary()
+            elif d.marker is not None:
+                d.marker.close_if_open()  # the batch's GPU work so far ends here (accumulation)
         return result
 
     backward.__wrapped__ = original
@@ -628,20 +655,32 @@ def patch_h2d(d, tensor_cls):
             or not (kwargs.get("non_blocking") or (len(args) > 1 and (args[1] is True or (len(args) > 2 and args[2] is True))))
             or self.is_cuda
             or get_ident() != d.tid
+            or not d.copy_wanted()
         ):
             return original_to(self, *args, **kwargs)
+        begun = d.marker.copy_begin()
         t0 = _now()
         out = original_to(self, *args, **kwargs)
+        t1 = _now()
         if out.is_cuda:
-            d.h2d(t0, _now())
+            d.h2d(t0, t1, begun)
+        else:
+            d.marker.cancel(begun)
         return out
 
     def cuda(self, *args, **kwargs):
-        if not d.on or not (kwargs.get("non_blocking") or (len(args) > 1 and args[1] is True)) or self.is_cuda or get_ident() != d.tid:
+        if (
+            not d.on
+            or not (kwargs.get("non_blocking") or (len(args) > 1 and args[1] is True))
+            or self.is_cuda
+            or get_ident() != d.tid
+            or not d.copy_wanted()
+        ):
             return original_cuda(self, *args, **kwargs)
+        begun = d.marker.copy_begin()
         t0 = _now()
         out = original_cuda(self, *args, **kwargs)
-        d.h2d(t0, _now())
+        d.h2d(t0, _now(), begun)
         return out
 
     to.__wrapped__ = original_to

@@ -1,6 +1,7 @@
 """Counters only the hook can read, for `counters` frames: its process tree and cgroup from
-/proc and /sys, its own GPU through NVML (``pynvml``, from the ``nvidia-ml-py`` package), and the
-framework's allocator statistics (``_memory``: torch's CUDA caching allocator).
+/proc and /sys, its own GPU through NVML (``pynvml``, from the ``nvidia-ml-py`` package) -- with,
+on GPUs that have GPM (Hopper and newer), the profiling activities DCGM would export (:class:`GpmReader`)
+-- and the framework's allocator statistics (``_memory``: torch's CUDA caching allocator).
 
 Samplers run on the sender thread when the sidecar's `welcome` asks for them (a source the sidecar
 does not name is never sent: an older sidecar refuses sources it does not know). A figure that
@@ -15,7 +16,7 @@ import time
 
 from . import _memory
 
-__all__ = ["CounterSchedule", "ProcessSampler", "NvmlSampler"]
+__all__ = ["CounterSchedule", "ProcessSampler", "NvmlSampler", "GpmReader"]
 
 PROCESS_INTERVAL_S = 1.0
 _MAX_SAMPLES = 64  # per `counters` frame; older samples are dropped while disconnected
@@ -236,6 +237,7 @@ class NvmlSampler:
         self._gpu = gpu  # callable -> dict of env (gpu_uuid), read at each sample
         self._key = None
         self._handle = None
+        self._gpm = GpmReader(nvml)
 
     @classmethod
     def create(cls, gpu=None):
@@ -274,6 +276,7 @@ class NvmlSampler:
         sample["mem_clock_mhz"] = _safe(lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_MEM))
         sample["pstate"] = _safe(lambda: "P%d" % nvml.nvmlDeviceGetPerformanceState(handle))
         sample["throttle_reasons"] = _safe(lambda: self._throttle_reasons(handle))
+        sample.update(self._gpm.read(handle))
         return sample
 
     def _device(self):
@@ -293,6 +296,109 @@ class NvmlSampler:
         nvml = self._nvml
         read = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
         return int(read(handle))
+
+
+class GpmReader:
+    """SM, tensor-pipe and DRAM activity from NVML's GPU Performance Monitoring (GPM, Hopper and newer):
+    the activities of DCGM's profiling fields (DCGM_FI_PROF_SM_ACTIVE, _SM_OCCUPANCY,
+    _PIPE_TENSOR_ACTIVE, _DRAM_ACTIVE), without a DCGM exporter.
+
+    Each reading takes a GPM sample (``nvmlGpmSampleGet``; ``nvmlGpmMigSampleGet`` on a MIG instance)
+    and computes the metrics over the time since the previous one (``nvmlGpmMetricsGet``), as
+    fractions 0..1 (NVML gives percents). The first reading, and any where GPM is missing or fails,
+    adds nothing: the sidecar then says "not measured". Device-wide, like DCGM's: every process on the
+    GPU counts. Runs on the sender thread; never raises.
+    """
+
+    # (sample key, pynvml constant): NVML_GPM_METRIC_SM_UTIL "Percentage of SMs that were busy",
+    # _SM_OCCUPANCY "warps that were active vs theoretical maximum", _ANY_TENSOR_UTIL "time the GPU's
+    # SMs were doing ANY tensor operations", _DRAM_BW_UTIL "DRAM bw used vs theoretical maximum".
+    METRICS = (
+        ("sm_active", "NVML_GPM_METRIC_SM_UTIL"),
+        ("sm_occupancy", "NVML_GPM_METRIC_SM_OCCUPANCY"),
+        ("tensor_active", "NVML_GPM_METRIC_ANY_TENSOR_UTIL"),
+        ("dram_active", "NVML_GPM_METRIC_DRAM_BW_UTIL"),
+    )
+
+    def __init__(self, nvml):
+        self._nvml = nvml
+        self._handle = None
+        self._source = None  # (device handle to sample, MIG GPU instance id or None); False: no GPM
+        self._previous = None
+
+    def read(self, handle) -> dict:
+        try:
+            if handle is not self._handle:
+                self._reset(handle)
+            if not self._source:
+                return {}
+            sample = self._take()
+            previous, self._previous = self._previous, sample
+            if previous is None:
+                return {}
+            try:
+                return self._metrics(previous, sample)
+            finally:
+                _safe(lambda: self._nvml.nvmlGpmSampleFree(previous))
+        except Exception:
+            self._off()
+            return {}
+
+    def _reset(self, handle):
+        nvml = self._nvml
+        if self._previous is not None:
+            previous = self._previous
+            _safe(lambda: nvml.nvmlGpmSampleFree(previous))
+        self._handle = handle
+        self._previous = None
+        self._source = False
+        if handle is None or not hasattr(nvml, "nvmlGpmSampleGet"):
+            return  # an nvidia-ml-py older than GPM (12.520)
+        device, instance = handle, None
+        if _safe(lambda: nvml.nvmlDeviceIsMigDeviceHandle(handle)):
+            device = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
+            instance = nvml.nvmlDeviceGetGpuInstanceId(handle)
+        # Before Hopper: not supported (isSupportedDevice 0, or NVML_ERROR_NOT_SUPPORTED)
+        if _safe(lambda: nvml.nvmlGpmQueryDeviceSupport(device).isSupportedDevice):
+            self._source = (device, instance)
+
+    def _take(self):
+        nvml = self._nvml
+        device, instance = self._source
+        sample = nvml.nvmlGpmSampleAlloc()
+        try:
+            if instance is None:
+                nvml.nvmlGpmSampleGet(device, sample)
+            else:
+                nvml.nvmlGpmMigSampleGet(device, instance, sample)
+        except Exception:
+            _safe(lambda: nvml.nvmlGpmSampleFree(sample))
+            raise
+        return sample
+
+    def _metrics(self, sample1, sample2) -> dict:
+        nvml = self._nvml
+        request = nvml.c_nvmlGpmMetricsGet_t()
+        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(self.METRICS)
+        request.sample1 = sample1
+        request.sample2 = sample2
+        for i, (_, constant) in enumerate(self.METRICS):
+            request.metrics[i].metricId = getattr(nvml, constant)
+        nvml.nvmlGpmMetricsGet(request)
+        out = {}
+        success = getattr(nvml, "NVML_SUCCESS", 0)
+        for i, (key, _) in enumerate(self.METRICS):
+            metric = request.metrics[i]
+            if metric.nvmlReturn == success and metric.value == metric.value:  # not NaN
+                out[key] = round(min(max(metric.value / 100.0, 0.0), 1.0), 4)
+        return out
+
+    def _off(self):
+        self._source = False
+        previous, self._previous = self._previous, None
+        if previous is not None:
+            _safe(lambda: self._nvml.nvmlGpmSampleFree(previous))
 
 
 def _guess_index():

@@ -57,6 +57,24 @@ def _setting(argument, arg_name: str, env_name: str, default: int, problems: lis
     return value, label
 
 
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def flag(name: str):
+    """An on/off environment variable: True, False, or None when unset or neither (said once)."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return None
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    _log.warn_once(_log.USAGE + ":" + name, "%s=%r is neither on (%s) nor off (%s): ignored" % (name, raw, "/".join(_TRUE), "/".join(_FALSE)))
+    return None
+
+
 def identity(*, job=None, rank=None, world_size=None, local_rank=None, host=None) -> dict:
     """The identity fields of `hello` (job, rank, local_rank, world_size, session, pid, host).
 

@@ -127,14 +127,7 @@ class _Phase:
 
     def _record(self):
         """A just-recorded event from the pool; None if the pool is empty or CUDA failed."""
-        try:
-            event = self.timer.take()
-            if event is not None:
-                event.record()
-            return event
-        except Exception:
-            self.scope._internal_error()
-            return None
+        return self.timer.record()
 
 
 _UNTIMED = object()  # start_event of a phase entered without GPU timing
@@ -352,6 +345,10 @@ class Scope:
                     None if gpu is None else gpu.end_step(seq),
                 )
             )
+            if gpu is not None:
+                sender = self._sender
+                if sender is not None and sender.disabled is not None:
+                    self._gpu_off()  # sending stopped for good: nothing will read the events
             data.total = h2d.total = compute.total = 0
             self._start = t
             if len(queue) == _WAKE_AT:
@@ -390,6 +387,8 @@ class Scope:
         mode = self._gpu_mode
         if mode not in ("undecided", "recheck"):
             return mode
+        if self._disabled is not None:
+            return "off"  # this scope sends nothing: nothing would read the events
         torch = sys.modules.get("torch")
         if torch is None:
             if self._cuda:
@@ -407,6 +406,31 @@ class Scope:
         self._add_gpu_env(torch)
         self._use_gpu_timer(timer)
         return "on"
+
+    def _gpu_for_marks(self):
+        """The GpuTimer for the marks of the zero-code path and the callbacks, decided as a phase
+        lookup decides it; None while CUDA is not in use or timing is off (training thread)."""
+        mode = self._gpu_mode
+        if mode == "on":
+            return self._gpu
+        if mode not in ("undecided", "recheck"):
+            return None
+        try:
+            mode = self._decide_gpu()
+        except Exception:
+            self._internal_error()
+            mode = "off"
+        if mode != "on":
+            self._gpu_mode = mode
+            return None
+        return self._gpu
+
+    def _gpu_off(self):
+        gpu, self._gpu = self._gpu, None
+        if gpu is not None:
+            gpu.on = False  # the Markers that hold it record nothing more
+        self._h2d.timer = self._compute.timer = None
+        self._gpu_mode = "off"
 
     def _use_gpu_timer(self, timer):
         self._gpu = timer

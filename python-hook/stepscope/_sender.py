@@ -314,7 +314,8 @@ class Sender:
             else:
                 break
             if comm is not None:
-                comm_times = comm.step_columns(end_ns - dur_ns, end_ns, self._closing)
+                give_up = self._closing and time.monotonic() >= self._gpu_give_up_at
+                comm_times = comm.step_columns(end_ns - dur_ns, end_ns, self._closing, give_up)
                 if comm_times is None:
                     break  # a collective of the step has yet to report its completion
             pending.popleft()

@@ -98,7 +98,9 @@ class VersionGuardTest(Quiet):
 
         d = _auto._Driver()
         seen = []
-        d.h2d = lambda t0, t1: seen.append(t1 - t0)
+        d.h2d = lambda t0, t1, begun: seen.append(t1 - t0)
+        d.copy_wanted = lambda: True
+        d.marker = types.SimpleNamespace(copy_begin=lambda: None, cancel=lambda begun: None)
         d.on = True
         d.tid = threading.get_ident()
         _auto.patch_h2d(d, FakeTensor)
@@ -161,6 +163,22 @@ class BootTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(result.stdout.split("\n")[:3], ["hidden sitecustomize ran", "fake torch imported", "auto False"])
         self.assertEqual(result.stderr, "")
+
+    def test_the_installed_pth_line_arms_only_with_stepscope_auto(self):
+        # The line pip installs in site-packages (stepscope-auto.pth), read by site.addsitedir as at start-up.
+        site_dir = os.path.join(self.tmp.name, "site")
+        os.makedirs(site_dir)
+        with open(os.path.join(HOOK_DIR, "stepscope-auto.pth")) as src, open(os.path.join(site_dir, "stepscope-auto.pth"), "w") as dst:
+            dst.write(src.read())
+        code = (
+            "import site, sys; site.addsitedir(%r); print(sorted(m for m in ('stepscope', '_stepscope_pth') if m in sys.modules), "
+            "any(type(f).__name__ == 'TorchWatcher' for f in sys.meta_path)); import torch; print('stepscope._auto' in sys.modules)" % site_dir
+        )
+        path = os.pathsep.join((HOOK_DIR, self.fake_dir))
+        for env, expected in (({}, ["[] False", "False"]), ({"STEPSCOPE_AUTO": "0"}, ["['_stepscope_pth'] False", "False"]), ({"STEPSCOPE_AUTO": "1"}, ["['_stepscope_pth'] True", "True"])):
+            result = self.run_child(code, PYTHONPATH=path, **env)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            self.assertEqual([line for line in result.stdout.splitlines() if line != "fake torch imported"], expected, env)
 
     def test_a_process_that_never_imports_torch_never_imports_stepscope(self):
         code = "import sys, json; print('stepscope' in sys.modules)"

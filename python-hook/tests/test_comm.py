@@ -311,9 +311,18 @@ class RealTorchTest(unittest.TestCase):
         self.assertIn("watch_ddp: DDP's communication is not timed", self.stderr)
         self.assertFalse(self.result("not_ddp")["watching"])
 
+    def test_a_model_built_after_init_is_watched_at_construction(self):
+        got = self.result("auto_watch")
+        self.assertTrue(got["init_wrapped"])
+        self.assertTrue(got["watched"])
+        self.assertEqual(got["user_hook_calls"], 2)
+        self.assertEqual(got["timed_buckets"], 2)
+        self.assertTrue(got["same_parameters"])
+
     def test_rows_of_a_ddp_loop(self):
         got = self.result("rows")
         self.assertTrue(got["installed"])
+        self.assertTrue(got["found"])  # built before init(), no watch_ddp: found by init()
         self.assertTrue(got["closed"])
         self.assertEqual(got["fields"], ["comm_ns", "comm_wait_ns", "comm_bytes"])
         first, *rest = got["rows"]

@@ -6,7 +6,7 @@ import types
 import unittest
 from unittest import mock
 
-from stepscope._counters import CounterSchedule, NvmlSampler, ProcessSampler
+from stepscope._counters import CounterSchedule, GpmReader, NvmlSampler, ProcessSampler
 
 HAS_PROC = os.path.exists("/proc/self/stat")
 
@@ -198,6 +198,78 @@ class NvmlTest(unittest.TestCase):
     def test_missing_pynvml(self):
         with mock.patch.dict(sys.modules, {"pynvml": None}):
             self.assertIsNone(NvmlSampler.create())
+
+
+FAKE_PYNVML = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "test", "fixtures", "fake_pynvml", "pynvml.py")
+
+
+def load_fake_pynvml():
+    """test/fixtures/fake_pynvml: nvidia-ml-py's own GPM structures and constants, an H100's answers."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fake_pynvml_%d" % id(object()), FAKE_PYNVML)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@unittest.skipUnless(os.path.exists(FAKE_PYNVML), "the repository's test fixtures are not here")
+class GpmTest(unittest.TestCase):
+    """SM, tensor-pipe and DRAM activity through NVML's GPM, on nvidia-ml-py's real ctypes structures."""
+
+    def setUp(self):
+        self.nvml = load_fake_pynvml()
+        self.handle = self.nvml.nvmlDeviceGetHandleByIndex(0)
+
+    def test_the_second_reading_has_the_activities_as_fractions(self):
+        gpm = GpmReader(self.nvml)
+        self.assertEqual(gpm.read(self.handle), {})  # one sample: no interval yet
+        expected = {"sm_active": 0.935, "sm_occupancy": 0.412, "tensor_active": 0.031, "dram_active": 0.227}
+        for _ in range(3):
+            self.assertEqual(gpm.read(self.handle), expected)
+        # Each interval's older sample is freed: one is held for the next interval, none leak.
+        self.assertEqual(len(self.nvml._samples), 1)
+        self.assertEqual([call for call in self.nvml.GPM_CALLS if call[0] == "metrics"], [("metrics", 4)] * 3)
+
+    def test_a_gpu_without_gpm_adds_nothing(self):
+        with mock.patch.dict(os.environ, {"STEPSCOPE_FAKE_GPM": "0"}):
+            gpm = GpmReader(self.nvml)
+            self.assertEqual([gpm.read(self.handle) for _ in range(3)], [{}, {}, {}])
+        self.assertEqual(self.nvml.GPM_CALLS, [])
+
+    def test_a_failure_turns_it_off_quietly(self):
+        gpm = GpmReader(self.nvml)
+        gpm.read(self.handle)
+        with mock.patch.object(self.nvml, "nvmlGpmMetricsGet", side_effect=self.nvml.NVMLError(3)):
+            self.assertEqual(gpm.read(self.handle), {})
+        self.assertEqual(gpm.read(self.handle), {})
+        self.assertEqual(self.nvml._samples, {})  # everything it took was freed
+
+    def test_a_binding_without_gpm(self):
+        old = types.ModuleType("pynvml")
+        self.assertEqual(GpmReader(old).read(object()), {})
+
+    def test_through_the_sampler(self):
+        with mock.patch.dict(sys.modules, {"pynvml": self.nvml}):
+            sampler = NvmlSampler.create()
+        first, second = sampler.sample(1), sampler.sample(2)
+        self.assertNotIn("sm_active", first)
+        self.assertEqual((second["name"], second["sm_active"], second["tensor_active"]), ("NVIDIA H100 80GB HBM3", 0.935, 0.031))
+
+    def test_the_structures_are_nvidia_ml_pys(self):
+        try:
+            import pynvml as real
+        except ImportError:
+            self.skipTest("nvidia-ml-py is not installed here (python-hook/tests/SOURCES.md records the comparison)")
+        import ctypes
+
+        for name in ("c_nvmlGpmMetricsGet_t", "c_nvmlGpmMetric_t", "c_nvmlGpmSupport_t"):
+            ours, theirs = getattr(self.nvml, name), getattr(real, name)
+            self.assertEqual([f[0] for f in ours._fields_], [f[0] for f in theirs._fields_], name)
+            if real.NVML_GPM_METRIC_MAX == self.nvml.NVML_GPM_METRIC_MAX:
+                self.assertEqual(ctypes.sizeof(ours), ctypes.sizeof(theirs), name)
+        for key, constant in GpmReader.METRICS:
+            self.assertEqual(getattr(real, constant), getattr(self.nvml, constant), constant)
 
 
 class ScheduleTest(unittest.TestCase):

@@ -78,11 +78,13 @@ export interface GpuWindow {
   mem_used_mib_max: number | null;
   mem_total_mib: number | null;
   mem_used_frac: number | null;
-  /** DCGM profiling counters (0..1), where the exporter has them: SM activity, occupancy, tensor pipes, memory interface. */
+  /** Profiling activities (0..1), where DCGM's exporter or the hooks' NVML GPM readings have them: SM activity, occupancy, tensor pipes, memory interface. */
   sm_active_mean: number | null;
   sm_occupancy_mean: number | null;
   tensor_active_mean: number | null;
   dram_active_mean: number | null;
+  /** Where the profiling activities the GPU source lacked were taken from ("… from the hooks' NVML GPM readings"); null where none was. */
+  profiling_filled?: string | null;
   latest: { at: string; util: number | null; sm_clock_mhz: number | null; temp_c: number | null; throttle_reasons: ThrottleReasonName[] };
   /** Compute processes on this GPU that are not the job's ranks; null where not measured (DCGM and the hook list none). */
   other_processes: OtherProcesses | null;
@@ -289,6 +291,7 @@ function gpuWindow(samples: HeldGpuSample[], matchedBy: MatchedBy, others: Other
     sm_occupancy_mean: mean(samples.map((s) => s.smOccupancy)),
     tensor_active_mean: mean(samples.map((s) => s.tensorActive)),
     dram_active_mean: mean(samples.map((s) => s.dramActive)),
+    profiling_filled: samples.some((s) => s.profilingFrom === 'hook') ? "SM, tensor-pipe and memory activity from the hooks' NVML GPM readings" : null,
     latest: {
       at: new Date(latest.at).toISOString(),
       util: latest.utilGpu,

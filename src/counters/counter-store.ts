@@ -44,8 +44,11 @@ export interface CountersDump<Host> {
   fillers?: Array<[string, Filler]>;
 }
 
-/** A sample as held: for the throttle signals its own source lacked, where they came from instead. */
-export type HeldGpuSample = GpuSample & { filled?: FilledFrom };
+/**
+ * A sample as held: for the throttle signals its own source lacked, where they came from instead;
+ * `profilingFrom` where its profiling activities (SM, tensor pipes, DRAM) did.
+ */
+export type HeldGpuSample = GpuSample & { filled?: FilledFrom; profilingFrom?: FillSource };
 
 /** A reading from a second source, for the signals the GPU source lacks (the default DCGM exporter has no throttle reasons). */
 interface Filler {
@@ -83,6 +86,21 @@ export function fillThrottle(sample: GpuSample, filler: Filler | undefined): Hel
     filled['power-limit'] = filler.source;
   }
   return Object.keys(filled).length === 0 ? sample : { ...out, filled };
+}
+
+const PROFILING = ['smActive', 'smOccupancy', 'tensorActive', 'dramActive'] as const;
+
+/**
+ * `sample` with the profiling activities it lacks (nvidia-smi has none, the default DCGM exporter
+ * none) taken from `filler`: the hooks' NVML GPM readings of the same whole GPU, close in time. A MIG
+ * instance is not filled: GPM of the physical GPU would speak of every slice.
+ */
+export function fillProfiling(sample: HeldGpuSample, filler: Filler | undefined): HeldGpuSample {
+  if (!filler || (sample.parentUuid ?? null) !== null || Math.abs(filler.sample.at - sample.at) > FILL_STALE_MS) return sample;
+  if (PROFILING.some((field) => sample[field] !== null) || PROFILING.every((field) => filler.sample[field] === null)) return sample;
+  const out: HeldGpuSample = { ...sample, profilingFrom: filler.source };
+  for (const field of PROFILING) out[field] = filler.sample[field];
+  return out;
 }
 
 /** A reading of the processes older than this at a window's end is not shown as current. */
@@ -141,7 +159,8 @@ export class CounterStore<Host extends { at: number } = { at: number }> {
   addGpuSamples(samples: readonly GpuSample[]): void {
     for (const given of samples) {
       const physical = physicalUuid(given);
-      const sample = physical === null ? given : fillThrottle(given, this.fillers.get(physical));
+      const filler = physical === null ? undefined : this.fillers.get(physical);
+      const sample = physical === null ? given : fillProfiling(fillThrottle(given, filler), filler);
       const key = gpuKey(sample);
       let entry = this.gpus.get(key);
       if (!entry) {

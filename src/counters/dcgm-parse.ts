@@ -278,6 +278,53 @@ function firstValue(values: Map<string, number | null>, metrics: readonly string
   return null;
 }
 
+const KNOWN = new Set(DCGM_METRICS);
+/** The Prometheus exposition format's metric names. */
+const METRIC_NAME = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
+
+/** Whether any series is a per-GPU field this parser reads, with a value: the page can give samples. */
+export function hasReadableSeries(series: readonly DcgmSeries[]): boolean {
+  return series.some((one) => one.value !== null && KNOWN.has(one.metric));
+}
+
+const some = (names: readonly string[], limit = 3) => `${names.slice(0, limit).join(', ')}${names.length > limit ? ', …' : ''}`;
+
+/**
+ * What an exporter's page holds when no per-GPU series of it can be read, in words: for the error a
+ * --dcgm-url pointing at the wrong exporter, port or exporter version gets (said in the log, the
+ * state's counter health and /readyz). Pure.
+ */
+export function describeUnreadable(text: string): string {
+  let families: ReturnType<typeof parsePrometheusTextFormat> | null;
+  try {
+    families = parsePrometheusTextFormat(forParser(text));
+  } catch {
+    families = null;
+  }
+  // The parser takes "<!DOCTYPE html>" for a sample; a metric name never looks so.
+  if (families === null || families.some((family) => !METRIC_NAME.test(family.name))) {
+    return `not Prometheus text (it begins ${JSON.stringify(text.trim().slice(0, 40).replace(/\s+/g, ' '))})`;
+  }
+  if (families.length === 0) return 'no metrics at all (an empty page)';
+  const names = families.map((family) => family.name);
+  const dcgm = names.filter((name) => canonicalMetric(name) !== null || /^dcgm_/i.test(name));
+  if (dcgm.length === 0) return `${names.length} metric families, none of them DCGM's (${some(names)}): another exporter at this address?`;
+  const readable = dcgm.filter((name) => KNOWN.has(canonicalMetric(name) ?? ''));
+  if (readable.length === 0) {
+    const old = dcgm.filter((name) => !name.toUpperCase().startsWith('DCGM_FI_'));
+    return old.length === dcgm.length
+      ? `1.x exporter names stepscope does not read (${some(old)}); it reads ${some(Object.keys(LEGACY))} and the DCGM_FI_* names`
+      : `only DCGM fields stepscope does not read (${some(dcgm)}); add DCGM_FI_DEV_GPU_UTIL, DCGM_FI_DEV_SM_CLOCK and the others of deploy/kubernetes/dcgm-exporter-counters.yaml to the exporter's counters`;
+  }
+  const series = families.filter((family) => readable.includes(family.name)).flatMap((family) => family.metrics);
+  const perGpu = series.filter(({ labels = {} }) => isGpuEntity(labels));
+  if (perGpu.length === 0) {
+    const labels = [...new Set(series.flatMap(({ labels = {} }) => Object.keys(labels)))];
+    return `DCGM series without a per-GPU "gpu" label (${some(readable)}; labels: ${labels.length > 0 ? some(labels, 6) : 'none'})`;
+  }
+  return `DCGM series whose values are all blank (${some(readable)}): DCGM's "no value" sentinels, or fields this GPU does not support`;
+}
+
 /** Why nothing was selected, for the error a misconfigured pod or namespace gets. */
 export function describeNoMatch(series: readonly DcgmSeries[], selector: DcgmSelector): string {
   const select = normaliseSelector(selector);

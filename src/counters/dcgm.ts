@@ -5,7 +5,7 @@
 import { performance } from 'node:perf_hooks';
 import { Poller } from './poller.js';
 import type { Logger } from '../log/log.js';
-import { describeNoMatch, describeSelector, matchesSelector, normaliseSelector, parseDcgmSeries, toGpuSamples, type DcgmSelector } from './dcgm-parse.js';
+import { describeNoMatch, describeSelector, describeUnreadable, hasReadableSeries, matchesSelector, normaliseSelector, parseDcgmSeries, toGpuSamples, type DcgmSelector } from './dcgm-parse.js';
 import { HealthTracker } from './health.js';
 import type { CollectorHealth, GpuCollector, GpuSample, GpuSink } from './types.js';
 
@@ -79,14 +79,20 @@ export class DcgmCollector implements GpuCollector {
     try {
       this.deliver(await this.scrape());
     } catch (error) {
-      if (!this.status.stopped) this.warnOfFailure(describeError(error, this.timeoutMs));
+      if (!this.status.stopped) this.warnOfFailure(describeError(error, this.timeoutMs), error instanceof UnreadableError);
     }
   }
 
   private async scrape(): Promise<GpuSample[]> {
     const text = await this.fetchMetrics();
     const at = this.now();
-    const series = parseDcgmSeries(text);
+    let series: ReturnType<typeof parseDcgmSeries> = [];
+    try {
+      series = parseDcgmSeries(text);
+    } catch {
+      // below: said as what the page is instead
+    }
+    if (!hasReadableSeries(series)) throw new UnreadableError(`serves nothing stepscope can read as GPU counters: ${describeUnreadable(text)}`);
     const samples = toGpuSamples(
       series.filter((one) => matchesSelector(one.labels, this.options.select)),
       at,
@@ -117,14 +123,18 @@ export class DcgmCollector implements GpuCollector {
     }
   }
 
-  private warnOfFailure(message: string): void {
+  private warnOfFailure(message: string, unreadable: boolean): void {
     this.status.failing(message);
     const at = performance.now();
-    if (this.loggedError?.message === message && at - this.loggedError.at < REPEAT_ERROR_LOG_MS) return;
+    // A page that cannot be read does not change by waiting: said once; an outage again every minute.
+    if (this.loggedError?.message === message && (unreadable || at - this.loggedError.at < REPEAT_ERROR_LOG_MS)) return;
     this.loggedError = { message, at };
     this.log.warn({ url: this.options.url, err: message }, 'dcgm-exporter scrape failed; retrying');
   }
 }
+
+/** The exporter answered, but with nothing that can be read as GPU counters. */
+class UnreadableError extends Error {}
 
 /** fetch() hides the reason (refused, unknown host) in `cause`, and a timeout in a DOMException. */
 function describeError(error: unknown, timeoutMs: number): string {

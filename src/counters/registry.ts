@@ -17,6 +17,7 @@ export interface GpuSourceChoice {
   source: GpuSourceName;
   reason: string;
   collector: GpuCollector | null;
+  /** The collector's health; for the hooks' readings taken because a configured DCGM exporter was unusable, that exporter's last error. */
   health(): CollectorHealth | null;
 }
 
@@ -71,16 +72,31 @@ export async function startGpuSource(option: GpuSourceOption, factories: Collect
       } catch (error) {
         tried.push((error as Error).message);
       }
+      let unusable: string | null = null;
       if (factories.dcgm) {
         try {
           return choose(active('dcgm', `auto: ${tried.join('; ')}; the DCGM exporter works`, await tryStart('dcgm', factories.dcgm, sink)));
         } catch (error) {
-          tried.push((error as Error).message);
+          unusable = (error as Error).message;
+          tried.push(unusable);
         }
       } else {
         tried.push('dcgm: no --dcgm-url');
       }
-      return choose(passive('hook', `auto: ${tried.join('; ')}; using GPU counters forwarded by the hooks (pynvml), if they have it`));
+      const fallback = choose(passive('hook', `auto: ${tried.join('; ')}; using GPU counters forwarded by the hooks (pynvml), if they have it`));
+      if (unusable === null) return fallback;
+      // A DCGM exporter was configured and gives nothing: not a quiet fallback.
+      log.warn({ err: unusable }, "the DCGM exporter given by --dcgm-url is not usable; GPU counters come from the hooks' NVML readings instead");
+      const health: CollectorHealth = { name: 'dcgm', state: 'failing', samples: 0, lastSampleAt: null, lastError: unusable.replace(/^dcgm: /, ''), restarts: 0 };
+      return { ...fallback, health: () => health };
     }
   }
+}
+
+/** What /readyz's detail says of the GPU source: its collector failing, or a configured one that gave nothing and was replaced. */
+export function gpuSourceDetail(choice: GpuSourceChoice): string[] {
+  const health = choice.health();
+  if (!health || health.state !== 'failing' || !health.lastError) return [];
+  const instead = choice.source === health.name ? '' : `; GPU counters come from ${choice.source === 'hook' ? "the hooks' NVML readings" : choice.source} instead`;
+  return [`GPU counters: ${health.name}: ${health.lastError}${instead}`];
 }

@@ -35,7 +35,7 @@ export interface GpuSample {
   pstate: string | null;
   /** Active clock-event (throttle) reasons, NVML bitmask (see ThrottleReason). */
   throttleReasons: number | null;
-  /** DCGM profiling fields, fractions 0..1. */
+  /** Profiling activities, fractions 0..1: DCGM's profiling fields, or NVML GPM through the hook. */
   grEngineActive: number | null;
   smActive: number | null;
   smOccupancy: number | null;

@@ -22,6 +22,11 @@ export interface NvmlSample {
   mem_clock_mhz: number | null;
   pstate: string | null;
   throttle_reasons: number | null;
+  /** NVML GPM (Hopper and newer), as fractions 0..1: DCGM's SM_ACTIVE, SM_OCCUPANCY, PIPE_TENSOR_ACTIVE, DRAM_ACTIVE. */
+  sm_active: number | null;
+  sm_occupancy: number | null;
+  tensor_active: number | null;
+  dram_active: number | null;
 }
 
 export interface ProcessSample {
@@ -60,6 +65,7 @@ export type CounterBatch =
   | { source: 'memory'; samples: MemorySample[] };
 
 const figure = { type: ['number', 'null'], minimum: 0, maximum: 1e18 } as const;
+const fraction = { type: ['number', 'null'], minimum: 0, maximum: 1 } as const;
 // No control characters: a GPU name or pstate is shown in a terminal.
 const text = { type: ['string', 'null'], maxLength: 128, pattern: PRINTABLE } as const;
 const atNs = { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER } as const;
@@ -79,6 +85,8 @@ const NVML_FIGURES = [
   'throttle_reasons',
 ] as const;
 const NVML_TEXT = ['uuid', 'name', 'pstate'] as const;
+/** GPM activities (the hook reads them where the GPU has GPM), 0..1. */
+const NVML_FRACTIONS = ['sm_active', 'sm_occupancy', 'tensor_active', 'dram_active'] as const;
 const PROCESS_FIGURES = [
   'cpu_main_s',
   'cpu_workers_s',
@@ -93,19 +101,20 @@ const PROCESS_FIGURES = [
 
 const MEMORY_FIGURES = ['device', 'allocated_bytes', 'reserved_bytes', 'peak_allocated_bytes', 'alloc_retries', 'ooms', 'inactive_split_bytes', 'total_bytes', 'free_bytes'] as const;
 
-const sampleSchema = (figures: readonly string[], texts: readonly string[]) => ({
+const sampleSchema = (figures: readonly string[], texts: readonly string[], fractions: readonly string[] = []) => ({
   type: 'object',
   required: ['at_ns'],
   properties: {
     at_ns: atNs,
     ...Object.fromEntries(figures.map((key) => [key, figure])),
     ...Object.fromEntries(texts.map((key) => [key, text])),
+    ...Object.fromEntries(fractions.map((key) => [key, fraction])),
   },
 });
 
 const ajv = new Ajv({ strict: true, allowUnionTypes: true });
 const validators: Record<CounterBatch['source'], ValidateFunction> = {
-  nvml: ajv.compile({ type: 'array', minItems: 1, maxItems: 64, items: sampleSchema(NVML_FIGURES, NVML_TEXT) }),
+  nvml: ajv.compile({ type: 'array', minItems: 1, maxItems: 64, items: sampleSchema(NVML_FIGURES, NVML_TEXT, NVML_FRACTIONS) }),
   process: ajv.compile({ type: 'array', minItems: 1, maxItems: 64, items: sampleSchema(PROCESS_FIGURES, []) }),
   memory: ajv.compile({ type: 'array', minItems: 1, maxItems: 64, items: sampleSchema(MEMORY_FIGURES, []) }),
 };
@@ -128,7 +137,7 @@ export function parseCounterBatch(source: unknown, samples: unknown): CounterBat
   const rows = samples as Record<string, unknown>[];
   switch (source) {
     case 'nvml':
-      return { source, samples: rows.map((s) => normalise<NvmlSample>(s, [...NVML_FIGURES, ...NVML_TEXT])) };
+      return { source, samples: rows.map((s) => normalise<NvmlSample>(s, [...NVML_FIGURES, ...NVML_TEXT, ...NVML_FRACTIONS])) };
     case 'process':
       return { source, samples: rows.map((s) => normalise<ProcessSample>(s, PROCESS_FIGURES)) };
     case 'memory':
@@ -154,5 +163,9 @@ export function nvmlToGpuSample(s: NvmlSample, at: number): GpuSample {
     memClockMHz: s.mem_clock_mhz,
     pstate: s.pstate,
     throttleReasons: s.throttle_reasons,
+    smActive: s.sm_active,
+    smOccupancy: s.sm_occupancy,
+    tensorActive: s.tensor_active,
+    dramActive: s.dram_active,
   };
 }

@@ -107,8 +107,8 @@ export const GpuSummarySchema = Type.Object(
     mem_total_mib: NumOrNull('memory in all, MiB'),
     pstate: StrOrNull('performance state, P0..P15'),
     throttle_reasons: Type.Array(ThrottleReasonNameSchema, { description: 'clock-event (throttle) reasons active now; empty when none or not reported' }),
-    sm_active: NumOrNull('share of time SMs were active, 0..1 (DCGM only)'),
-    tensor_active: NumOrNull('share of time tensor cores were active, 0..1 (DCGM only)'),
+    sm_active: NumOrNull("share of time SMs were active, 0..1 (DCGM's profiling fields, or NVML GPM through the hook)"),
+    tensor_active: NumOrNull("share of time tensor cores were active, 0..1 (DCGM's profiling fields, or NVML GPM through the hook)"),
     key: Str('what tells this device from the others: its UUID, else (a MIG instance DCGM names by its physical GPU) parent UUID and instance ids, else its index'),
     parent_uuid: StrOrNull("a MIG instance's physical GPU UUID; null for a whole GPU"),
     gpu_instance_id: NumOrNull("a MIG instance's GPU instance id; null for a whole GPU"),
@@ -154,7 +154,10 @@ export const CountersStateSchema = Type.Object(
   {
     gpu_source: Str('where GPU counters come from: dcgm, nvidia-smi, hook (NVML in the hook), sim, none'),
     gpu_source_reason: Str('why that source, in words'),
-    gpu_health: Nullable(CollectorHealthSchema, { description: "the GPU collector's health; null when no collector runs in the sidecar" }),
+    gpu_health: Nullable(CollectorHealthSchema, {
+      description:
+        "the GPU collector's health; where the hooks' readings were taken because the DCGM exporter given by --dcgm-url gave nothing readable, that exporter's (failing, with what it serves instead); null when no collector runs in the sidecar",
+    }),
     host_health: Nullable(CollectorHealthSchema, { description: "the host collector's health; null when none runs" }),
     gpus: Type.Array(GpuSummarySchema, { description: 'every GPU seen, with its latest reading' }),
     host: Nullable(HostSummarySchema, { description: "the host's latest reading; null before the first" }),
@@ -197,10 +200,15 @@ export const GpuWindowSchema = Type.Object(
     mem_used_mib_max: NumOrNull('most memory used, MiB'),
     mem_total_mib: NumOrNull('memory in all, MiB'),
     mem_used_frac: NumOrNull('most memory used as a share of all, 0..1'),
-    sm_active_mean: NumOrNull('mean share of time SMs were active, 0..1 (DCGM only)'),
-    sm_occupancy_mean: NumOrNull('mean share of warp slots occupied, 0..1 (DCGM only)'),
-    tensor_active_mean: NumOrNull('mean share of time tensor cores were active, 0..1 (DCGM only)'),
-    dram_active_mean: NumOrNull('mean share of time the memory interface was busy, 0..1 (DCGM only)'),
+    sm_active_mean: NumOrNull("mean share of time SMs were active, 0..1 (DCGM's profiling fields, or NVML GPM through the hook)"),
+    sm_occupancy_mean: NumOrNull("mean share of warp slots occupied, 0..1 (DCGM's profiling fields, or NVML GPM through the hook)"),
+    tensor_active_mean: NumOrNull("mean share of time tensor cores were active, 0..1 (DCGM's profiling fields, or NVML GPM through the hook)"),
+    dram_active_mean: NumOrNull("mean share of time the memory interface was busy, 0..1 (DCGM's profiling fields, or NVML GPM through the hook)"),
+    profiling_filled: Type.Optional(
+      StrOrNull(
+        "the profiling activities the GPU source lacked (nvidia-smi and the default DCGM exporter have none) and where they were taken from instead: the hooks' NVML GPM readings (Hopper and newer), matched by GPU UUID; null where none was; absent from older sidecars",
+      ),
+    ),
     latest: Type.Object(
       {
         at: Time('when it was taken'),

@@ -5,7 +5,9 @@ a validation, log or save) to the framework's "batch starts" hook: the framework
 between (and, for Lightning, moves it to the device). **compute** runs from that hook to "batch ends".
 The rest of the step -- validation, logging, checkpoints between batches -- is "other". A step ends at
 the first "batch ends" after an optimizer step (or after a backward pass, where no optimizer ever
-steps), so accumulated gradients make one step.
+steps), so accumulated gradients make one step. Once torch has CUDA in use, CUDA events recorded at
+"batch starts" and "batch ends" give each step's GPU compute time and the GPU's idle gap before it
+(``_cuda.Marker``), read off the training thread as the explicit API's are.
 
 Every method runs on the training thread, costs a few attribute updates and never raises.
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import time
 
-from .. import _log
+from .. import _cuda, _log
 
 _now = time.perf_counter_ns
 
@@ -35,6 +37,7 @@ class HookTimer:
         self.optimizer_ever = False
         self.steps = 0
         self.errors = 0
+        self.marker = None
 
     def start(self, has_optimizer=False):
         """Training begins: find (or make) the scope. ``has_optimizer``: the framework holds an
@@ -47,6 +50,7 @@ class HookTimer:
 
                 scope, self.owned = _auto.scope_for(self.kind)
             self.scope = scope
+            self.marker = _cuda.Marker(scope)
             self.active = True
             self.mark = _now()
             self.batch_at = 0
@@ -78,9 +82,12 @@ class HookTimer:
                 scope._begin(self.mark)
             if self.batch_at:  # a batch that never ended: its time is compute
                 scope._compute.total += t - self.batch_at
+                self.marker.close_now()
+                self.marker.flush()
             else:
                 scope._data.total += t - self.mark
             self.batch_at = t
+            self.marker.open()
             if samples is not None:
                 self.samples = samples if self.samples is None else self.samples + samples
         except Exception:
@@ -103,6 +110,8 @@ class HookTimer:
             scope._compute.total += t - self.batch_at
             self.batch_at = 0
             self.mark = t
+            self.marker.close_now()
+            self.marker.flush()
             if force or self.stepped_in_step or (self.backward_in_step and not self.optimizer_ever):
                 if t <= scope._start:
                     t = scope._start + 1
