@@ -169,9 +169,9 @@ export function rankStall(input: StallInput, at: number, config: StallConfig): R
     whereText = unresponsiveText(live, heardAgoMs);
   } else if (fresh === null) {
     stop.capturePending = live.captures && quietMs - thresholdMs < STALL.captureWaitMs;
-    whereText = live.captures ? (stop.capturePending ? 'its stack is on its way' : 'its stack did not come') : 'its hook does not capture stacks (an older hook)';
+    whereText = live.captures ? (stop.capturePending ? 'stopped, its stack on its way' : 'stopped, its stack not sent') : 'stopped where it cannot say: its hook does not capture stacks (an older hook)';
   } else if (stack === null) {
-    whereText = `its training thread was not found${fresh.error ? ` (${fresh.error})` : ''}`;
+    whereText = `stopped, its training thread not found${fresh.error ? ` (${fresh.error})` : ''}`;
   } else if (!stack.some((frame) => frame.kind === 'user')) {
     // None of the script's code runs: it is not stepping by design (between runs, shutting down).
     stop.state = 'ended';
