@@ -7,13 +7,13 @@
 //
 //   npm run accuracy [-- --out ACCURACY.md] [--json results.json] [--before DIR [--before-label TEXT]]
 //                    [--python PY] [--stepscope DIR] [--only SUBSTRING] [--seconds 6]
-//                    [--traceml auto|off|all] [--label TEXT] [--merge results.json]
+//                    [--traceml auto|off|all] [--label TEXT] [--merge results.json] [--keep]
 //   npm run accuracy -- --render results.json [--out FILE]   (no runs: the Markdown again)
 //
 // --before DIR replays each cell's journal with another checkout (its dist/ built): the verdicts of
 // the rules before a change on exactly the same runs, beside this checkout's. --stepscope DIR runs
 // the grid on another checkout's sidecar and hook altogether (--label names a folder that is no git
-// checkout).
+// checkout). --keep keeps each cell's journals and summaries (their folder is printed).
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -43,6 +43,7 @@ const { values: opts } = parseArgs({
     label: { type: 'string' },
     merge: { type: 'string' },
     render: { type: 'string' },
+    keep: { type: 'boolean', default: false },
   },
 });
 const SECONDS = Number(opts.seconds);
@@ -449,7 +450,8 @@ async function main() {
       } finally {
         if (neighbour) signalGroup(neighbour, 'SIGKILL');
         signalGroup(sidecar.child, 'SIGKILL');
-        rmSync(out, { recursive: true, force: true });
+        if (opts.keep) console.error(`${cell.name}: its journals and summaries kept in ${out}`);
+        else rmSync(out, { recursive: true, force: true });
       }
     }
   } finally {
