@@ -7,7 +7,7 @@ import { plausibleAt } from '../model/clock.js';
 import { addDuration, emptyDurations, type DurationCounts } from './duration-counts.js';
 import { LogHistogram } from './histogram.js';
 import type { Capture, ProcReading } from '../protocol/capture.js';
-import { toSidecarMs, type EndReason, type Job, type MemoryAt, type ProcessAt, type Rank, type Session, type SessionDisconnect, type TimedStep } from './job-records.js';
+import { toSidecarMs, type EndReason, type Job, type MemoryAt, type ProcessAt, type Rank, type Session, type TimedStep } from './job-records.js';
 
 /** Allocator samples kept per rank: 10 minutes at the hook's 1 a second. */
 const MEMORY_SAMPLES = 600;
@@ -18,24 +18,16 @@ import { addStep, emptySums, StepBuckets, type StepSums } from './step-buckets.j
 export type { EndReason, TimedStep } from './job-records.js';
 export { breakdownOf, roundBreakdown, type Breakdown, type JobSnapshot, type RankSnapshot } from './job-snapshot.js';
 
-/** Whether a rank's process is there and heard from: what tells a stalled rank from a gone one. */
-export interface RankLiveness {
+/** Whether a rank's process is there and heard from: what tells a stalled rank from a gone one (its latest session's fields, and the rank's). */
+export type RankLiveness = Pick<Session, 'pid' | 'host' | 'heardAt' | 'heartbeatMs' | 'captures' | 'procStart' | 'disconnectedAt' | 'disconnectReason'> & {
   connected: boolean;
   /** Its latest process said `end`. */
   ended: boolean;
-  pid: number;
-  host: string;
-  heardAt: number | null;
-  heartbeatMs: number | null;
-  captures: boolean;
-  procStart: number | null;
-  disconnectedAt: number | null;
-  disconnectReason: SessionDisconnect | null;
   /** The last step's number (-1 before the first). */
   lastStep: number;
   capture: Capture | null;
   proc: (ProcReading & { at: number }) | null;
-}
+};
 
 /** Read-only access to one rank's recent history, for windows and verdicts. */
 export interface RankView {
