@@ -27,7 +27,7 @@ const step = (seq: number, ms: { dur: number; data: number }): StepRecord => ({
   gpuIdleNs: null,
   commNs: null,
   commWaitNs: null,
-  commBytes: null,
+  commBytes: null, evalNs: null,
 });
 
 /** 4 s of 1 ms steps whose data share in each 250 ms slice is `share(slice)`. */

@@ -27,7 +27,7 @@ const records = (count: number): StepRecord[] =>
     samples: 8,
     gpuH2dNs: null,
     gpuComputeNs: null,
-    gpuIdleNs: null, commNs: null, commWaitNs: null, commBytes: null,
+    gpuIdleNs: null, commNs: null, commWaitNs: null, commBytes: null, evalNs: null,
   }));
 
 const cleanups = cleanupList();

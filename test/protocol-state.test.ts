@@ -55,7 +55,7 @@ const records = (count: number, durMs: number, dataMs: number): StepRecord[] =>
     samples: 32,
     gpuH2dNs: null,
     gpuComputeNs: null,
-    gpuIdleNs: null, commNs: null, commWaitNs: null, commBytes: null,
+    gpuIdleNs: null, commNs: null, commWaitNs: null, commBytes: null, evalNs: null,
   }));
 
 const hostSample = (at: number): HostSample => ({

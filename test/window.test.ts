@@ -16,7 +16,7 @@ const step = (seq: number, ms: { dur: number; data?: number; compute?: number; i
   samples: 8,
   gpuH2dNs: null,
   gpuComputeNs: ms.idle === undefined ? null : (ms.compute ?? 0) * 1e6,
-  gpuIdleNs: ms.idle === undefined ? null : ms.idle * 1e6, commNs: null, commWaitNs: null, commBytes: null,
+  gpuIdleNs: ms.idle === undefined ? null : ms.idle * 1e6, commNs: null, commWaitNs: null, commBytes: null, evalNs: null,
 });
 
 const gpuAt = (at: number, clock: number, reasons: number, util = 90): GpuSample => ({

@@ -230,6 +230,13 @@ export function recommendationsFor(verdict: Verdict, cause: Cause, context: Cont
         r('smaller-transfers', 'Send less: uint8 images instead of float32, decode and normalise on the GPU.'),
       ]);
     case 'host-bound':
+      if (cause === 'evaluation') {
+        const share = context.window.eval_share;
+        return [
+          r('evaluate-less-often', `Evaluation inside the training loop took ${share === null ? 'much' : `${Math.round(share * 100)}%`} of the time: evaluate less often, on a fixed subset of the validation set, or in another process on saved checkpoints.`),
+          r('eval-batch-size', 'Make evaluation cheaper: a larger batch size under torch.inference_mode(), without per-batch .item() calls.'),
+        ];
+      }
       if (cause === 'gpu-idle-in-compute') {
         return [
           r('launch-overhead', `The GPU is mostly idle during compute: the model is bound by Python and kernel launches. Try ${s.compiled ? "CUDA graphs (torch.compile(mode='reduce-overhead'))" : 'torch.compile or CUDA graphs'}, larger batches, fused optimizers.`),

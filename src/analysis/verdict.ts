@@ -2,7 +2,7 @@ import type { Env } from '../protocol/messages.js';
 import type { ThrottleReasonName } from '../counters/types.js';
 import { LIMITER_OF, type Cause, type CommCause, type ComputeCause, type Evidence, type InputCause, type Limiter, type MemoryCause, type ThrottleCause, type Verdict } from '../model/verdict.js';
 import { inputFixes, wholeLimiter, type FixEstimate, type PresentCause } from './fix-estimate.js';
-import { listLimiters, type LimiterCost, type LostShare } from './limiters.js';
+import { listLimiters, MODERATE, type LimiterCost, type LostShare } from './limiters.js';
 import { recommendationsFor, type Recommendation } from './recommendations.js';
 import { gpuSharedCause, topConsumersText } from './neighbours.js';
 import { envGroup, num, recompileCause } from './stack.js';
@@ -263,9 +263,10 @@ export function judge(window: RankWindow, context: RankContext): Judgement {
   const recompiling = recompileCause(context.env, window);
   if (top === 'host') {
     const rule = `${pct(lost.host)} of step time outside data, copy and compute (${bar('host')})`;
-    const cause = recompiling ? 'recompiles' : 'outside-phases';
-    const fix = wholeLimiter('host', cause, lost.host, recompiling ? 'no recompiles: all of the time outside the phases at most' : 'the work outside the phases done less often, or off the training thread: all of its share at most');
-    return done('host-bound', cause, recompiling ? `${rule}; ${recompiling.why}` : rule, lost, [fix]);
+    const causes = hostFixes(lost.host, window.eval_share, recompiling !== null);
+    const first = causes[0]!.cause;
+    const why = first === 'recompiles' ? recompiling!.why : first === 'evaluation' ? `evaluation inside the loop took ${pct(window.eval_share!)} of step time` : null;
+    return done('host-bound', first, why ? `${rule}; ${why}` : rule, lost, causes);
   }
   if (top === 'communication') {
     const { cause, why } = commCause(window, context);
@@ -288,6 +289,23 @@ export function judge(window: RankWindow, context: RankContext): Judgement {
   // Never a silent compute-bound where low clocks could not have been seen.
   const unchecked = gpu === null ? null : gpu.throttle_unchecked;
   return done('compute-bound', split.cause, [rule, split.why, unchecked && `throttling could not be checked: ${unchecked}`].filter(Boolean).join('; '), lost);
+}
+
+/**
+ * The causes of host-bound time, by what removing each gives back: evaluation inside the loop
+ * (its measured share, within the host's) and the rest (logging, synchronisations, checkpoints,
+ * Python between steps). Each is named when it is at least MODERATE of step time, or when it is the
+ * only one; the larger first. Evaluation is a cause only where the hook measured it.
+ */
+export function hostFixes(host: number, evalShare: number | null, recompiling: boolean): FixEstimate[] {
+  const evaluation = evalShare === null ? 0 : Math.min(evalShare, host);
+  const rest = Math.max(0, host - evaluation);
+  const restCause = recompiling ? 'recompiles' : 'outside-phases';
+  const restFix = wholeLimiter('host', restCause, rest, recompiling ? 'no recompiles: the time outside the phases that is not evaluation, at most' : 'the work outside the phases that is not evaluation (logging, synchronisations, checkpoints) done less often, or off the training thread: all of its share at most');
+  const evalFix = wholeLimiter('host', 'evaluation', evaluation, 'evaluation done less often, on fewer batches, or in another process: all of its measured share at most');
+  const named = [evalFix, restFix].filter((fix) => fix.gain! >= MODERATE);
+  const causes = named.length ? named : [evaluation > rest ? evalFix : restFix];
+  return causes.sort((a, b) => b.gain! - a.gain!);
 }
 
 function dedupe(recommendations: Recommendation[]): Recommendation[] {

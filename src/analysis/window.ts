@@ -160,6 +160,8 @@ export interface RankWindow {
   breakdown: { data: number; h2d: number; compute: number; other: number } | null;
   /** GPU idle gap between steps as a share of step time (CUDA path only). */
   gpu_idle_share: number | null;
+  /** Evaluation inside the loop as a share of step time (a part of "other"); null where the hook does not measure it. */
+  eval_share: number | null;
   gpu: GpuWindow | null;
   host: HostWindow | null;
   process: ProcessWindow | null;
@@ -209,6 +211,7 @@ export function rankWindow(input: WindowInput): RankWindow {
     samples_per_s: steps.samplesSteps && seconds > 0 ? round(steps.samples / seconds, 1) : null,
     breakdown: phaseTotal ? roundBreakdown(breakdownOf(steps)) : null,
     gpu_idle_share: steps.gpuIdleSteps ? round(steps.gpuIdleNs / steps.durNs, 4) : null,
+    eval_share: steps.evalSteps ? round(steps.evalNs / steps.durNs, 4) : null,
     gpu: input.gpu && input.gpu.samples.length ? gpuWindow(input.gpu.samples, input.gpu.matchedBy, otherProcesses(input.apps ?? null, input.gpu.samples.at(-1)!, input.jobPids ?? new Set())) : null,
     host: input.host.length ? hostWindow(input.host, input.jobPids ?? new Set()) : null,
     process: processWindow(input.process, input.to),

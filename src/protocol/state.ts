@@ -333,6 +333,7 @@ export const RankWindowSchema = Type.Object(
     samples_per_s: NumOrNull('samples a second; null when the hook does not count samples'),
     breakdown: Nullable(BreakdownSchema, { description: "the window's steps' phase shares (0..1); null without steps" }),
     gpu_idle_share: NumOrNull('GPU idle between steps as a share of step time, 0..1 (CUDA timing only)'),
+    eval_share: NumOrNull('evaluation inside the loop as a share of step time, 0..1 (a part of "other"); null where the hook does not measure it'),
     gpu: Nullable(GpuWindowSchema, { description: "the rank's GPU over the window; null when no GPU could be matched or no sample came" }),
     host: Nullable(HostWindowSchema, { description: 'the host over the window; null without host samples' }),
     process: Nullable(ProcessWindowSchema, { description: "the rank's process; null without process samples" }),
