@@ -35,7 +35,7 @@ interface Sizes {
 }
 
 /** One zero-code run against a sidecar of its own; its summary, what the program measured, its --out. */
-async function zeroCode(context: TestContext, job: string, args: string[], procRoot: string | null) {
+async function zeroCode(context: TestContext, job: string, args: string[], procRoot: string | null, program = 'train.py') {
   const out = tempDir('stepscope-accuracy-');
   context.onTestFinished(() => rmSync(out, { recursive: true, force: true }));
   const sidecar = await startSidecar(['--gpu-source', 'none', '--out', out, '--exit-on-end', '--end-grace', '1', ...(procRoot ? ['--proc-root', procRoot] : [])]);
@@ -43,7 +43,7 @@ async function zeroCode(context: TestContext, job: string, args: string[], procR
     await sidecar.stop('SIGKILL');
   });
   const cli = stepscopeRun();
-  const run: PythonRun = await runProcess(cli.command, [...cli.args, '--url', sidecar.ingestUrl, '--job', job, '--', torch.python!, path.join(HERE, 'train.py'), ...args], env, 120_000, `stepscope run train.py (${job})`);
+  const run: PythonRun = await runProcess(cli.command, [...cli.args, '--url', sidecar.ingestUrl, '--job', job, '--', torch.python!, path.join(HERE, program), ...args], env, 120_000, `stepscope run train.py (${job})`);
   expect(run.code, run.stderr).toBe(0);
   const exit = await Promise.race([sidecar.exited, new Promise<null>((resolve) => setTimeout(() => resolve(null), 20_000))]);
   expect(exit, 'the sidecar exits once the job has ended').toEqual({ code: 0, signal: null });
@@ -128,6 +128,40 @@ describe.skipIf(!torch.python || !ALL_E2E)(`verdicts against ground truth: real 
       timeline: [['compute-bound', null]],
       limiters: [{ limiter: 'input', level: 'moderate' }],
       headlineMatches: 'Also costing time: loading \\d+% \\(moderate\\)',
+    }));
+  });
+
+  // A loop without a DataLoader or an optimizer (issue 26): batches sliced from a tensor, weights
+  // updated by hand under no_grad, the validation loss estimated every few steps (nanoGPT's shape).
+  it('a hand-written-SGD loop without a DataLoader, evaluating every 5 steps: host-bound (evaluation), and its ablation compute-bound', async (context) => {
+    const loop = ['--seconds', '8', '--eval-every', '5', '--eval-batches', '10'];
+    const [real, ready] = await Promise.all([zeroCode(context, 'lm-evaluating', loop, null, 'handwritten_lm.py'), zeroCode(context, 'lm-evaluating-ready', [...loop, '--ready'], null, 'handwritten_lm.py')]);
+    const lost = 1 - ready.result.step_ms / real.result.step_ms;
+    expect(lost, "evaluation takes 25% or more of the time (the program's setup, not stepscope)").toBeGreaterThan(0.25);
+    const script = { loop, host: null, gpu: null, truth: { lost: Number(lost.toFixed(3)) } };
+    check(context, real, scenario(context, context.task.name, 'lm-evaluating', real.result.steps, script, {
+      verdict: 'host-bound',
+      cause: 'evaluation',
+      timeline: [['host-bound', 'evaluation']],
+      firstRecommendation: 'evaluate-less-often',
+      causesRanked: ['evaluation'],
+    }));
+    check(context, ready, scenario(context, 'the same hand-written-SGD loop never evaluating (the ablation): compute-bound', 'lm-evaluating-ready', ready.result.steps, { ...script, loop: [...loop, '--ready'] }, {
+      verdict: 'compute-bound',
+      cause: null,
+      timeline: [['compute-bound', null]],
+    }));
+  });
+
+  it('the same hand-written-SGD loop logging its loss every step: compute-bound', async (context) => {
+    const log = tempDir('stepscope-lm-log-');
+    context.onTestFinished(() => rmSync(log, { recursive: true, force: true }));
+    const loop = ['--seconds', '6', '--log-every-step', '--log-file', path.join(log, 'train.log')];
+    const run = await zeroCode(context, 'lm-logging', loop, null, 'handwritten_lm.py');
+    check(context, run, scenario(context, context.task.name, 'lm-logging', run.result.steps, { loop: loop.slice(0, 3), host: null, gpu: null }, {
+      verdict: 'compute-bound',
+      cause: null,
+      timeline: [['compute-bound', null]],
     }));
   });
 

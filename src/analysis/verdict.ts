@@ -7,6 +7,7 @@ import { recommendationsFor, type Recommendation } from './recommendations.js';
 import { gpuSharedCause, topConsumersText } from './neighbours.js';
 import { envGroup, num, recompileCause } from './stack.js';
 import type { RankWindow } from './window.js';
+import { WARMUP, warmupState } from './warmup.js';
 
 /**
  * The bottleneck rules: one rank's window in, a verdict with its evidence out. Pure. The rules,
@@ -28,8 +29,8 @@ export interface Judgement {
 }
 
 export const THRESHOLDS = {
-  /** Fewer steps than this in all are still warming up (compilation, autotuning, worker start). */
-  warmupSteps: 20,
+  /** Fewer steps than this in all are still warming up (compilation, autotuning, worker start), unless steady for a few seconds (warmup.ts). */
+  warmupSteps: WARMUP.steps,
   /** No step ended for this long (or 3 median steps, if longer): idle. */
   idleMs: 10_000,
   /**
@@ -106,6 +107,8 @@ const HARMFUL_REASONS: Record<Exclude<ThrottleCause, 'clocks-low'>, ThrottleReas
 export interface RankContext {
   /** Steps of the rank in all, for warming-up. */
   totalSteps: number;
+  /** Its latest step durations (ms), oldest first, while it may be warming up (warmup.ts); absent: steps alone decide. */
+  recentStepMs?: number[];
   /** ms since the rank's last step ended, null if none yet. */
   sinceLastStepMs: number | null;
   env: Env;
@@ -194,7 +197,8 @@ export function judge(window: RankWindow, context: RankContext): Judgement {
   if (context.sinceLastStepMs === null) return done('warming-up', null, 'no step has ended yet');
   const idleAfter = Math.max(THRESHOLDS.idleMs, 3 * (window.step_ms_p50 ?? 0));
   if (context.sinceLastStepMs > idleAfter) return done('idle', null, `no step for ${(context.sinceLastStepMs / 1000).toFixed(1)} s`);
-  if (context.totalSteps < THRESHOLDS.warmupSteps) return done('warming-up', null, `${context.totalSteps} of ${THRESHOLDS.warmupSteps} steps seen`);
+  const warm = warmupState(context.totalSteps, context.recentStepMs ?? []);
+  if (!warm.done) return done('warming-up', null, warm.why);
   const shares = window.breakdown;
   if (!shares || window.steps === 0 || !window.lost) return done(context.current ?? 'warming-up', null, 'no step in the window; keeping the verdict');
 
@@ -301,7 +305,18 @@ export function hostFixes(host: number, evalShare: number | null, recompiling: b
   const evaluation = evalShare === null ? 0 : Math.min(evalShare, host);
   const rest = Math.max(0, host - evaluation);
   const restCause = recompiling ? 'recompiles' : 'outside-phases';
-  const restFix = wholeLimiter('host', restCause, rest, recompiling ? 'no recompiles: the time outside the phases that is not evaluation, at most' : 'the work outside the phases that is not evaluation (logging, synchronisations, checkpoints) done less often, or off the training thread: all of its share at most');
+  const measured = evalShare !== null;
+  const outside = measured ? 'the time outside the phases that is not evaluation' : 'all of the time outside the phases';
+  const restFix = wholeLimiter(
+    'host',
+    restCause,
+    rest,
+    recompiling
+      ? `no recompiles: ${outside} at most`
+      : measured
+        ? 'the work outside the phases that is not evaluation (logging, synchronisations, checkpoints) done less often, or off the training thread: all of its share at most'
+        : 'the work outside the phases done less often, or off the training thread: all of its share at most',
+  );
   const evalFix = wholeLimiter('host', 'evaluation', evaluation, 'evaluation done less often, on fewer batches, or in another process: all of its measured share at most');
   const named = [evalFix, restFix].filter((fix) => fix.gain! >= MODERATE);
   const causes = named.length ? named : [evaluation > rest ? evalFix : restFix];
