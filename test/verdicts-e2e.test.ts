@@ -480,7 +480,7 @@ describe.skipIf(!plain.python || !ALL_E2E)('the A10 case: new online augmentatio
             ['input-bound', 'contention'],
           ],
           change: { atMs: changedAt, to: ['input-bound', 'contention'], withinMs: 5_000 },
-          topRecommendations: ['find-neighbour', 'raise-num-workers'],
+          topRecommendations: ['find-neighbour', 'no-free-core'],
           gpus: [{ index: 0, name: 'NVIDIA A10', ranks: [0] }],
           gpuUtilMean: [58, 92],
         },

@@ -3,7 +3,7 @@ import { round } from '../model/round.js';
 import type { Env } from '../protocol/messages.js';
 import type { FixEstimate } from '../protocol/state.js';
 import { envGroup, num } from './stack.js';
-import { workerRoom } from './recommendations.js';
+import { freeCores, workerRoom } from './recommendations.js';
 import type { RankWindow } from './window.js';
 
 /**
@@ -52,12 +52,9 @@ interface LoaderFacts {
 
 function loaderFacts(input: number, { window, env, hostCores }: FixContext): LoaderFacts {
   const stepMs = window.step_ms_mean;
-  const busyPct = window.host?.cpu_pct_mean ?? null;
   const process = window.process;
-  const hostFree = hostCores === null || busyPct === null ? null : Math.max(0, hostCores * (1 - busyPct / 100));
   // Under a CPU quota, only the quota's unused cores are free to this job.
-  const quotaFree = process?.cgroup_quota_cores == null || process.cgroup_usage_cores == null ? null : Math.max(0, process.cgroup_quota_cores - process.cgroup_usage_cores);
-  const free = hostFree === null ? null : quotaFree === null ? hostFree : Math.min(hostFree, quotaFree);
+  const { free } = freeCores(window, hostCores);
   const configured = num(envGroup(env, 'loader').num_workers);
   const room = workerRoom({ env, window, hostCores });
   return {

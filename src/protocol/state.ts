@@ -351,6 +351,7 @@ export const RecommendationSchema = Type.Object(
   {
     id: Str('a stable name for the advice'),
     text: Str('what to do, in words'),
+    because: Type.Optional(Str('the fact about this job and machine the advice was conditioned on ("2.1 cores idle: the host 47% busy of 4"); absent in summaries before it')),
   },
   { description: 'what to do about a verdict' },
 );
