@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from . import _cuda, _env, _log, _stack
+from . import _counters, _cuda, _env, _log, _stack
 from ._sender import Sender
 
 __all__ = ["Scope", "PHASES", "CloseResult"]
@@ -230,8 +230,12 @@ class Scope:
         if connection is not None:
             self._stack_watcher = _stack.Watcher(connection.get("env") or {})
             self._sender = Sender(self._queue, self._wake, tick=self._background_tick, **connection)
-            # The thread that makes the scope is the one that trains: a `capture` reads its stack.
+            # The thread that makes the scope is the one that trains: a `capture` reads its stack,
+            # and the process sampler its CPU and its wait for a CPU.
             self._sender.training_thread = threading.get_ident()
+            native_id = getattr(threading, "get_native_id", None)
+            if native_id is not None:
+                _counters.set_training_thread(native_id())
             self._sender.start()
 
     # --- public API ----------------------------------------------------------

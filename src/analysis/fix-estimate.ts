@@ -26,6 +26,8 @@ export interface FixContext {
 export interface PresentCause<C extends Cause = Cause> {
   cause: C;
   why: string;
+  /** The share of step time the rule itself measured it to cost, where it did. */
+  measured?: number;
 }
 
 const pctText = (x: number) => `${Math.round(x * 100)}%`;
@@ -124,7 +126,7 @@ function withoutNeighbours(f: LoaderFacts, others: string): Estimate {
 }
 
 /** What removing one input-bound cause would give back. */
-function inputEstimate(cause: InputCause, f: LoaderFacts, window: RankWindow, why: string): Estimate {
+function inputEstimate(cause: InputCause, f: LoaderFacts, window: RankWindow, why: string, measured?: number): Estimate {
   const process = window.process;
   switch (cause) {
     case 'few-workers':
@@ -142,6 +144,9 @@ function inputEstimate(cause: InputCause, f: LoaderFacts, window: RankWindow, wh
     }
     case 'io-wait':
       return unknown(why, 'how much faster the storage could serve the loader: iowait shows CPUs idle while I/O is pending, not how long the loader waits on it');
+    case 'workers-starve-step':
+      // The run-queue wait the workers cause, as the rule measured it (verdict.ts workersStarveStep).
+      return measured === undefined ? unknown(why, 'the wait the workers cause') : known(measured, f.input, `${why}; workers off the training thread's cores (fewer, niced, or the samples made offline) give that back`);
     case 'cpu-saturated':
       return unknown(why, 'how much more CPU the job would get (a larger instance) or how much cheaper its samples could be made');
     default:
@@ -157,8 +162,8 @@ function inputEstimate(cause: InputCause, f: LoaderFacts, window: RankWindow, wh
 export function inputFixes(present: ReadonlyArray<PresentCause<InputCause>>, input: number, context: FixContext): FixEstimate[] {
   const facts = loaderFacts(input, context);
   const upto = round(input, 3);
-  const estimates = present.map(({ cause, why }, order) => {
-    const estimate = inputEstimate(cause, facts, context.window, why);
+  const estimates = present.map(({ cause, why, measured }, order) => {
+    const estimate = inputEstimate(cause, facts, context.window, why, measured);
     return { order, fix: { cause, limiter: 'input' as const, gain: estimate.gain, upto, basis: estimate.basis || why, unknown: estimate.unknown } };
   });
   return estimates.sort((a, b) => (b.fix.gain ?? b.fix.upto) - (a.fix.gain ?? a.fix.upto) || a.order - b.order).map((e) => e.fix);

@@ -267,6 +267,15 @@ function adviceFor(verdict: Verdict, cause: Cause, context: Context, s: Setup): 
             ...present([raiseWorkers(s, context.hostCores)]),
             ...loaderSettings(context, s),
           ];
+        case 'workers-starve-step': {
+          const busy = context.window.process?.cpu_workers_cores ?? null;
+          const fact = `${s.workers ?? context.window.process?.workers ?? '?'} loader workers using ${busy === null ? '?' : busy.toFixed(1)} cores; the training thread waited for a CPU ${Math.round((context.window.process?.train_wait_share ?? 0) * 100)}% of the time`;
+          return [
+            r('fewer-or-niced-workers', `The loader workers take the CPU the training step needs: use fewer of them${s.workers ? ` (now ${s.workers})` : ''}, or lower their priority (os.nice(10) in the DataLoader's worker_init_fn) so the step runs first.`, fact),
+            r('preprocess-offline', 'Do the heavy per-sample work once, offline (pre-tokenise, pre-decode, pre-resize), so the workers need little CPU while training.', fact),
+            r('more-cpu', `Give the job more CPU${s.cpuOnly ? '' : ' per GPU'}, or move what else runs on this node elsewhere.`, s.freeWhy),
+          ];
+        }
         case 'few-workers':
           return [...loaderAdvice(context, s), OFFLINE];
         default:

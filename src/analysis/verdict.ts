@@ -67,6 +67,15 @@ export const THRESHOLDS = {
   memoryPressurePct: 10,
   /** A saturated host where this job's own processes use less than this share of the busy cores: contention. */
   contentionJobShare: 0.5,
+  /**
+   * Loader workers starve the step: the training thread waited for a CPU (run queue) at least this
+   * share of the time, while its workers used CPU and the host or the container was under pressure...
+   */
+  starveWait: 0.1,
+  /** ... the workers using at least this much CPU (cores), ... */
+  starveWorkerCores: 0.1,
+  /** ... and tasks waiting for a CPU at least this share of the time (PSI cpu some, %). */
+  starvePressurePct: 20,
   /** Communication-bound when the training thread waits in collectives this share of step time (measured by the hook). */
   communication: 0.2,
   /** A peer that waits less than this fraction of this rank's wait is the one the collectives wait for. */
@@ -133,6 +142,8 @@ function loaderWorkers(env: Env): number | null {
 function inputCauses(window: RankWindow, context: RankContext): Array<PresentCause<InputCause>> {
   const { process, host } = window;
   const present: Array<PresentCause<InputCause>> = [];
+  const starving = workersStarveStep(window, context);
+  if (starving) present.push({ cause: 'workers-starve-step', why: starving.why, measured: starving.share });
   if (process?.cgroup_throttled_share != null && process.cgroup_throttled_share >= THRESHOLDS.cgroupThrottledShare) {
     present.push({ cause: 'cgroup-throttled', why: `the container was CPU-throttled in ${pct(process.cgroup_throttled_share)} of CFS periods (limit ${process.cgroup_quota_cores ?? '?'} cores)` });
   }
@@ -149,20 +160,54 @@ function inputCauses(window: RankWindow, context: RankContext): Array<PresentCau
     if (busy !== null && own !== null && own < THRESHOLDS.contentionJobShare * busy) {
       const others = topConsumersText(window);
       present.push({ cause: 'contention', why: `host CPU ${host.cpu_pct_mean.toFixed(0)}% busy, but this job's processes use only ${own.toFixed(1)} of the ${busy.toFixed(1)} busy cores: something else on this node takes the CPU${others ? `; ${others}` : ''}` });
-    } else {
+    } else if (!starving) {
+      // (Where the workers starve the step, that is this saturation, measured more closely.)
       const whose = own === null || busy === null ? '' : `, ${own.toFixed(1)} of the ${busy.toFixed(1)} busy cores by this job`;
       present.push({ cause: 'cpu-saturated', why: `host CPU ${host.cpu_pct_mean.toFixed(0)}% busy${whose}` });
     }
   }
   const configured = loaderWorkers(context.env);
   const workers = configured ?? process?.workers ?? null;
-  if (workers === 0) {
+  if (starving) {
+    // The workers already take the CPU the step needs: more of them is not the fix.
+  } else if (workers === 0) {
     const why = configured === 0 ? 'the DataLoader loads in the training process (num_workers=0)' : 'no loader worker processes: data is loaded in the training process';
     present.push({ cause: 'few-workers', why });
   } else if (workers !== null && process?.cpu_workers_cores != null && process.cpu_workers_cores >= THRESHOLDS.workerBusyFrac * workers) {
     present.push({ cause: 'few-workers', why: `${workers} loader workers use ${process.cpu_workers_cores.toFixed(1)} cores: each of them is busy` });
   }
   return present.length ? present : [{ cause: 'unknown', why: 'no CPU, quota or I/O limit seen: remote storage latency or a slow collate are likely' }];
+}
+
+/**
+ * The step time the loader workers take from the training thread without its waiting in next():
+ * it waits for a CPU (run queue, schedstat) while its workers run, the host or its container under
+ * pressure. The workers' part of that wait is their share of the CPU demand beside the training
+ * process: their cores against theirs plus the other processes' on the node. Null where the
+ * evidence is absent or unmeasured.
+ */
+export function workersStarveStep(window: RankWindow, context: Pick<RankContext, 'hostCores' | 'jobCpuCores'>): { share: number; why: string } | null {
+  const process = window.process;
+  const wait = process?.train_wait_share ?? null;
+  const workersCores = process?.cpu_workers_cores ?? null;
+  if (wait === null || workersCores === null || !process?.workers || wait < THRESHOLDS.starveWait || workersCores < THRESHOLDS.starveWorkerCores) return null;
+  const host = window.host;
+  const pressure =
+    (host?.cpu_pressure_pct != null && host.cpu_pressure_pct >= THRESHOLDS.starvePressurePct) ||
+    (host?.cpu_pct_mean != null && host.cpu_pct_mean >= THRESHOLDS.cpuSaturatedPct) ||
+    (process.cgroup_throttled_share != null && process.cgroup_throttled_share >= THRESHOLDS.cgroupThrottledShare);
+  if (!pressure) return null;
+  const busy = context.hostCores === null || host?.cpu_pct_mean == null ? null : (host.cpu_pct_mean / 100) * context.hostCores;
+  const own = context.jobCpuCores ?? null;
+  const others = busy === null || own === null ? null : Math.max(0, busy - own);
+  const part = others === null ? 1 : workersCores / (workersCores + others);
+  const share = round(wait * part, 4);
+  const where = [
+    host?.cpu_pressure_pct != null ? `tasks waited for a CPU ${host.cpu_pressure_pct.toFixed(0)}% of the time (PSI)` : null,
+    host?.cpu_pct_mean != null ? `host CPU ${host.cpu_pct_mean.toFixed(0)}% busy` : null,
+  ].filter(Boolean).join(', ');
+  const whose = others === null ? 'the other processes on the node not measured: all of it counted to the workers, at most' : `the workers' ${workersCores.toFixed(1)} of the ${(workersCores + others).toFixed(1)} cores competing with it`;
+  return { share, why: `the training thread waited for a CPU ${pct(wait)} of the time while its ${process.workers} loader workers used ${workersCores.toFixed(1)} cores (${where}); ${whose}: the workers cost the step ${pct(share)} without it waiting in next()` };
 }
 
 function throttleCause(window: RankWindow): { cause: ThrottleCause; share: number } | null {
@@ -205,8 +250,11 @@ export function judge(window: RankWindow, context: RankContext): Judgement {
   // Each limiter's share over the window and the lower bound that holds across it (limiters.ts):
   // the bound decides, the share is what it costs.
   const measured = window.lost;
+  // Input starvation that does not show as waiting: the step waits for a CPU its loader workers hold.
+  const starving = workersStarveStep(window, context);
+  const input = starving ? { share: Math.min(1, measured.input.share + starving.share), low: Math.min(1, measured.input.low + starving.share) } : measured.input;
   const costs: Record<Limiter, LostShare> = {
-    input: measured.input,
+    input,
     transfer: measured.transfer,
     host: measured.host,
     communication: measured.communication ?? { share: 0, low: 0 },
@@ -251,7 +299,8 @@ export function judge(window: RankWindow, context: RankContext): Judgement {
     const causes = inputFixes(present, lost.input, { window, env: context.env, hostCores: context.hostCores, jobCpuCores: context.jobCpuCores ?? null });
     const why = present.find((p) => p.cause === causes[0]!.cause)!.why;
     const measuredBy = idle === null ? 'waiting for data' : 'with the GPU idle waiting for data';
-    return done('input-bound', causes[0]!.cause, `${pct(lost.input)} of step time ${measuredBy} (${bar('input')}); ${why}`, lost, causes);
+    const what = starving ? `lost to input (${pct(measured.input.share)} ${measuredBy}, ${pct(starving.share)} waiting for a CPU its loader workers hold)` : measuredBy;
+    return done('input-bound', causes[0]!.cause, `${pct(lost.input)} of step time ${what} (${bar('input')}); ${why}`, lost, causes);
   }
   if (top === 'throttle') {
     const gpu = window.gpu!;

@@ -271,6 +271,8 @@ export const ProcessWindowSchema = Type.Object(
     cgroup_usage_cores: NumOrNull('CPU used by the whole container, cores'),
     cgroup_throttled_share: NumOrNull('share of CFS periods (0..1) in which the container was throttled'),
     cgroup_throttled_s_per_s: NumOrNull('seconds throttled per second'),
+    train_cpu_cores: Type.Optional(NumOrNull("the training thread's CPU, cores, over the window's process samples")),
+    train_wait_share: Type.Optional(NumOrNull('share of the time the training thread waited for a CPU (run queue), 0..1, over the window; null unmeasured')),
   },
   { description: "the rank's process as its hook samples it; rates need two samples" },
 );
