@@ -23,9 +23,9 @@ describe('loader workers that starve the step', () => {
   it('are input-bound (workers-starve-step) though the loop hardly waits in next(), with advice that fits', () => {
     const judged = judge(starved(), context());
     expect([judged.verdict, judged.cause]).toEqual(['input-bound', 'workers-starve-step']);
-    // 2 cores 98% busy: 1.96 busy, 1.8 of them the job's, 0.16 others'; the workers' part 1.2 / 1.36 of the 35% wait.
-    expect(judged.causes[0]).toMatchObject({ cause: 'workers-starve-step', gain: 0.309 });
-    expect(judged.evidence.lost.input).toBeCloseTo(0.02 + 0.3088, 3);
+    // The workers' 1.2 cores beside the training thread's 0.55 are 69% of their CPU; it waited 35%: 35% at most.
+    expect(judged.causes[0]).toMatchObject({ cause: 'workers-starve-step', gain: 0.35 });
+    expect(judged.evidence.lost.input).toBeCloseTo(0.02 + 0.35, 3);
     expect(judged.evidence.rule).toMatch(/waiting for a CPU its loader workers hold/);
     const ids = judged.recommendations.map((r) => r.id);
     expect(ids.slice(0, 3)).toEqual(['fewer-or-niced-workers', 'preprocess-offline', 'more-cpu']);
@@ -33,10 +33,11 @@ describe('loader workers that starve the step', () => {
     expect(judged.recommendations[0]!.because).toMatch(/2 loader workers using 1\.2 cores; the training thread waited for a CPU 35% of the time/);
   });
 
-  it('counts only the workers\' part of the wait where a neighbour takes the rest', () => {
-    // The job uses 0.9 of 2 busy cores: 1.1 cores are a neighbour's; the workers' part 0.5 / 1.6.
-    const found = workersStarveStep(starved({ process: process({ cpu_workers_cores: 0.5 }), host: host(100, 60) }), { hostCores: 2, jobCpuCores: 0.9 });
-    expect(found!.share).toBeCloseTo(0.35 * (0.5 / 1.6), 3);
+  it('counts what the workers\' CPU would give the training thread, where a neighbour takes the rest of its wait', () => {
+    // The thread on a CPU 0.2 of the time, its workers 0.087: with theirs it would run 0.287, its step 30% shorter, at most.
+    const found = workersStarveStep(starved({ process: process({ cpu_workers_cores: 0.087, train_cpu_cores: 0.2, train_wait_share: 0.78 }), host: host(100, 99) }));
+    expect(found!.share).toBeCloseTo(0.087 / 0.287, 3);
+    expect(found!.why).toMatch(/waited for a CPU 78% of the time while its 2 loader workers used 0\.09 cores beside its 0\.20 .*: the workers cost the step up to 30%/);
   });
 
   it.each([
@@ -45,7 +46,7 @@ describe('loader workers that starve the step', () => {
     ['no loader workers', { process: process({ workers: 0, cpu_workers_cores: 0 }) }, null],
     ['an older hook: the wait not measured', { process: process({ train_wait_share: null }) }, null],
   ])('are not named where %s', (_title, over, expected) => {
-    expect(workersStarveStep(starved(over as Partial<RankWindow>), { hostCores: 2, jobCpuCores: 1.8 })).toBe(expected);
+    expect(workersStarveStep(starved(over as Partial<RankWindow>))).toBe(expected);
     expect(judge(starved(over as Partial<RankWindow>), context()).verdict).toBe('compute-bound');
   });
 

@@ -146,7 +146,7 @@ function inputEstimate(cause: InputCause, f: LoaderFacts, window: RankWindow, wh
       return unknown(why, 'how much faster the storage could serve the loader: iowait shows CPUs idle while I/O is pending, not how long the loader waits on it');
     case 'workers-starve-step':
       // The run-queue wait the workers cause, as the rule measured it (verdict.ts workersStarveStep).
-      return measured === undefined ? unknown(why, 'the wait the workers cause') : known(measured, f.input, `${why}; workers off the training thread's cores (fewer, niced, or the samples made offline) give that back`);
+      return measured === undefined ? unknown(why, 'the wait the workers cause') : known(measured, measured, `${why}; workers off the training thread's cores (fewer, niced, or the samples made offline) give that back`);
     case 'cpu-saturated':
       return unknown(why, 'how much more CPU the job would get (a larger instance) or how much cheaper its samples could be made');
     default:
@@ -159,8 +159,9 @@ function inputEstimate(cause: InputCause, f: LoaderFacts, window: RankWindow, wh
  * estimate where known, else at most the whole data wait (an unmeasured fix is not pushed down for
  * being unmeasured); ties keep the order they came in (the more specific evidence first).
  */
-export function inputFixes(present: ReadonlyArray<PresentCause<InputCause>>, input: number, context: FixContext): FixEstimate[] {
-  const facts = loaderFacts(input, context);
+export function inputFixes(present: ReadonlyArray<PresentCause<InputCause>>, input: number, context: FixContext, waiting = input): FixEstimate[] {
+  // The loader's estimates are of the time waited in next(); the input limiter may hold more (workers that starve the step).
+  const facts = loaderFacts(waiting, context);
   const upto = round(input, 3);
   const estimates = present.map(({ cause, why, measured }, order) => {
     const estimate = inputEstimate(cause, facts, context.window, why, measured);

@@ -115,7 +115,7 @@ function setup(context: Context): Setup {
   const noCuda = env.cuda === undefined || env.cuda === null || stack.cuda_in_use === false;
   const workers = num(loader(env).num_workers);
   const busy = num(window.process?.cpu_workers_cores ?? null);
-  return {
+  const partial = {
     workers,
     amp: ampValue,
     matmulTf32: precision === null ? null : precision !== 'highest',
@@ -123,10 +123,12 @@ function setup(context: Context): Setup {
     compiled: typeof compile.in_use === 'boolean' ? compile.in_use : Object.keys(stack).length ? false : null,
     cpuOnly: !gpuSeen && (('torch' in env && noCuda) || stack.cuda_in_use === false),
     ...workerRoom(context),
-    // Workers measured mostly waiting (on storage, a remote service) use little CPU: the cores do not bound them.
-    workersWait: workers !== null && workers > 0 && busy !== null && busy < 0.5 * workers,
     ...(({ free, why }) => ({ free, freeWhy: why }))(freeCores(window, context.hostCores)),
   };
+  // Workers measured mostly waiting (on storage, a remote service) use little CPU: the cores do not
+  // bound them. On a host with no core free, little CPU is starvation, not waiting.
+  const free = partial.free;
+  return { ...partial, workersWait: workers !== null && workers > 0 && busy !== null && busy < 0.5 * workers && (free === null || free >= FREE_CORE) };
 }
 
 const ampOn = (s: Setup) => s.amp !== null && REDUCED.test(s.amp);

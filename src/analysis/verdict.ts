@@ -73,7 +73,7 @@ export const THRESHOLDS = {
    */
   starveWait: 0.1,
   /** ... the workers using at least this much CPU (cores), ... */
-  starveWorkerCores: 0.1,
+  starveWorkerCores: 0.05,
   /** ... and tasks waiting for a CPU at least this share of the time (PSI cpu some, %). */
   starvePressurePct: 20,
   /** Communication-bound when the training thread waits in collectives this share of step time (measured by the hook). */
@@ -142,7 +142,7 @@ function loaderWorkers(env: Env): number | null {
 function inputCauses(window: RankWindow, context: RankContext): Array<PresentCause<InputCause>> {
   const { process, host } = window;
   const present: Array<PresentCause<InputCause>> = [];
-  const starving = workersStarveStep(window, context);
+  const starving = workersStarveStep(window);
   if (starving) present.push({ cause: 'workers-starve-step', why: starving.why, measured: starving.share });
   if (process?.cgroup_throttled_share != null && process.cgroup_throttled_share >= THRESHOLDS.cgroupThrottledShare) {
     present.push({ cause: 'cgroup-throttled', why: `the container was CPU-throttled in ${pct(process.cgroup_throttled_share)} of CFS periods (limit ${process.cgroup_quota_cores ?? '?'} cores)` });
@@ -182,11 +182,12 @@ function inputCauses(window: RankWindow, context: RankContext): Array<PresentCau
 /**
  * The step time the loader workers take from the training thread without its waiting in next():
  * it waits for a CPU (run queue, schedstat) while its workers run, the host or its container under
- * pressure. The workers' part of that wait is their share of the CPU demand beside the training
- * process: their cores against theirs plus the other processes' on the node. Null where the
- * evidence is absent or unmeasured.
+ * pressure. Had the training thread the CPU its workers use, its rate would go from r to r + w
+ * cores, and a step bound by that thread's CPU would shorten by w / (r + w); it cannot gain more
+ * than the time it waited for a CPU. An upper estimate: the freed CPU may go to other tasks too.
+ * Null where the evidence is absent or unmeasured.
  */
-export function workersStarveStep(window: RankWindow, context: Pick<RankContext, 'hostCores' | 'jobCpuCores'>): { share: number; why: string } | null {
+export function workersStarveStep(window: RankWindow): { share: number; why: string } | null {
   const process = window.process;
   const wait = process?.train_wait_share ?? null;
   const workersCores = process?.cpu_workers_cores ?? null;
@@ -197,17 +198,14 @@ export function workersStarveStep(window: RankWindow, context: Pick<RankContext,
     (host?.cpu_pct_mean != null && host.cpu_pct_mean >= THRESHOLDS.cpuSaturatedPct) ||
     (process.cgroup_throttled_share != null && process.cgroup_throttled_share >= THRESHOLDS.cgroupThrottledShare);
   if (!pressure) return null;
-  const busy = context.hostCores === null || host?.cpu_pct_mean == null ? null : (host.cpu_pct_mean / 100) * context.hostCores;
-  const own = context.jobCpuCores ?? null;
-  const others = busy === null || own === null ? null : Math.max(0, busy - own);
-  const part = others === null ? 1 : workersCores / (workersCores + others);
-  const share = round(wait * part, 4);
+  const train = process.train_cpu_cores ?? process.cpu_main_cores ?? null;
+  if (train === null) return null;
+  const share = round(Math.min(wait, workersCores / (train + workersCores)), 4);
   const where = [
     host?.cpu_pressure_pct != null ? `tasks waited for a CPU ${host.cpu_pressure_pct.toFixed(0)}% of the time (PSI)` : null,
     host?.cpu_pct_mean != null ? `host CPU ${host.cpu_pct_mean.toFixed(0)}% busy` : null,
   ].filter(Boolean).join(', ');
-  const whose = others === null ? 'the other processes on the node not measured: all of it counted to the workers, at most' : `the workers' ${workersCores.toFixed(1)} of the ${(workersCores + others).toFixed(1)} cores competing with it`;
-  return { share, why: `the training thread waited for a CPU ${pct(wait)} of the time while its ${process.workers} loader workers used ${workersCores.toFixed(1)} cores (${where}); ${whose}: the workers cost the step ${pct(share)} without it waiting in next()` };
+  return { share, why: `the training thread waited for a CPU ${pct(wait)} of the time while its ${process.workers} loader workers used ${workersCores.toFixed(2)} cores beside its ${train.toFixed(2)} (${where}): the workers cost the step up to ${pct(share)} without it waiting in next()` };
 }
 
 function throttleCause(window: RankWindow): { cause: ThrottleCause; share: number } | null {
@@ -251,7 +249,7 @@ export function judge(window: RankWindow, context: RankContext): Judgement {
   // the bound decides, the share is what it costs.
   const measured = window.lost;
   // Input starvation that does not show as waiting: the step waits for a CPU its loader workers hold.
-  const starving = workersStarveStep(window, context);
+  const starving = workersStarveStep(window);
   const input = starving ? { share: Math.min(1, measured.input.share + starving.share), low: Math.min(1, measured.input.low + starving.share) } : measured.input;
   const costs: Record<Limiter, LostShare> = {
     input,
@@ -296,7 +294,7 @@ export function judge(window: RankWindow, context: RankContext): Judgement {
       return done(context.current ?? 'warming-up', null, `input-bound pending: the container's CPU quota (${quota} cores) needs a second process sample to rule out throttling`, lost);
     }
     const present = inputCauses(window, context);
-    const causes = inputFixes(present, lost.input, { window, env: context.env, hostCores: context.hostCores, jobCpuCores: context.jobCpuCores ?? null });
+    const causes = inputFixes(present, lost.input, { window, env: context.env, hostCores: context.hostCores, jobCpuCores: context.jobCpuCores ?? null }, round(measured.input.share));
     const why = present.find((p) => p.cause === causes[0]!.cause)!.why;
     const measuredBy = idle === null ? 'waiting for data' : 'with the GPU idle waiting for data';
     const what = starving ? `lost to input (${pct(measured.input.share)} ${measuredBy}, ${pct(starving.share)} waiting for a CPU its loader workers hold)` : measuredBy;
