@@ -182,6 +182,8 @@ interface SteadyCase {
   first: string;
   host?: HostLoad;
   gpu?: Record<string, number | string>;
+  /** More arguments of the loop. */
+  extra?: string[];
 }
 
 // Margins well clear of the thresholds in src/analysis/verdict.ts: a limiter at ~75% of the step
@@ -200,6 +202,8 @@ const STEADY: SteadyCase[] = [
   { title: 'input-bound/io-wait: the host 30% in iowait', phases: { data: 30, compute: 10 }, host: { cpuPct: 15, iowaitPct: 30 }, verdict: 'input-bound', cause: 'io-wait', first: 'faster-storage' },
   { title: 'transfer-bound: slow host-to-device copies', phases: { data: 1, h2d: 30, compute: 10 }, verdict: 'transfer-bound', cause: null, first: 'pin-memory' },
   { title: 'host-bound/outside-phases: logging between steps', phases: { data: 1, compute: 10, other: 30 }, verdict: 'host-bound', cause: 'outside-phases', first: 'reduce-logging' },
+  // The explicit API's scope.phase("eval") (issue 26): 24 of the 30 ms outside data and compute are evaluation, 6 logging.
+  { title: 'host-bound/evaluation: scope.phase("eval") in each step, little logging', phases: { data: 1, compute: 10, other: 30 }, extra: ['--eval-ms', '24'], verdict: 'host-bound', cause: 'evaluation', first: 'evaluate-less-often' },
   {
     title: 'host-bound/gpu-idle-in-compute: compute with the GPU 20% busy',
     phases: { data: 1, compute: 30 },
@@ -244,8 +248,8 @@ const STEADY: SteadyCase[] = [
 
 // Concurrent, two jobs at a time (`slot`): each test's time includes its wait for a slot.
 describe.skipIf(!plain.python).concurrent('verdicts end to end: real sidecar, real hook, stand-in nvidia-smi and procfs', { timeout: 120_000 }, () => {
-  const steady = async ({ title, phases, verdict, cause, first, host, gpu }: SteadyCase, context: TestContext) => {
-    const loop = ['--seconds', String(SECONDS), ...phaseArgs(phases)];
+  const steady = async ({ title, phases, verdict, cause, first, host, gpu, extra }: SteadyCase, context: TestContext) => {
+    const loop = ['--seconds', String(SECONDS), ...phaseArgs(phases), ...(extra ?? [])];
     const gpuScenario = { gpus: [gpu ?? {}] };
     const { summary, run, out } = await slot(() =>
       runJob({ defer: deferrer(context), name: title.split(':')[0]!.replace('/', '-'), host, gpu: gpuScenario, loop }),
