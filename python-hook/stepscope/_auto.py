@@ -137,6 +137,8 @@ class _Driver:
         self.eval_forward = False  # a module was called inside it: it is evaluation
         self.eval_mode_at = 0  # eval-mode forwards with autograd on began here (ns), 0 when none
         self.eval_carry = 0  # evaluation measured after the pending step's end: the next step's
+        self.compiled = False  # torch.compile in use: no probe (see compiling())
+        self.in_train_call = False  # inside a Module.train() call (its recursion into submodules)
 
     # --- scope ---------------------------------------------------------------
 
@@ -271,7 +273,13 @@ class _Driver:
                 self._begin(start)
                 self.window = start
                 self.excl = 0
-            if self.pending:
+            if self.pending and not self.loader_seen:
+                # No training forward seen since the last step ended (the model called past
+                # Module.__call__, its forward compiled whole): each boundary ends a step, as before.
+                since = self.pending
+                self._end(since)
+                scope._compute.total += t - since
+            elif self.pending:
                 # Another optimizer stepped on the same batch: its work is this step's compute.
                 scope._compute.total += t - self.pending
             elif self.window:
@@ -295,8 +303,29 @@ class _Driver:
 
     def arm_probe(self):
         """Await the next module call: a training forward, or evaluation inside a no_grad block."""
-        if self.probe is None and self.register_probe is not None:
+        if self.probe is None and self.register_probe is not None and not self.compiled:
             self.probe = self.register_probe(self.probe_hook)
+
+    def compiling(self):
+        """The program uses torch.compile: a global hook that comes and goes would be traced into its
+        graphs (graph breaks) and change their guards (recompiles). The probe stands down for good:
+        steps end at each optimizer step (or backward pass), and evaluation is the span between
+        ``model.eval()`` and ``model.train()`` on the training thread."""
+        self.compiled = True
+        self.unprobe()
+
+    def mode_switch(self, training):
+        """``Module.train(mode)`` was called at the top level on the training thread (compiled programs)."""
+        try:
+            t = _now()
+            if not training:
+                if not self.eval_mode_at:
+                    self.eval_mode_at = t
+            elif self.eval_mode_at:
+                self._add_eval(t - self.eval_mode_at)
+                self.eval_mode_at = 0
+        except Exception:
+            self._error()
 
     def unprobe(self):
         probe, self.probe = self.probe, None
@@ -524,6 +553,7 @@ def install(torch=None) -> bool:
                 missing.append("backward passes")
             if not _patch_forwards(d, torch):
                 missing.append("forward passes and evaluation (no global module forward pre-hook)")
+            _patch_compile(d, torch)
             if not stepper and "backward passes" in missing:
                 _unpatch(d)
                 d.retire("torch %s offers neither an optimizer step nor a backward pass to follow" % torch.__version__, warn=True)
@@ -819,6 +849,39 @@ def _patch_forwards(d, torch) -> bool:
             _set(d, cls, "__enter__", make_grad_mode(d, enter, True))
             _set(d, cls, "__exit__", make_grad_mode(d, leave, False))
     return True
+
+
+def _patch_compile(d, torch):
+    """``torch.compile`` (and ``Module.train``, for evaluation where the probe stands down)."""
+    get_ident = _get_ident
+    original = getattr(torch, "__dict__", {}).get("compile")
+    if callable(original):
+
+        def compile(*args, **kwargs):
+            d.compiling()
+            return original(*args, **kwargs)
+
+        compile.__wrapped__ = original
+        compile.__doc__ = original.__doc__
+        _set(d, torch, "compile", compile)
+    module_cls = getattr(getattr(torch, "nn", None), "Module", None)
+    original_train = getattr(module_cls, "__dict__", {}).get("train")
+    if not callable(original_train):
+        return
+
+    def train(self, mode=True):
+        if not d.compiled or d.in_train_call or not d.on or get_ident() != d.tid:
+            return original_train(self, mode)
+        d.in_train_call = True
+        try:
+            return original_train(self, mode)
+        finally:
+            d.in_train_call = False
+            d.mode_switch(bool(mode))
+
+    train.__wrapped__ = original_train
+    train.__doc__ = original_train.__doc__
+    _set(d, module_cls, "train", train)
 
 
 def _patch_backward(d, torch) -> bool:

@@ -410,6 +410,56 @@ class TorchLoopTest(Quiet):
         self.assertGreaterEqual(rows[2][EVAL], 5_000_000)
         self.check_rows(rows)
 
+    def test_a_forward_the_probe_cannot_see_still_makes_one_step_per_optimizer_step(self):
+        model, opt = self.model()
+        x, y = self.torch.randn(8, 4), self.torch.arange(8) % 3
+        self.train_step(model, opt, x, y)  # through Module.__call__: the training forward is seen
+        for _ in range(4):
+            loss = self.torch.nn.functional.cross_entropy(model.forward(x), y)  # past __call__: unseen
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        _auto._driver.flush()
+        rows = self.records()
+        self.assertEqual(len(rows), 5)
+        self.assertTrue(all(r[COMPUTE] > 0 for r in rows[1:]), rows)
+        self.check_rows(rows)
+
+    def test_a_compiled_step_meets_no_probe_and_evaluation_is_the_eval_train_span(self):
+        torch = self.torch
+        if not hasattr(torch, "compile"):
+            self.skipTest("torch %s has no torch.compile" % torch.__version__)
+        from torch._dynamo.utils import counters
+
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+        x, y = torch.randn(8, 4), torch.arange(8) % 3
+        torch._dynamo.reset()
+        counters.clear()
+        step = torch.compile(lambda x, y: torch.nn.functional.cross_entropy(model(x), y), backend="eager")
+        for i in range(9):
+            if i == 4:
+                model.eval()
+                with torch.no_grad():
+                    model(x)
+                    time.sleep(0.005)
+                model.train()
+            loss = step(x, y)
+            for p in model.parameters():
+                p.grad = None
+            loss.backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.01 * p.grad
+        _auto._driver.flush()
+        # A hook coming and going would have been traced (graph breaks) and changed the guards (recompiles).
+        self.assertEqual(dict(counters["graph_break"]), {})
+        self.assertEqual(counters["frames"]["ok"], 1)
+        rows = self.records()
+        self.assertEqual(len(rows), 9)
+        self.assertEqual([i for i, r in enumerate(rows) if r[EVAL] > 0], [4])
+        self.assertGreaterEqual(rows[4][EVAL], 5_000_000)
+        self.check_rows(rows)
+
     def test_a_no_grad_forward_inside_the_step_is_compute(self):
         torch = self.torch
         model, opt = self.model()
