@@ -28,7 +28,9 @@ What is watched (torch 1.13 through 2.x):
   decorated function) on the training thread in which a module is called, from its entry to its
   exit; and forward passes in eval mode with autograd on, until the next training forward (unless a
   backward pass follows them: then they were training). A ``no_grad`` block without a forward pass
-  right after a step (a hand-written SGD update after ``backward()``) is that step's compute.
+  right after a step (a hand-written SGD update after ``backward()``) is that step's compute. A
+  program that calls ``torch.compile`` gets no probe (it would be traced into the graphs): its
+  evaluation is the span from ``model.eval()`` to ``model.train()``.
 - **on the GPU**: once torch has CUDA in use, CUDA events are recorded on the current stream at a
   batch's arrival, at the end of its optimizer step(s) and around each non-blocking copy
   (``_cuda.Marker``), and read by the sender thread once completed, as the explicit API's phases are:
