@@ -225,7 +225,8 @@ describe('ws /v1/stream with a viewer that stops reading', () => {
     const closing = await sidecar.waitForLog((line) => line.msg === 'closing viewer', 15_000);
     const closedAt = closing.time as number;
     expect(closing).toMatchObject({ code: 4008, reason: expect.stringMatching(/^viewer too slow: nothing taken for [34] s$/) });
-    expect(closing.coalesced as number).toBeGreaterThan(20);
+    const coalesced = closing.coalesced as number;
+    expect(coalesced).toBeGreaterThan(0);
     expect(closedAt - (behind.time as number)).toBeGreaterThanOrEqual(2_500);
 
     // Ingest did not notice: acknowledgements kept coming to every rank through the 2.5 s or more the
@@ -251,7 +252,9 @@ describe('ws /v1/stream with a viewer that stops reading', () => {
     expect(closed).toMatchObject({ code: 4008, reason: closing.reason });
     const seqs = stateFrames(stuck.frames).map((f) => f.frame.seq);
     expect(stuck.frames.length).toBeGreaterThan(received);
-    expect(seqs.at(-1)!).toBeLessThan(during.at(-1)!.frame.seq - 50);
+    // The ticks it missed are the ones coalesced, all before the close: the other viewer got each of them.
+    const lastMissed = await waitFor(() => stateFrames(healthy.frames).find((f) => f.frame.seq === seqs.at(-1)! + coalesced));
+    expect(Date.parse(lastMissed.frame.at)).toBeLessThanOrEqual(closedAt);
     expect(healthy.socket.readyState).toBe(WebSocket.OPEN);
   });
 
