@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from . import _cuda, _env, _log, _stack
+from . import _cuda, _env, _flops, _log, _stack
 from ._sender import Sender
 
 __all__ = ["Scope", "PHASES", "CloseResult"]
@@ -223,6 +223,7 @@ class Scope:
         self._disabled = disabled if connection is None else None
         self._on_close = None  # the zero-code path ends the step it holds back (stepscope._auto)
         self._stack_watcher = None  # the stack and compile groups, polled by the sender thread
+        self._flops_from = None  # "user" or "flop_counter" once a step's FLOPs are known
         if connection is not None:
             self._stack_watcher = _stack.Watcher(connection.get("env") or {})
             self._sender = Sender(self._queue, self._wake, tick=self._background_tick, **connection)
@@ -254,6 +255,42 @@ class Scope:
         """End the current step; ``samples`` (an int) is how many samples it processed."""
         self._provisional = self._batch_in_step = False
         self._end_step(_now(), samples)
+
+    def set_flops_per_step(self, flops) -> bool:
+        """The FLOPs of one training step of this rank (forward, backward and optimizer), for MFU.
+        Overrides a count by ``count_flops``; a value that is not a positive number up to 1e22 is
+        refused with a warning (False)."""
+        value = _flops.valid_flops(flops)
+        if value is None:
+            _log.warn_once("flops-value", "set_flops_per_step(%r) ignored: give the FLOPs of one step, a number above 0 and up to 1e22" % (flops,))
+            return False
+        self._send_flops(value, "user")
+        return True
+
+    def count_flops(self):
+        """``with scope.count_flops():`` around one step's work counts its FLOPs once with
+        torch.utils.flop_counter (that step runs slower); later uses, or after
+        ``set_flops_per_step``, do nothing."""
+        if self._flops_from is not None:
+            return _flops.NULL
+        self._flops_from = "counting"
+        return _flops.Counter(self._counted, self._count_again)
+
+    def _count_again(self):
+        if self._flops_from == "counting":
+            self._flops_from = None
+
+    def _counted(self, flops):
+        value = _flops.valid_flops(flops)
+        if value is None:
+            _log.warn_once("flops", "FLOPs not counted: the counter saw no floating-point work in the step (%r); MFU not measured" % (flops,))
+        elif self._flops_from != "user":
+            self._send_flops(value, "flop_counter")
+
+    def _send_flops(self, value, source):
+        self._flops_from = source
+        if self._sender is not None:
+            self._sender.add_env({"model": {"flops_per_step": value, "flops_from": source}})
 
     def stats(self) -> dict:
         """Delivery counters, for tests and diagnostics."""
@@ -573,6 +610,12 @@ class _ForkedScope(Scope):
 
     def step(self, samples=None):
         pass
+
+    def set_flops_per_step(self, flops) -> bool:
+        return False
+
+    def count_flops(self):
+        return _flops.NULL
 
     def stats(self) -> dict:
         stats = _idle_stats(None)
