@@ -46,6 +46,14 @@ export function renderSummary(summary: Summary, format: SummaryFormat = 'text'):
   out.push(`Step time: data ${pct(b.data)}, h2d ${pct(b.h2d)}, compute ${pct(b.compute)}, other ${pct(b.other)}.`);
   const costs = limitersLine(summary);
   if (costs) out.push(costs);
+  if (summary.mfu) {
+    const perRank = summary.mfu.ranks.length > 1 ? ` (${summary.mfu.ranks.map((r) => `rank ${r.rank}: ${r.mfu === null ? 'n/a' : pct(r.mfu)}`).join(', ')})` : '';
+    const first = summary.mfu.ranks[0]!;
+    const flops = first.flops_per_step >= 1e12 ? `${num(first.flops_per_step / 1e12, 2)} TFLOPs` : `${num(first.flops_per_step / 1e9, 2)} GFLOPs`;
+    const from = first.flops_from === 'flop_counter' ? 'counted by torch.utils.flop_counter' : first.flops_from === 'user' ? 'given by scope.set_flops_per_step' : 'from the hook';
+    const mfu = `MFU: ${summary.mfu.text.replace(/^MFU not measured: /, 'not measured: ').replace(/% MFU /, '% ')}${perRank}; ${flops} a step (${from}).`;
+    out.push(md ? prose(mfu) : mfu);
+  }
   if (summary.gpu_breakdown) {
     const g = summary.gpu_breakdown;
     out.push(`On the GPU (CUDA events): h2d ${pct(g.h2d)}, compute ${pct(g.compute)}, idle between steps ${pct(g.idle)} of step time.`);
