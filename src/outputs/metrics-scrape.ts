@@ -31,6 +31,8 @@ export interface VerdictNow {
   cause: Cause;
   /** The limiters costing at least 5% of step time beside it. */
   limiters: VerdictState['limiters'];
+  /** Its causes, with what fixing each would buy. */
+  causes: VerdictState['causes'];
 }
 
 export interface RankScrape {
@@ -75,7 +77,7 @@ export interface Scrape {
   skipped: Record<string, number>;
 }
 
-const verdictNow = (held: VerdictState | null): VerdictNow | null => (held ? { verdict: held.verdict, cause: held.cause, limiters: held.limiters } : null);
+const verdictNow = (held: VerdictState | null): VerdictNow | null => (held ? { verdict: held.verdict, cause: held.cause, limiters: held.limiters, causes: held.causes } : null);
 
 export function readScrape(inputs: MetricsInputs): Scrape {
   const snapshot = inputs.snapshot();

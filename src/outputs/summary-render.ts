@@ -5,6 +5,7 @@ import { leadingStop, wasteSentence, type Summary } from '../analysis/summary.js
 export type SummaryFormat = 'text' | 'md';
 
 import { fixText } from '../model/costs.js';
+import { fixValue, fixValueText } from '../analysis/fix-value.js';
 import { mdProse, mdText } from './markdown.js';
 import { limitersLine, nodeLine, num, otherProcessesLine, pct, RANK_COLUMNS, rankCells, stopLines, withCause } from './summary-text.js';
 
@@ -144,7 +145,10 @@ export function renderSummary(summary: Summary, format: SummaryFormat = 'text'):
   if (summary.causes?.length) {
     out.push('');
     out.push(heading('What fixing each cause buys'));
-    summary.causes.forEach((c, i) => out.push(`${i + 1}. ${fixText(c)}.`));
+    summary.causes.forEach((c, i) => {
+      const value = fixValueText(fixValue(c, summary.waste ?? null, summary.world_size));
+      out.push(`${i + 1}. ${fixText(c)}${value ? ` ${value}` : ''}.`);
+    });
   }
 
   out.push('');
