@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { rmSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { fixValue, fixValueText, speedupOf } from '../src/analysis/fix-value.js';
+import { fixValue, fixValueText, speedupOf } from '../src/model/fix-value.js';
 import { replayJournal } from '../src/journal/replay.js';
 import type { FixEstimate, Waste } from '../src/protocol/state.js';
 import { unpackJournal } from './support/scenarios.js';

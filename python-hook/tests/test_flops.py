@@ -88,3 +88,20 @@ class FlopsTest(DeliveryCase):
         self.assertEqual(ran, [1, 1])
         self.assertTrue(scope.close(2.0))
         self.assertEqual(self.models(server), [])
+
+
+class FlopsFromEnvironmentTest(DeliveryCase):
+    def test_stepscope_flops_per_step_is_sent_and_a_bad_one_ignored(self):
+        from unittest import mock
+
+        server = self.server()
+        with mock.patch.dict("os.environ", {"STEPSCOPE_FLOPS_PER_STEP": " 2.5e12 "}):
+            scope = self.init(url=server.url)
+        self.assertTrue(wait_until(lambda: any("model" in m["env"] for m in server.of_type("env"))))
+        self.assertTrue(scope.close(2.0))
+        self.assertEqual([m["env"]["model"] for m in server.of_type("env") if "model" in m["env"]], [{"flops_per_step": 2.5e12, "flops_from": "user"}])
+        server = self.server()
+        with mock.patch.dict("os.environ", {"STEPSCOPE_FLOPS_PER_STEP": "lots"}):
+            scope = self.init(url=server.url)
+        self.assertTrue(scope.close(2.0))
+        self.assertFalse(any("model" in m["env"] for m in server.of_type("env")))

@@ -2,7 +2,7 @@ import type { Registry } from 'prom-client';
 import { counterFamily, gaugeFamily } from './metrics-family.js';
 import type { JobScrape, RankScrape, Scrape } from './metrics-scrape.js';
 import { limiterLevels, VERDICT_CODES, verdictStateSet } from './metrics-verdicts.js';
-import { speedupOf } from '../analysis/fix-value.js';
+import { speedupOf } from '../model/fix-value.js';
 
 /** Per job and rank: where step time goes, the verdicts, the straggler. */
 

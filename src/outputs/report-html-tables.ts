@@ -2,7 +2,7 @@ import type { Summary } from '../analysis/summary.js';
 import { h, num, pct, table, withCause } from './report-html-text.js';
 import { nodeLine, otherProcessesLine, RANK_COLUMNS, rankCells } from './summary-text.js';
 import { LIMITER_WORDS } from '../model/costs.js';
-import { fixValue, fixValueText } from '../analysis/fix-value.js';
+import { fixValue, fixValueText } from '../model/fix-value.js';
 
 /** The report's tables: what costs time, ranks, GPUs, the job's earlier runs, what to do, the environment. Pure. */
 

@@ -5,7 +5,7 @@ import { leadingStop, wasteSentence, type Summary } from '../analysis/summary.js
 export type SummaryFormat = 'text' | 'md';
 
 import { fixText } from '../model/costs.js';
-import { fixValue, fixValueText } from '../analysis/fix-value.js';
+import { fixValue, fixValueText } from '../model/fix-value.js';
 import { mdProse, mdText } from './markdown.js';
 import { limitersLine, nodeLine, num, otherProcessesLine, pct, RANK_COLUMNS, rankCells, stopLines, withCause } from './summary-text.js';
 

@@ -1,6 +1,5 @@
-import type { FixEstimate } from '../protocol/state.js';
-import type { Waste } from './waste.js';
-import { round } from '../model/round.js';
+import { round } from './round.js';
+import type { Limiter } from './verdict.js';
 
 /**
  * What a fix would buy in speed, GPU-hours and money, from its estimate (fix-estimate.ts). Pure.
@@ -13,6 +12,17 @@ import { round } from '../model/round.js';
  *   same work would need (1 − g): g × ranks GPU-hours saved an hour.
  * The models and how they can be wrong: docs/verdicts.md ("What a fix would buy").
  */
+
+/** What a fix estimate (src/analysis/fix-estimate.ts) and the waste ledger give this: the fields read. */
+interface Fix {
+  limiter: Limiter;
+  gain: number | null;
+  upto: number;
+}
+interface Ledger {
+  by_cause: ReadonlyArray<{ cause: Limiter; gpu_seconds: number }>;
+  price_per_gpu_hour: number | null;
+}
 
 export interface FixValue {
   /** Steps this many times as fast; null where neither the gain nor a bound is known. */
@@ -30,7 +40,7 @@ export function speedupOf(share: number): number {
   return share >= 1 ? Number.POSITIVE_INFINITY : round(1 / (1 - Math.max(0, share)), 2);
 }
 
-export function fixValue(fix: Pick<FixEstimate, 'limiter' | 'gain' | 'upto'>, waste: Waste | null, ranks: number): FixValue {
+export function fixValue(fix: Fix, waste: Ledger | null, ranks: number): FixValue {
   const share = fix.gain ?? fix.upto;
   const bound = fix.gain === null;
   const lost = waste?.by_cause.find((c) => c.cause === fix.limiter)?.gpu_seconds ?? (waste ? 0 : null);
