@@ -224,11 +224,13 @@ class Scope:
         self._on_close = None  # the zero-code path ends the step it holds back (stepscope._auto)
         self._stack_watcher = None  # the stack and compile groups, polled by the sender thread
         self._flops_from = None  # "user" or "flop_counter" once a step's FLOPs are known
+        self._profiling = None  # a torch.profiler window the sidecar asked for (stepscope._profile)
         if connection is not None:
             self._stack_watcher = _stack.Watcher(connection.get("env") or {})
             self._sender = Sender(self._queue, self._wake, tick=self._background_tick, **connection)
             # The thread that makes the scope is the one that trains: a `capture` reads its stack.
             self._sender.training_thread = threading.get_ident()
+            self._sender.on_profile = self._profile_request
             self._sender.start()
 
     # --- public API ----------------------------------------------------------
@@ -388,10 +390,33 @@ class Scope:
                     self._gpu_off()  # sending stopped for good: nothing will read the events
             data.total = h2d.total = compute.total = 0
             self._start = t
+            if self._profiling is not None:
+                self._profile_step()
             if len(queue) == _WAKE_AT:
                 self._wake.set()
         except Exception:
             self._internal_error()
+
+    def _profile_request(self, window):
+        """Sender thread: the window starts at the training thread's next step end; or why not."""
+        if self._profiling is not None:
+            return "a capture is already being recorded"
+        self._profiling = window
+        return None
+
+    def _profile_step(self):
+        """Training thread, at a step end: start, count or stop the window (never raises)."""
+        window = self._profiling
+        try:
+            done = window.step()
+        except Exception as exc:
+            window.fail(exc)
+            done = True
+        if done:
+            self._profiling = None
+            sender = self._sender
+            if sender is not None:
+                sender.profile_done(window)
 
     def _phase_slow(self, name):
         try:
