@@ -20,6 +20,7 @@ import { isStop } from '../model/verdict.js';
 import type { FixEstimate } from './fix-estimate.js';
 import type { LimiterCost } from './limiters.js';
 import { mfuOf, pctText, type Mfu } from './mfu.js';
+import type { CaptureRecord } from '../protocol/profile.js';
 
 export const SUMMARY_SCHEMA = 'stepscope.summary/v1';
 
@@ -110,6 +111,8 @@ export interface Summary {
   causes?: FixEstimate[];
   /** MFU, where a hook gave the FLOPs of a step: the ranks' mean and each rank's. Absent where none did. */
   mfu?: SummaryMfu;
+  /** Deep captures (torch.profiler windows) asked for while the run stepped; the sidecar adds them. Absent where none was. */
+  captures?: CaptureRecord[];
 }
 
 export interface SummaryMfu {

@@ -17,6 +17,7 @@ import type { JobSnapshot, RankSnapshot, RankView } from '../store/job-store.js'
 import type { StepSums } from '../store/step-buckets.js';
 import type { JobStopState, RankStallState } from '../protocol/stall-state.js';
 import type { Mfu } from '../protocol/state.js';
+import type { CaptureRecord } from '../protocol/profile.js';
 
 /**
  * What the engine publishes at each tick: one immutable reading of everything the outputs show.
@@ -54,6 +55,8 @@ export interface JobState extends Omit<JobSnapshot, 'ranks'> {
   waste: Waste | null;
   /** While the job does not step (or the stop an ended run ended in): on whom it waits. */
   stop: JobStopState | null;
+  /** Its deep captures (the sidecar's, not the engine's: absent in a replay). */
+  captures?: CaptureRecord[];
 }
 
 /** Per rank, what /metrics reads beyond the state: running totals and the step-duration buckets. */

@@ -23,6 +23,19 @@ export function costs(s: Summary): string {
   }</section>`;
 }
 
+/** The deep captures: each trace linked (relative to the report, both under --out), to open in Perfetto. */
+export function captures(s: Summary): string {
+  const list = s.captures ?? [];
+  if (!list.length) return '';
+  const rows = list.map((c) => [
+    String(c.rank),
+    String(c.steps),
+    h(c.reason === 'verdict' ? `on ${c.verdict ?? 'a verdict'}` : 'on demand'),
+    c.file ? `<a href="${h(c.file.split('/').map(encodeURIComponent).join('/'))}">${h(c.file)}</a>` : h(c.error ? `no trace: ${c.error}` : 'no answer'),
+  ]);
+  return `<section id="captures"><h2>Deep captures</h2><p class="note">torch.profiler windows, gzipped Chrome trace JSON: open them in https://ui.perfetto.dev.</p>${table(['rank', 'steps', 'why', 'trace'], rows, [0, 1])}</section>`;
+}
+
 export function ranks(s: Summary): string {
   const rows = s.ranks.map((r) => rankCells(r, 'straggler').map(h));
   const straggler = s.straggler ? `<p class="note">Straggler: ${h(s.straggler.text)} (for ${num(s.straggler.seconds, 0)} s).</p>` : '';

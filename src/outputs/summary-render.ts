@@ -55,6 +55,11 @@ export function renderSummary(summary: Summary, format: SummaryFormat = 'text'):
     const mfu = `MFU: ${summary.mfu.text.replace(/^MFU not measured: /, 'not measured: ').replace(/% MFU /, '% ')}${perRank}; ${flops} a step (${from}).`;
     out.push(md ? prose(mfu) : mfu);
   }
+  for (const capture of summary.captures ?? []) {
+    const what = `Deep capture ${capture.id} (rank ${capture.rank}, ${capture.steps} steps, ${capture.reason === 'verdict' ? `on ${capture.verdict ?? 'a verdict'}` : 'on demand'}): `;
+    const line = what + (capture.file ? `${capture.file} (open it in https://ui.perfetto.dev)` : capture.error ? `no trace: ${capture.error}` : 'no answer');
+    out.push(md ? prose(line) : line);
+  }
   if (summary.gpu_breakdown) {
     const g = summary.gpu_breakdown;
     out.push(`On the GPU (CUDA events): h2d ${pct(g.h2d)}, compute ${pct(g.compute)}, idle between steps ${pct(g.idle)} of step time.`);

@@ -3,6 +3,7 @@ import { SUMMARY_SCHEMA, type Summary } from '../analysis/summary.js';
 import { THROTTLE_REASON_NAMES } from '../model/gpu.js';
 import { EnvSchema } from '../protocol/hook-schema.js';
 import { RunRecordSchema } from '../protocol/runs.js';
+import { CaptureRecordSchema } from '../protocol/profile.js';
 import { SummaryStopSchema } from '../protocol/stall-state.js';
 import { Bool, Count, Keys, Nullable, Num, NumOrNull, OptionalKeys, Str, StrOrNull, Time } from '../protocol/schema.js';
 import { NodeInventorySchema, BreakdownSchema, CauseSchema, ComparisonSchema, EvidenceSchema, FixEstimateSchema, LimiterCostSchema, MfuSchema, PHASES, RecommendationSchema, StragglerSchema, TimelineSegmentSchema, VerdictSchema, WasteSchema } from '../protocol/state.js';
@@ -132,6 +133,7 @@ export const SummaryFileSchema = Type.Object({
       { description: "model FLOPs utilization over each rank's median step, where a hook gave the FLOPs of a step; absent where none did" },
     ),
   ),
+  captures: Type.Optional(Type.Array(CaptureRecordSchema, { description: 'deep captures (torch.profiler windows) asked for while the run stepped; absent where none was' })),
 });
 
 export type SummaryFile = Static<typeof SummaryFileSchema>;

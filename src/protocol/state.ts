@@ -1,6 +1,7 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { THROTTLE_REASON_NAMES } from '../model/gpu.js';
 import { PEAK_DTYPES } from '../model/gpu-peaks.js';
+import { CaptureRecordSchema } from './profile.js';
 import { STRAGGLER_REASONS } from '../model/straggler.js';
 import { CAUSES, LEVELS, LIMITERS, VERDICTS } from '../model/verdict.js';
 import { Bool, Count, CountsBy, Keys, Names, Nullable, Num, NumOrNull, OptionalKeys, Str, StrOrNull, Time } from './schema.js';
@@ -587,6 +588,7 @@ export const JobStateSchema = Type.Object(
     timeline: Type.Array(TimelineSegmentSchema, { description: "the job's verdicts over time, oldest first" }),
     baseline: Nullable(ComparisonSchema, { description: 'this run against the --baseline summary; null without --baseline' }),
     waste: Nullable(WasteSchema, { description: 'GPU time lost so far, by cause; null before the first verdict' }),
+    captures: Type.Optional(Type.Array(CaptureRecordSchema, { description: 'its deep captures (torch.profiler windows), oldest first; absent where none was asked for' })),
     stop: Type.Optional(Nullable(JobStopSchema, { description: 'while the job does not step (it hung, a rank stalled or went): on whom it waits; an ended run keeps the stop it ended in; null while it steps; absent from older sidecars' })),
   },
   { description: 'a training job' },
