@@ -3,9 +3,7 @@ import path from 'node:path';
 import { readRankProcess } from './counters/proc-rank.js';
 import { StallWatch } from './ingest/stall-watch.js';
 import { CAPTURE_DEFAULTS, ProfileCaptures } from './ingest/profiles.js';
-import { CaptureBodySchema, PROFILE_LIMITS } from './protocol/profile.js';
-import { parseInput } from './protocol/parse.js';
-import type { Static } from '@sinclair/typebox';
+import { PROFILE_LIMITS } from './protocol/profile.js';
 import { StackDumps } from './outputs/stack-dumps.js';
 import type { FastifyInstance, FastifyServerFactory } from 'fastify';
 import type { Summary } from './analysis/summary.js';
@@ -334,16 +332,7 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
   });
   history.route(app);
   // Deep capture on demand: `stepscope capture`, the viewer's key.
-  app.post('/v1/capture', async (request, reply) => {
-    let body: Static<typeof CaptureBodySchema>;
-    try {
-      body = parseInput(CaptureBodySchema, request.body ?? {}, 'capture request');
-    } catch (error) {
-      return reply.code(400).send({ ok: false, capture: null, reason: (error as Error).message });
-    }
-    const result = captures.request(engine.snapshot(), body.job, body.rank ?? null, body.steps ?? options.captureSteps ?? CAPTURE_DEFAULTS.steps, 'demand');
-    return result.ok ? reply.code(202).send({ ok: true, capture: result.capture, reason: null }) : reply.code(result.status).send({ ok: false, capture: null, reason: result.reason });
-  });
+  captures.route(app, () => engine.snapshot());
   let resolveStopped: (code: number) => void = () => undefined;
   const stopped = new Promise<number>((resolve) => (resolveStopped = resolve));
 

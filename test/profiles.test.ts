@@ -3,6 +3,7 @@ import path from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ProfileCaptures } from '../src/ingest/profiles.js';
+import { askCapture } from '../src/viewer/capture-client.js';
 import { createLogger } from '../src/log/log.js';
 import { hello, range, row, steps, TestHook } from './support/hook-client.js';
 import { inProcess, type InProcess } from './support/in-process.js';
@@ -27,18 +28,19 @@ const TRACE = { traceEvents: [{ name: 'aten::addmm', ph: 'X', ts: 1, dur: 5, pid
 
 async function setup(job: string, options: { profile?: boolean } = {}) {
   const side: InProcess = await inProcess({ now: Date.now });
-  const address = await listen(side);
-  cleanups.push(() => side.app.close());
   const out = temp();
   let now = Date.now();
   const captures = new ProfileCaptures(side.ingest, { out, enabled: true, afterMs: 1000, everyMs: 600_000, steps: 20, maxBytes: 1 << 20, chunkBytes: 64, now: () => now, log: createLogger('silent') });
+  captures.route(side.app, () => side.engine.snapshot());
+  const address = await listen(side);
+  cleanups.push(() => side.app.close());
   const hook = await TestHook.connect(address.ingestUrl);
   cleanups.push(() => hook.close());
   hook.send(hello({ job, session: `${job.length}-s`, ...(options.profile === false ? {} : { profile: true }) }));
   await hook.next((m) => m.type === 'welcome');
   hook.send(steps(range(1, 5).map((seq) => row({ seq }))));
   await hook.next((m) => m.type === 'ack' && m.ack >= 5);
-  return { side, out, captures, hook, later: (ms: number) => (now += ms) };
+  return { side, out, captures, hook, address, later: (ms: number) => (now += ms) };
 }
 
 const chunked = (bytes: Buffer, size: number) => range(0, Math.ceil(bytes.length / size) - 1).map((i) => bytes.subarray(i * size, (i + 1) * size));
@@ -64,6 +66,21 @@ describe('deep capture, the sidecar side', () => {
     expect(captures.decorate((await side.tick()).jobs)[0]!.captures).toEqual([capture]);
     later(60_000);
     expect(captures.request(await side.tick(), job, 0, 7, 'demand')).toMatchObject({ ok: false, status: 429 });
+  });
+
+  it('is asked for over HTTP (stepscope capture, the viewer key) and answers refusals there with their status', async () => {
+    const { side, hook, address, later } = await setup('job-h');
+    await side.tick();
+    const post = (body: unknown) => side.app.inject({ method: 'POST', url: '/v1/capture', payload: body as object });
+    expect((await post({ job: 'job-h', steps: 0 })).statusCode).toBe(400);
+    expect((await post({ job: 'job-h', rank: 'zero' })).json()).toMatchObject({ ok: false, reason: 'capture request.rank: must be integer (got "zero")' });
+    expect((await post({ job: 'nobody' })).statusCode).toBe(404);
+    // The viewer's key, over a real HTTP request to each sidecar it watches.
+    expect(await askCapture([address.streamUrl], 'job-h', undefined)).toBe('capture asked of rank 0 (20 steps): its trace will be listed under --out/captures');
+    expect(await hook.next((m) => m.type === 'profile')).toMatchObject({ steps: 20 });
+    later(1000);
+    expect(await askCapture([address.streamUrl], 'job-h', undefined)).toMatch(/^no capture: job job-h was captured 1 s ago: at most one capture every 600 s$/);
+    expect(await askCapture([address.streamUrl], 'nobody', undefined)).toBe('no capture: no sidecar runs nobody');
   });
 
   it('refuses bad K, an unknown job or rank, and a hook that cannot capture, saying why', async () => {

@@ -7,7 +7,10 @@ import type { Logger } from '../log/log.js';
 import { fileSafeName } from '../model/names.js';
 import { isStop } from '../model/verdict.js';
 import type { Hello } from '../protocol/messages.js';
-import { PROFILE_LIMITS, type CaptureRecord, type ProfileFrame } from '../protocol/profile.js';
+import type { Static } from '@sinclair/typebox';
+import type { FastifyInstance } from 'fastify';
+import { parseInput } from '../protocol/parse.js';
+import { CaptureBodySchema, PROFILE_LIMITS, type CaptureRecord, type ProfileFrame } from '../protocol/profile.js';
 import type { Ingest } from './ingest.js';
 
 /**
@@ -96,6 +99,20 @@ export class ProfileCaptures {
     this.byJob.set(job, list);
     options.log.info({ job, rank: chosen, id, steps, reason }, 'deep capture asked for');
     return { ok: true, capture };
+  }
+
+  /** POST /v1/capture {job, rank?, steps?}: 202 with the capture asked for, else the status and why not. */
+  route(app: FastifyInstance, snapshot: () => EngineSnapshot): void {
+    app.post('/v1/capture', async (request, reply) => {
+      let body: Static<typeof CaptureBodySchema>;
+      try {
+        body = parseInput(CaptureBodySchema, request.body ?? {}, 'capture request');
+      } catch (error) {
+        return reply.code(400).send({ ok: false, capture: null, reason: (error as Error).message });
+      }
+      const result = this.request(snapshot(), body.job, body.rank ?? null, body.steps ?? this.options.steps, 'demand');
+      return result.ok ? reply.code(202).send({ ok: true, capture: result.capture, reason: null }) : reply.code(result.status).send({ ok: false, capture: null, reason: result.reason });
+    });
   }
 
   /** With every published snapshot: a non-healthy verdict that has held long enough asks for a window. */
