@@ -92,7 +92,15 @@ export function registerGateCommand(program: Command): void {
     .option('--history <dir>', "the job's run history (default: the history folder beside the summary, as the sidecar keeps it)")
     .addOption(new Option('--sigma <k>', "the bound, in multiples of the reference's spread").default(GATE_DEFAULTS.sigma).argParser(positive(100, 'a number')))
     .addOption(new Option('--min-change <pct>', 'the bound is never tighter than this, percent').default(GATE_DEFAULTS.minChangePct).argParser(positive(1000, 'a percentage')))
-    .addOption(new Option('--min-steps <n>', 'steady steps (after warm-up) a run needs to be judged').default(GATE_DEFAULTS.minSteps).argParser(positive(1e9, 'a number of steps')))
+    .addOption(
+      new Option('--min-steps <n>', 'steady steps (after warm-up) a run needs to be judged')
+        .default(GATE_DEFAULTS.minSteps)
+        .argParser((value: string) => {
+          const n = positive(1e9, 'a whole number of steps')(value);
+          if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a whole number of steps from 1');
+          return n;
+        }),
+    )
     .option('--junit <file>', 'write the result as JUnit XML')
     .option('--markdown <file>', 'write the result as Markdown (e.g. for $GITHUB_STEP_SUMMARY)')
     .option('--json', 'print the result as JSON')
