@@ -164,6 +164,15 @@ export function registerJobFamilies(registry: Registry, scrape: () => Scrape): v
   });
 
   gaugeFamily(registry, {
+    name: 'stepscope_rank_mfu_ratio',
+    help: "Model FLOPs utilization over the rank's window: the FLOPs of a step (scope.set_flops_per_step, scope.count_flops) over its time, as a share of the GPU's dense datasheet peak for its dtype. Absent where not measured (no FLOP count, CPU, a GPU or dtype without a peak). Running jobs only.",
+    labelNames: ['training_job', 'rank'],
+    *samples() {
+      for (const { rank, labels } of eachRank(scrape())) if (rank.live?.mfu != null) yield [labels, rank.live.mfu];
+    },
+  });
+
+  gaugeFamily(registry, {
     name: 'stepscope_potential_speedup_ratio',
     help: "How many times as fast the job's steps would be with each cause of its verdict fixed: 1 / (1 - the share of step time the fix gives back), Amdahl; where that share is not measured, the bound from its limiter's whole share. Running jobs only.",
     labelNames: ['training_job', 'cause'],

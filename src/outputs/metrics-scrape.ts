@@ -49,6 +49,8 @@ export interface RankScrape {
     /** Seconds since its last step ended, and whether it is stalled (null where not judged). */
     secondsSinceStep: number | null;
     stalled: boolean | null;
+    /** Its MFU over the window (0..1); null where not measured or no hook gave FLOPs. */
+    mfu: number | null;
   } | null;
 }
 
@@ -107,6 +109,7 @@ export function readScrape(inputs: MetricsInputs): Scrape {
                   gpu: held.gpu,
                   secondsSinceStep: rank.stall?.no_step_s ?? null,
                   stalled: rank.stall ? rank.stall.state === 'stalled' : null,
+                  mfu: rank.mfu?.mfu ?? null,
                 },
           },
         ];
