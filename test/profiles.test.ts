@@ -83,6 +83,20 @@ describe('deep capture, the sidecar side', () => {
     expect(await askCapture([address.streamUrl], 'nobody', undefined)).toBe('no capture: no sidecar runs nobody');
   });
 
+  it('asks by itself when the run is in a regression, once within --capture-every', async () => {
+    const { side, captures, hook, later } = await setup('job-r');
+    const snapshot = await side.tick();
+    captures.onSnapshot(snapshot);
+    expect(captures.of('job-r')).toEqual([]);
+    const regressed = { ...snapshot, regressions: [{ job: 'job-r', regressed: true, change_pct: 25 }] };
+    captures.onSnapshot(regressed);
+    expect(captures.of('job-r')).toMatchObject([{ reason: 'regression', rank: 0, steps: 20, status: 'requested' }]);
+    expect(await hook.next((m) => m.type === 'profile')).toMatchObject({ steps: 20 });
+    later(60_000);
+    captures.onSnapshot(regressed);
+    expect(captures.of('job-r')).toHaveLength(1);
+  });
+
   it('refuses bad K, an unknown job or rank, and a hook that cannot capture, saying why', async () => {
     const { side, captures } = await setup('old', { profile: false });
     const snapshot = await side.tick();

@@ -115,17 +115,19 @@ export class ProfileCaptures {
     });
   }
 
-  /** With every published snapshot: a non-healthy verdict that has held long enough asks for a window. */
+  /** With every published snapshot: a non-healthy verdict held `afterMs`, or a regression (held already), asks for a window. */
   onSnapshot(snapshot: EngineSnapshot): void {
     if (!this.options.enabled || this.options.out === null) return;
     const now = this.options.now();
     for (const job of snapshot.jobs) {
+      if (job.ended) continue;
       const verdict = job.verdict;
-      if (job.ended || !verdict || HEALTHY.has(verdict.verdict) || isStop(verdict.verdict)) continue;
-      if (now - Date.parse(verdict.since) < this.options.afterMs) continue;
+      const held = verdict !== null && !HEALTHY.has(verdict.verdict) && !isStop(verdict.verdict) && now - Date.parse(verdict.since) >= this.options.afterMs;
+      const regressed = snapshot.regressions?.some((r) => r.job === job.job && r.regressed) === true;
+      if (!held && !regressed) continue;
       const last = this.lastAsked.get(job.job);
       if (last !== undefined && now - last < this.options.everyMs) continue;
-      const result = this.request(snapshot, job.job, null, this.options.steps, 'verdict');
+      const result = this.request(snapshot, job.job, null, this.options.steps, held ? 'verdict' : 'regression');
       if (!result.ok) this.lastAsked.set(job.job, now);
     }
   }

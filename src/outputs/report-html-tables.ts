@@ -30,7 +30,7 @@ export function captures(s: Summary): string {
   const rows = list.map((c) => [
     String(c.rank),
     String(c.steps),
-    h(c.reason === 'verdict' ? `on ${c.verdict ?? 'a verdict'}` : 'on demand'),
+    h(c.reason === 'verdict' ? `on ${c.verdict ?? 'a verdict'}` : c.reason === 'regression' ? 'on a regression' : 'on demand'),
     c.file ? `<a href="${h(c.file.split('/').map(encodeURIComponent).join('/'))}">${h(c.file)}</a>` : h(c.error ? `no trace: ${c.error}` : 'no answer'),
   ]);
   return `<section id="captures"><h2>Deep captures</h2><p class="note">torch.profiler windows, gzipped Chrome trace JSON: open them in https://ui.perfetto.dev.</p>${table(['rank', 'steps', 'why', 'trace'], rows, [0, 1])}</section>`;

@@ -56,7 +56,7 @@ export function renderSummary(summary: Summary, format: SummaryFormat = 'text'):
     out.push(md ? prose(mfu) : mfu);
   }
   for (const capture of summary.captures ?? []) {
-    const what = `Deep capture ${capture.id} (rank ${capture.rank}, ${capture.steps} steps, ${capture.reason === 'verdict' ? `on ${capture.verdict ?? 'a verdict'}` : 'on demand'}): `;
+    const what = `Deep capture ${capture.id} (rank ${capture.rank}, ${capture.steps} steps, ${capture.reason === 'verdict' ? `on ${capture.verdict ?? 'a verdict'}` : capture.reason === 'regression' ? 'on a regression' : 'on demand'}): `;
     const line = what + (capture.file ? `${capture.file} (open it in https://ui.perfetto.dev)` : capture.error ? `no trace: ${capture.error}` : 'no answer');
     out.push(md ? prose(line) : line);
   }

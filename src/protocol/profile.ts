@@ -48,7 +48,7 @@ export interface ProfileRequest {
   chunk_bytes: number;
 }
 
-export const CAPTURE_REASONS = ['verdict', 'demand'] as const;
+export const CAPTURE_REASONS = ['verdict', 'regression', 'demand'] as const;
 export const CAPTURE_STATUS = ['requested', 'stored', 'refused'] as const;
 
 export const CaptureRecordSchema = Type.Object(
@@ -56,7 +56,7 @@ export const CaptureRecordSchema = Type.Object(
     id: Count('the request id'),
     rank: Count('the rank whose hook recorded it'),
     steps: Count('steps asked for'),
-    reason: Names(CAPTURE_REASONS, { description: '`verdict`: a non-healthy verdict held; `demand`: `stepscope capture`, POST /v1/capture or the viewer' }),
+    reason: Names(CAPTURE_REASONS, { description: '`verdict`: a non-healthy verdict held; `regression`: the run held slower than its reference (--regression-threshold); `demand`: `stepscope capture`, POST /v1/capture or the viewer' }),
     verdict: StrOrNull('the verdict (and cause) that held when it was asked for'),
     requested_at: Time('when it was asked for'),
     status: Names(CAPTURE_STATUS, { description: '`requested`: not answered yet; `stored`: the trace is in `file`; `refused`: the hook said why not (`error`)' }),
