@@ -60,7 +60,10 @@ describe('stepscope demo', () => {
     expect(regimes(summary.timeline)).toEqual(['compute-bound', 'input-bound', 'throttled']);
     expect(summary).toMatchObject({ job: 'demo', world_size: 2, end_reason: 'all-ranks-ended', straggler: { rank: 1, reason: 'gpu-clocks' } });
     expect(summary.timeline.find((s: { verdict: string }) => s.verdict === 'throttled').cause).toBe('thermal');
-    expect(summary.recommendations.map((r: { id: string }) => r.id)).toEqual(expect.arrayContaining(['raise-num-workers', 'check-cooling']));
+    const advice: string[] = summary.recommendations.map((r: { id: string }) => r.id);
+    expect(advice).toContain('check-cooling');
+    // More workers only while a core is free: the demo reads this machine's real load, which other work may take.
+    expect(advice.filter((id) => id === 'raise-num-workers' || id === 'no-free-core')).toHaveLength(1);
     expect(stdout).toContain('stepscope summary: demo');
     expect(stdout).toMatch(/^Timeline\n-+\n/m);
     expect(stdout).toContain(`Summary written to ${path.join(out, 'summary.md')}`);

@@ -27,7 +27,7 @@ const record = (seq: number, ms: { dur?: number; data?: number; h2d?: number; co
   samples: null,
   gpuH2dNs: null,
   gpuComputeNs: ms.gpuIdle === undefined ? null : 5e6,
-  gpuIdleNs: ms.gpuIdle === undefined ? null : ms.gpuIdle * 1e6, commNs: null, commWaitNs: null, commBytes: null,
+  gpuIdleNs: ms.gpuIdle === undefined ? null : ms.gpuIdle * 1e6, commNs: null, commWaitNs: null, commBytes: null, evalNs: null,
 });
 
 describe('JobStore', () => {

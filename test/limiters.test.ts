@@ -27,7 +27,7 @@ const step = (seq: number, ms: { dur: number; data: number }): StepRecord => ({
   gpuIdleNs: null,
   commNs: null,
   commWaitNs: null,
-  commBytes: null,
+  commBytes: null, evalNs: null,
 });
 
 /** 4 s of 1 ms steps whose data share in each 250 ms slice is `share(slice)`. */
@@ -126,8 +126,10 @@ describe('causes ranked by what fixing them buys', () => {
     ]);
     expect(judgement.causes[0]!.basis).toMatch(/waited for a CPU 60% of the time \(PSI\)/);
     expect(judgement.causes[1]!.basis).toMatch(/1 worker on 0\.04 cores \(0\.04 cores free; .*\) would not shorten the 50\.0 ms wait/);
-    // The advice follows: the neighbour first, then the loader.
-    expect(judgement.recommendations.map((r) => r.id).slice(0, 2)).toEqual(['find-neighbour', 'raise-num-workers']);
+    // The advice follows: the neighbour first, then the loader — not more workers: no core is free (issue 26).
+    expect(judgement.recommendations.map((r) => r.id).slice(0, 2)).toEqual(['find-neighbour', 'no-free-core']);
+    expect(judgement.recommendations.map((r) => r.id)).not.toContain('raise-num-workers');
+    expect(judgement.recommendations[1]!.because).toBe('0.0 cores idle: the host 98% busy of 2 cores');
   });
 
   it('on a host with cores to spare, ranks more workers by the batches they can make', () => {

@@ -160,7 +160,7 @@ describe('GET /metrics of a real sidecar', () => {
     for (const rankNo of ['0', '1']) {
       const states = families.get('stepscope_rank_verdict')!.series.filter((s) => s.labels.rank === rankNo);
       expect(states.filter((s) => s.value === 1), `rank ${rankNo}: one verdict in force`).toHaveLength(1);
-      expect(states).toHaveLength(43);
+      expect(states).toHaveLength(45);
     }
     expect(value('stepscope_job_straggler_excess_seconds', { rank: '1', reason: 'data' })).toBeCloseTo(0.0035, 6);
     expect(value('stepscope_gpu_throttle_reason_active_ratio', { gpu: '1', reason: 'SwPowerCap' })).toBe(1);

@@ -27,7 +27,7 @@ const records = (count: number): StepRecord[] =>
     samples: 8,
     gpuH2dNs: null,
     gpuComputeNs: null,
-    gpuIdleNs: null, commNs: null, commWaitNs: null, commBytes: null,
+    gpuIdleNs: null, commNs: null, commWaitNs: null, commBytes: null, evalNs: null,
   }));
 
 const cleanups = cleanupList();
@@ -136,7 +136,7 @@ describe('/metrics from a store filled in process', () => {
 describe('the verdict state set', () => {
   it('has one series per verdict and cause, exactly one of them 1', () => {
     const series = verdictStateSet({ verdict: 'throttled', cause: 'power' });
-    expect(series).toHaveLength(43);
+    expect(series).toHaveLength(45);
     expect(series.filter((s) => s.value === 1)).toEqual([{ verdict: 'throttled', cause: 'power', value: 1 }]);
     expect(verdictStateSet(null).every((s) => s.value === 0)).toBe(true);
   });
@@ -144,7 +144,7 @@ describe('the verdict state set', () => {
   it('adds the pair in force when it is not one of the listed ones', () => {
     // A verdict kept through a window without steps carries no cause.
     const series = verdictStateSet({ verdict: 'input-bound', cause: null });
-    expect(series).toHaveLength(44);
+    expect(series).toHaveLength(46);
     expect(series.filter((s) => s.value === 1)).toEqual([{ verdict: 'input-bound', cause: '', value: 1 }]);
   });
 });

@@ -18,7 +18,7 @@ const CAPTURED = parseComputeApps(rows.join('\n'), computeAppFields(header!));
 
 const step = (seq: number, idleMs: number): StepRecord => ({
   seq, step: seq, endNs: 0, durNs: 100e6, dataNs: idleMs * 1e6, h2dNs: 0, computeNs: (100 - idleMs) * 1e6, samples: 8,
-  gpuH2dNs: null, gpuComputeNs: (100 - idleMs) * 1e6, gpuIdleNs: idleMs * 1e6, commNs: null, commWaitNs: null, commBytes: null,
+  gpuH2dNs: null, gpuComputeNs: (100 - idleMs) * 1e6, gpuIdleNs: idleMs * 1e6, commNs: null, commWaitNs: null, commBytes: null, evalNs: null,
 });
 
 function windowOf(options: { apps: ComputeApp[] | null; jobPids: number[]; util?: number; idleMs?: number; host?: HostSample[]; parentUuid?: string }): RankWindow {

@@ -55,7 +55,7 @@ const records = (count: number, durMs: number, dataMs: number): StepRecord[] =>
     samples: 32,
     gpuH2dNs: null,
     gpuComputeNs: null,
-    gpuIdleNs: null, commNs: null, commWaitNs: null, commBytes: null,
+    gpuIdleNs: null, commNs: null, commWaitNs: null, commBytes: null, evalNs: null,
   }));
 
 const hostSample = (at: number): HostSample => ({
@@ -131,7 +131,7 @@ async function busySidecar() {
     const ns = (at - T0) * 1e6;
     await s.ingest.counters('train-1', {
       source: 'process',
-      samples: [{ at_ns: ns, cpu_main_s: ns / 1e9, cpu_workers_s: (2 * ns) / 1e9, workers: 2, rss_bytes: 3e9, cgroup_nr_periods: ns / 1e8, cgroup_nr_throttled: ns / 1e9, cgroup_throttled_usec: ns / 1e4, cgroup_quota_cores: 4, cgroup_usage_usec: (3 * ns) / 1e3 }],
+      samples: [{ at_ns: ns, cpu_main_s: ns / 1e9, cpu_workers_s: (2 * ns) / 1e9, workers: 2, rss_bytes: 3e9, cgroup_nr_periods: ns / 1e8, cgroup_nr_throttled: ns / 1e9, cgroup_throttled_usec: ns / 1e4, cgroup_quota_cores: 4, cgroup_usage_usec: (3 * ns) / 1e3, train_cpu_s: null, train_wait_s: null }],
     });
   }
   s.setTime(T0 + 1000);

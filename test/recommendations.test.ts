@@ -97,7 +97,7 @@ describe('advice that fits the job', () => {
   it('for idle tensor cores: bf16 where AMP is off; where it is on, checks what runs outside autocast', () => {
     expect(ids(advise('compute-bound', 'tensor-cores-idle', { ...GPU_ENV, stack: { amp: 'off', matmul_precision: 'high' } }))).toEqual(['use-bf16-autocast']);
     const on = advise('compute-bound', 'tensor-cores-idle', { ...GPU_ENV, stack: { amp: 'bfloat16', matmul_precision: 'high', cudnn_tf32: true } });
-    expect(on).toEqual([{ id: 'use-tensor-cores', text: expect.stringMatching(/Mixed precision is on \(bfloat16\) yet the tensor cores sit idle: check that the heavy layers run inside autocast/) }]);
+    expect(on).toEqual([{ id: 'use-tensor-cores', text: expect.stringMatching(/Mixed precision is on \(bfloat16\) yet the tensor cores sit idle: check that the heavy layers run inside autocast/), because: 'compute-bound (tensor-cores-idle)' }]);
   });
 
   it('for slow copies with pin_memory already on, leads with non-blocking copies', () => {
@@ -147,4 +147,71 @@ describe('advice that fits the job', () => {
       { numRuns: 500 },
     );
   });
+});
+
+/**
+ * Advice that fits the machine it ran on (issue 26): a CPU-only job is never told about GPUs, more
+ * loader workers are advised only while a core is free (the host's load by every process, the
+ * container's quota, the workers already running), and every line carries the fact it rests on.
+ * Each rule against the job shapes it must and must not fire for.
+ */
+describe('advice that fits the machine: CPU-only, GPU, no free core, free cores', () => {
+  const hostAt = (cpuPct: number) => ({ samples: 4, cpu_pct_mean: cpuPct, iowait_pct_mean: 0, steal_pct_mean: 0, load1: 1, mem_used_frac: 0.3, cpu_pressure_pct: null, memory_pressure_pct: null, top_consumers: null });
+  type Shape = { env: Env; window: Partial<RankWindow>; hostCores: number; cpuOnly: boolean; free: boolean };
+  const SHAPES: Record<string, Shape> = {
+    'CPU-only, free cores': { env: CPU_ENV, window: { gpu: null, host: hostAt(30) }, hostCores: 8, cpuOnly: true, free: true },
+    'CPU-only, no free core (a neighbour holds the other core)': { env: CPU_ENV, window: { gpu: null, host: hostAt(99) }, hostCores: 2, cpuOnly: true, free: false },
+    'GPU, free cores': { env: GPU_ENV, window: { host: hostAt(30) }, hostCores: 8, cpuOnly: false, free: true },
+    'GPU, no free core': { env: GPU_ENV, window: { host: hostAt(97) }, hostCores: 8, cpuOnly: false, free: false },
+    "GPU, an idle host but the container's quota used up": { env: GPU_ENV, window: { host: hostAt(15), process: processWindow({ cgroup_quota_cores: 4, cgroup_usage_cores: 3.9 }) }, hostCores: 32, cpuOnly: false, free: false },
+    'GPU, workers already running, no core left': { env: { ...GPU_ENV, loader: { num_workers: 2 } }, window: { host: hostAt(98), process: processWindow({ workers: 2, cpu_workers_cores: 1.9 }) }, hostCores: 4, cpuOnly: false, free: false },
+  };
+  const adviseOn = (shape: Shape, verdict: Verdict, cause: Cause, loader: Record<string, unknown> = {}) =>
+    recommendationsFor(verdict, cause, { window: window(shape.window), env: { ...shape.env, loader: { num_workers: 0, pin_memory: false, ...((shape.env.loader as object) ?? {}), ...loader } }, hostCores: shape.hostCores });
+
+  // Verdicts a job without a GPU can have, with their causes (the GPU's own causes left out).
+  const GPU_ONLY = new Set<Cause>(['gpu-idle-in-compute', 'launch-bound', 'memory-bandwidth', 'tensor-cores-idle', 'gpu-shared']);
+  const CPU_CASES: Array<[Verdict, Cause]> = [
+    ...(['cgroup-throttled', 'memory-pressure', 'io-wait', 'contention', 'cpu-saturated', 'few-workers', 'unknown'] as const).map((c): [Verdict, Cause] => ['input-bound', c]),
+    ['host-bound', 'evaluation'], ['host-bound', 'outside-phases'], ['host-bound', 'recompiles'],
+    ['compute-bound', null], ['compute-bound', 'recompiles'],
+    ['communication-bound', 'slow-rank'], ['communication-bound', 'slow-collective'],
+  ];
+
+  for (const [name, shape] of Object.entries(SHAPES)) {
+    describe(name, () => {
+      it(`${shape.free ? 'advises' : 'does not advise'} more loader workers${shape.free ? '' : ', and says no core is free'}`, () => {
+        for (const cause of ['few-workers', 'unknown', 'contention', 'cpu-saturated'] as const) {
+          const advice = adviseOn(shape, 'input-bound', cause);
+          expect(ids(advice).includes('raise-num-workers'), `${cause}: ${ids(advice)}`).toBe(shape.free);
+          if (shape.free) expect(advice.find((a) => a.id === 'raise-num-workers')!.because).toMatch(/cores idle: the host 30% busy of 8 cores/);
+        }
+        const fewWorkers = adviseOn(shape, 'input-bound', 'few-workers');
+        expect(ids(fewWorkers).includes('no-free-core')).toBe(!shape.free);
+        if (!shape.free) expect(fewWorkers.find((a) => a.id === 'no-free-core')!.because).toMatch(/cores (idle|free within the container's CPU limit of 4)/);
+      });
+
+      it(`${shape.cpuOnly ? 'never speaks of GPUs' : 'gives the GPU advice where it fits'}`, () => {
+        for (const [verdict, cause] of CPU_CASES) {
+          const advice = adviseOn(shape, verdict, cause);
+          if (shape.cpuOnly) expect(text(advice), `${verdict}/${cause}`).not.toMatch(/GPU|CUDA|NCCL|tensor core|pin_memory|autocast/i);
+        }
+        const loading = ids(adviseOn(shape, 'input-bound', 'few-workers'));
+        expect(loading.includes('pin-memory')).toBe(!shape.cpuOnly);
+        const healthy = adviseOn(shape, 'compute-bound', null, {});
+        const withAmpOff = recommendationsFor('compute-bound', null, { window: window(shape.window), env: { ...shape.env, stack: { ...((shape.env.stack as object) ?? {}), amp: 'off' } }, hostCores: shape.hostCores });
+        expect(ids(withAmpOff).includes('use-bf16-autocast')).toBe(!shape.cpuOnly);
+        expect(text(healthy).includes('mixed precision')).toBe(!shape.cpuOnly);
+      });
+
+      it('carries, on every line, the fact it was conditioned on', () => {
+        for (const [verdict, cause] of [...CPU_CASES, ...(shape.cpuOnly ? [] : [...GPU_ONLY].map((c): [Verdict, Cause] => [c === 'gpu-idle-in-compute' ? 'host-bound' : 'compute-bound', c]))]) {
+          for (const line of adviseOn(shape, verdict, cause)) {
+            expect(line.because, `${verdict}/${cause}: ${line.id}`).toMatch(/\S/);
+            if (shape.cpuOnly && !line.because!.includes('idle') && !line.because!.includes('workers')) expect(line.because).toMatch(/CPU only/);
+          }
+        }
+      });
+    });
+  }
 });

@@ -93,6 +93,28 @@ describe('the verdict rules', () => {
     expect(judge(window({ other: 0.35 }), context())).toMatchObject({ verdict: 'host-bound', cause: 'outside-phases' });
   });
 
+  it('names evaluation as the cause where it took most of the time outside the phases, its advice first', () => {
+    const judged = judge(window({ other: 0.5 }, { eval_share: 0.42, gpu: null }), context());
+    expect(judged).toMatchObject({ verdict: 'host-bound', cause: 'evaluation' });
+    expect(judged.evidence.rule).toMatch(/evaluation inside the loop took 42% of step time/);
+    expect(judged.causes.map((c) => [c.cause, c.gain])).toEqual([['evaluation', 0.42], ['outside-phases', 0.08]]);
+    expect(judged.recommendations[0]!.id).toBe('evaluate-less-often');
+    expect(judged.recommendations.map((r) => r.id)).toContain('reduce-logging');
+  });
+
+  it('leads with logging where evaluation was measured and cost little', () => {
+    const judged = judge(window({ other: 0.5 }, { eval_share: 0.02, gpu: null }), context());
+    expect(judged).toMatchObject({ verdict: 'host-bound', cause: 'outside-phases' });
+    expect(judged.causes.map((c) => c.cause)).toEqual(['outside-phases']);
+    expect(judged.recommendations[0]!.id).toBe('reduce-logging');
+    expect(judged.recommendations.map((r) => r.id)).not.toContain('evaluate-less-often');
+  });
+
+  it('keeps outside-phases alone where the hook does not measure evaluation', () => {
+    const judged = judge(window({ other: 0.5 }, { eval_share: null, gpu: null }), context());
+    expect(judged.causes.map((c) => c.cause)).toEqual(['outside-phases']);
+  });
+
   it('calls a compute phase with the GPU mostly idle host-bound', () => {
     expect(judge(window({ data: 0.02 }, { gpu: gpu({ util_mean: 20 }) }), context())).toMatchObject({ verdict: 'host-bound', cause: 'gpu-idle-in-compute' });
   });

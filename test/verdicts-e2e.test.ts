@@ -212,6 +212,8 @@ const STEADY: SteadyCase[] = [
   { title: 'input-bound/io-wait: the host 30% in iowait', phases: { data: 30, compute: 10 }, host: { cpuPct: 15, iowaitPct: 30 }, verdict: 'input-bound', cause: 'io-wait', first: 'faster-storage' },
   { title: 'transfer-bound: slow host-to-device copies', phases: { data: 1, h2d: 30, compute: 10 }, verdict: 'transfer-bound', cause: null, first: 'pin-memory' },
   { title: 'host-bound/outside-phases: logging between steps', phases: { data: 1, compute: 10, other: 30 }, verdict: 'host-bound', cause: 'outside-phases', first: 'reduce-logging' },
+  // The explicit API's scope.phase("eval") (issue 26): 24 of the 30 ms outside data and compute are evaluation, 6 logging.
+  { title: 'host-bound/evaluation: scope.phase("eval") in each step, little logging', phases: { data: 1, compute: 10, other: 30 }, extra: ['--eval-ms', '24'], verdict: 'host-bound', cause: 'evaluation', first: 'evaluate-less-often' },
   {
     title: 'host-bound/gpu-idle-in-compute: compute with the GPU 20% busy',
     phases: { data: 1, compute: 30 },
@@ -492,7 +494,7 @@ describe.skipIf(!plain.python || !ALL_E2E)('the A10 case: new online augmentatio
             ['input-bound', 'contention'],
           ],
           change: { atMs: changedAt, to: ['input-bound', 'contention'], withinMs: 5_000 },
-          topRecommendations: ['find-neighbour', 'raise-num-workers'],
+          topRecommendations: ['find-neighbour', 'no-free-core'],
           gpus: [{ index: 0, name: 'NVIDIA A10', ranks: [0] }],
           gpuUtilMean: [58, 92],
         },

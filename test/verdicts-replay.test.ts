@@ -33,6 +33,7 @@ const REQUIRED = [
   'input-bound-io-wait-the-host-30-in-iowait',
   'transfer-bound-slow-host-to-device-copies',
   'host-bound-outside-phases-logging-between-steps',
+  'host-bound-evaluation-scope-phase-eval-in-each-step-little',
   'host-bound-gpu-idle-in-compute-compute-with-the-gpu-20-busy',
   'throttled-thermal-sm-clock-1100-of-1980-mhz-hwthermalslowdown',
   'throttled-power-sm-clock-1300-of-1980-mhz-swpowercap',

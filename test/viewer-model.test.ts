@@ -79,7 +79,7 @@ class SimulatedSidecar {
           state.t += dur;
           state.seq += 1;
           const ns = (ms: number) => Math.round(ms * 1e6);
-          records.push({ seq: state.seq, step: state.step++, endNs: ns(state.t), durNs: ns(dur), dataNs: ns(p.data), h2dNs: ns(p.h2d), computeNs: ns(p.compute), samples: 32, gpuH2dNs: null, gpuComputeNs: null, gpuIdleNs: null, commNs: null, commWaitNs: null, commBytes: null });
+          records.push({ seq: state.seq, step: state.step++, endNs: ns(state.t), durNs: ns(dur), dataNs: ns(p.data), h2dNs: ns(p.h2d), computeNs: ns(p.compute), samples: 32, gpuH2dNs: null, gpuComputeNs: null, gpuIdleNs: null, commNs: null, commWaitNs: null, commBytes: null, evalNs: null });
         }
         if (records.length) this.engine.apply({ t: 'steps', at, session: `${this.job}-${r.rank}`, dropped: 0, rows: records.map(toRow) });
       }

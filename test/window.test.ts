@@ -16,7 +16,7 @@ const step = (seq: number, ms: { dur: number; data?: number; compute?: number; i
   samples: 8,
   gpuH2dNs: null,
   gpuComputeNs: ms.idle === undefined ? null : (ms.compute ?? 0) * 1e6,
-  gpuIdleNs: ms.idle === undefined ? null : ms.idle * 1e6, commNs: null, commWaitNs: null, commBytes: null,
+  gpuIdleNs: ms.idle === undefined ? null : ms.idle * 1e6, commNs: null, commWaitNs: null, commBytes: null, evalNs: null,
 });
 
 const gpuAt = (at: number, clock: number, reasons: number, util = 90): GpuSample => ({
@@ -83,7 +83,7 @@ describe('rankWindow', () => {
   });
 
   it("turns the hook's cumulative process and cgroup counters into rates", () => {
-    const base = { cpu_main_s: 10, cpu_workers_s: 20, workers: 4, rss_bytes: 1e9, cgroup_nr_periods: 1000, cgroup_nr_throttled: 100, cgroup_throttled_usec: 5e6, cgroup_quota_cores: 4, cgroup_usage_usec: 30e6 };
+    const base = { cpu_main_s: 10, cpu_workers_s: 20, workers: 4, rss_bytes: 1e9, cgroup_nr_periods: 1000, cgroup_nr_throttled: 100, cgroup_throttled_usec: 5e6, cgroup_quota_cores: 4, cgroup_usage_usec: 30e6, train_cpu_s: null, train_wait_s: null };
     const process: ProcessAt[] = [
       { at_ns: 0, at: 1_000, ...base },
       { at_ns: 1e9, at: 2_000, ...base, cpu_main_s: 10.9, cpu_workers_s: 23, cgroup_nr_periods: 1010, cgroup_nr_throttled: 108, cgroup_throttled_usec: 5.4e6, cgroup_usage_usec: 33.9e6 },
@@ -99,7 +99,21 @@ describe('rankWindow', () => {
       cgroup_usage_cores: 3.9,
       cgroup_throttled_share: 0.8,
       cgroup_throttled_s_per_s: 0.4,
+      train_cpu_cores: null,
+      train_wait_share: null,
     });
+  });
+
+  it("gives the training thread's CPU and its wait for a CPU over the whole window, not the last second", () => {
+    const base = { cpu_main_s: 0, cpu_workers_s: 0, workers: 2, rss_bytes: 1e9, cgroup_nr_periods: null, cgroup_nr_throttled: null, cgroup_throttled_usec: null, cgroup_quota_cores: null, cgroup_usage_usec: null };
+    // On a CPU 60% of the time and waiting for one 30%, over 4 s; the last second alone would say 10%.
+    const process: ProcessAt[] = [
+      { at_ns: 0, at: 0, ...base, train_cpu_s: 5, train_wait_s: 1 },
+      { at_ns: 3e9, at: 3_000, ...base, train_cpu_s: 6.8, train_wait_s: 2.1 },
+      { at_ns: 4e9, at: 4_000, ...base, train_cpu_s: 7.4, train_wait_s: 2.2 },
+    ];
+    const window = rankWindow({ from: 0, to: 4_000, steps: new StepBuckets().between(0, 4_000), stepMs: [], gpu: null, host: [], process, memory: [] });
+    expect(window.process).toMatchObject({ train_cpu_cores: 0.6, train_wait_share: 0.3 });
   });
 });
 

@@ -1,7 +1,9 @@
 import { describe, expect, it } from 'vitest';
+import path from 'node:path';
 import { findVenvPython } from './support/python.js';
 import { fixture, runProcess, stepscopeRun } from './support/run-python.js';
 import { runWithSidecar, stepSeconds } from './support/torch-runs.js';
+import { ROOT } from './support/sidecar.js';
 
 /**
  * The zero-code path on current PyTorch (the test environment from PyPI, python-hook/
@@ -85,5 +87,22 @@ describe.skipIf(!venv.python)(`zero-code path on current PyTorch${venv.python ? 
     // workers without workers, no pinned memory without a GPU.
     const ids = summary.recommendations.map((r: { id: string }) => r.id);
     expect(ids.filter((id: string) => ['pin-memory', 'prefetch', 'persistent-workers'].includes(id))).toEqual([]);
+  }, TIMEOUT);
+  // Issue 26: a loop with neither a DataLoader nor an optimizer (batches sliced from a tensor, weights
+  // updated by hand), evaluating every 5 steps under @torch.no_grad() with the model in eval mode.
+  it.concurrent('a hand-written-SGD loop without a DataLoader, evaluating every 5 steps: host-bound (evaluation), every step seen', async () => {
+    const run = stepscopeRun();
+    const { summary, runs } = await runWithSidecar((url) =>
+      Promise.all([
+        runProcess(run.command, [...run.args, '--url', url, '--job', 'lm', '--', venv.python!, path.join(ROOT, 'scripts', 'accuracy', 'handwritten_lm.py'), '--seconds', '6', '--eval-every', '5', '--eval-batches', '10'], { ...quiet, PYTHONPATH: '' }, 170_000, 'stepscope run handwritten_lm.py'),
+      ]),
+    );
+    const [script] = runs.map((r) => r.result);
+    expect(script.torch).toMatch(/^2\./);
+    // Every training step, the last one ended at its close: the evaluation makes no step of its own.
+    expect(summary.steps).toBe(script.steps);
+    expect([summary.verdict, summary.cause], summary.headline).toEqual(['host-bound', 'evaluation']);
+    expect(summary.causes[0]).toMatchObject({ cause: 'evaluation' });
+    expect(summary.recommendations[0].id).toBe('evaluate-less-often');
   }, TIMEOUT);
 });

@@ -252,11 +252,52 @@ def hook_path_alone(n=200_000, repeats=7):
             runs.append((time.thread_time_ns() - t0) / n / 1000)
         return statistics.median(runs)
 
+    # A loop without a DataLoader or optimizer (issue 26): the training forward's first module call
+    # seen by the probe (armed at the step's end, removed at that call: torch's real registry), the
+    # backward pass ending the step, and the hand-written update's no_grad block.
+    d2 = _auto._Driver()
+    d2.on = d2.installed = True
+    d2.tid = threading.get_ident()
+    scope2 = Scope(None)
+    d2.scope_factory = lambda: scope2
+    d2.register_probe = torch.nn.modules.module.register_module_forward_pre_hook
+    d2.probe_hook = _auto.make_probe(d2, torch.is_grad_enabled)
+    backward2 = _auto.make_backward(d2, original_backward)
+
+    def original_enter(ctx):
+        return None
+
+    def original_exit(ctx, *exc):
+        return None
+
+    enter = _auto.make_grad_mode(d2, original_enter, True)
+    leave = _auto.make_grad_mode(d2, original_exit, False)
+    module = torch.nn.Identity()
+    queue2 = scope2._queue
+    d2.arm_probe()
+
+    def bare_no_loader():
+        for _ in range(n):
+            original_backward(None)
+            original_enter(None)
+            original_exit(None, None, None, None)
+
+    def zero_code_no_loader():
+        for _ in range(n):
+            d2.probe_hook(module, ())
+            backward2(None)
+            enter(None)
+            leave(None, None, None, None)
+            if len(queue2) > 8192:
+                queue2.clear()
+
     result = {
         "zero_code_us_per_step": round(cpu_us(zero_code) - cpu_us(bare), 3),
+        "zero_code_no_loader_us_per_step": round(cpu_us(zero_code_no_loader) - cpu_us(bare_no_loader), 3),
         "explicit_us_per_step": round(cpu_us(explicit) - cpu_us(plain), 3),
     }
     d.flush()
+    d2.flush()
     result.update(cuda_marks_alone(batch, original_next, original_backward, n, repeats))
     return result
 

@@ -19,6 +19,18 @@ What is watched (torch 1.13 through 2.x):
   time is the GPU's compute: it stays in "compute").
 - **compute**: from a batch's arrival to the optimizer step, less the copies in between; the time
   after the step until the next batch is read (logging, checkpoints, evaluation) is "other".
+- **loops without a DataLoader**: the training forward -- the first module called on the training
+  thread after a step, with autograd on and the module in train mode -- starts the step's compute;
+  what lies between the end of a step and the next training forward is "other". The call is seen by
+  a global forward pre-hook registered only while a forward is awaited (it removes itself at the
+  first call), so the forward passes themselves run untouched.
+- **evaluation** (``eval_ns``): a ``torch.no_grad()`` or ``torch.inference_mode()`` block (or
+  decorated function) on the training thread in which a module is called, from its entry to its
+  exit; and forward passes in eval mode with autograd on, until the next training forward (unless a
+  backward pass follows them: then they were training). A ``no_grad`` block without a forward pass
+  right after a step (a hand-written SGD update after ``backward()``) is that step's compute. A
+  program that calls ``torch.compile`` gets no probe (it would be traced into the graphs): its
+  evaluation is the span from ``model.eval()`` to ``model.train()``.
 - **on the GPU**: once torch has CUDA in use, CUDA events are recorded on the current stream at a
   batch's arrival, at the end of its optimizer step(s) and around each non-blocking copy
   (``_cuda.Marker``), and read by the sender thread once completed, as the explicit API's phases are:
@@ -118,6 +130,17 @@ class _Driver:
         self.torch = None
         self.stepper = ""  # how optimizer steps are seen: "post-hook" (torch >= 2.0), "step-code" (1.13)
         self.marker = None  # the GPU marks (a _cuda.Marker) once the scope exists
+        self.register_probe = None  # torch's register_module_forward_pre_hook, where it has one
+        self.probe_hook = None  # the global forward pre-hook (make_probe)
+        self.probe = None  # its handle while registered
+        self.forward_seen = False  # a training forward started a step: steps end at the next one
+        self.eval_depth = 0  # nesting of no_grad / inference_mode blocks on the training thread
+        self.eval_t0 = 0  # entry of the outermost such block
+        self.eval_forward = False  # a module was called inside it: it is evaluation
+        self.eval_mode_at = 0  # eval-mode forwards with autograd on began here (ns), 0 when none
+        self.eval_carry = 0  # evaluation measured after the pending step's end: the next step's
+        self.compiled = False  # torch.compile in use: no probe (see compiling())
+        self.in_train_call = False  # inside a Module.train() call (its recursion into submodules)
 
     # --- scope ---------------------------------------------------------------
 
@@ -141,6 +164,7 @@ class _Driver:
                 finally:
                     self.creating = False
             scope._on_close = self.flush
+            scope._eval_on = True  # evaluation is measured here: eval_ns is sent, 0 when there was none
             self.marker = _cuda.Marker(scope)
             sender = scope._sender
             if sender is not None:
@@ -157,6 +181,7 @@ class _Driver:
             self.retired = why
         self.on = False
         try:
+            self.unprobe()
             if self.scope is not None and self.pending:
                 self._end(self.pending)
             if self.marker is not None:
@@ -170,6 +195,7 @@ class _Driver:
     def flush(self):
         """The scope is closing: end the step that waits for its end; record nothing more."""
         try:
+            self.unprobe()
             if self.pending:
                 self._end(self.pending)
         except Exception:
@@ -195,7 +221,9 @@ class _Driver:
                 self.marker.flush()
             if not self.started:
                 self._begin(t0)
-            self.loader_seen = True
+            if not self.loader_seen:
+                self.loader_seen = True
+                self.unprobe()  # batches from a DataLoader start the steps: no forward to await
         except Exception:
             self._error()
             return next_batch(iterator)
@@ -233,6 +261,12 @@ class _Driver:
         if scope is None:
             return
         try:
+            if self.eval_mode_at:
+                # Eval-mode forwards that a backward pass followed were training (dropout off, say).
+                at, self.eval_mode_at = self.eval_mode_at, 0
+                if self.awaiting_forward():
+                    self.unprobe()
+                    self.training_forward(at)
             t = _now()
             self.boundaries += 1
             self.reads_since_boundary = 0
@@ -241,7 +275,13 @@ class _Driver:
                 self._begin(start)
                 self.window = start
                 self.excl = 0
-            if self.pending:
+            if self.pending and not self.loader_seen:
+                # No training forward seen since the last step ended (the model called past
+                # Module.__call__, its forward compiled whole): each boundary ends a step, as before.
+                since = self.pending
+                self._end(since)
+                scope._compute.total += t - since
+            elif self.pending:
                 # Another optimizer stepped on the same batch: its work is this step's compute.
                 scope._compute.total += t - self.pending
             elif self.window:
@@ -250,6 +290,9 @@ class _Driver:
             self.marker.close_now()
             if self.loader_seen:
                 self.pending = t
+            elif self.forward_seen:
+                self.pending = t  # the compute ends here; the next training forward starts the next step
+                self.arm_probe()
             else:
                 self._end(t)
                 self.window = t
@@ -257,6 +300,131 @@ class _Driver:
                 self.marker.open()
         except Exception:
             self._error()
+
+    # --- forwards and evaluation (training thread) ---------------------------
+
+    def arm_probe(self):
+        """Await the next module call: a training forward, or evaluation inside a no_grad block."""
+        if self.probe is None and self.register_probe is not None and not self.compiled:
+            self.probe = self.register_probe(self.probe_hook)
+
+    def compiling(self):
+        """The program uses torch.compile: a global hook that comes and goes would be traced into its
+        graphs (graph breaks) and change their guards (recompiles). The probe stands down for good:
+        steps end at each optimizer step (or backward pass), and evaluation is the span between
+        ``model.eval()`` and ``model.train()`` on the training thread."""
+        self.compiled = True
+        self.unprobe()
+
+    def mode_switch(self, training):
+        """``Module.train(mode)`` was called at the top level on the training thread (compiled programs)."""
+        try:
+            t = _now()
+            if not training:
+                if not self.eval_mode_at:
+                    self.eval_mode_at = t
+            elif self.eval_mode_at:
+                self._add_eval(t - self.eval_mode_at)
+                self.eval_mode_at = 0
+        except Exception:
+            self._error()
+
+    def unprobe(self):
+        probe, self.probe = self.probe, None
+        if probe is not None:
+            probe.remove()
+
+    def awaiting_forward(self):
+        """Whether the next training forward is what ends the step (a loop without a DataLoader)."""
+        return not self.loader_seen and (not self.started or (self.forward_seen and bool(self.pending)))
+
+    def forward(self, module):
+        """A module was called on the training thread while the probe was armed."""
+        try:
+            t = _now()
+            if self.eval_depth and self.eval_t0:
+                self.eval_forward = True  # a forward inside no_grad / inference_mode: evaluation
+                self.unprobe()
+                return
+            if not self.awaiting_forward():
+                self.unprobe()
+                return
+            if not getattr(module, "training", True):
+                if not self.eval_mode_at:
+                    self.eval_mode_at = t  # the probe stays: the next training forward ends it
+                return
+            self.unprobe()
+            if self.eval_mode_at:
+                self._add_eval(t - self.eval_mode_at)
+                self.eval_mode_at = 0
+            self.training_forward(t)
+        except Exception:
+            self._error()
+
+    def training_forward(self, t):
+        """A training forward began at ``t``: the step's compute starts; a pending step ends."""
+        scope = self.scope or self.start_scope()
+        if scope is None:
+            return
+        self.forward_seen = True
+        if not self.started:
+            self._begin(t)
+        elif self.pending:
+            self._end(self.pending)
+        self.window = t
+        self.excl = 0
+        self.marker.open()
+
+    def eval_enter(self):
+        """A no_grad / inference_mode block is entered on the training thread."""
+        depth = self.eval_depth
+        self.eval_depth = depth + 1
+        if depth:
+            return
+        try:
+            self.eval_forward = False
+            # Inside the step's compute (a frozen teacher's forward, a model's own no_grad parts) it is compute.
+            self.eval_t0 = 0 if self.window else _now()
+            if self.eval_t0:
+                self.arm_probe()
+        except Exception:
+            self._error()
+
+    def eval_exit(self):
+        depth = self.eval_depth - 1
+        if depth < 0:
+            return
+        self.eval_depth = depth
+        if depth:
+            return
+        if not self.eval_t0:
+            return
+        try:
+            t = _now()
+            if self.eval_forward:
+                self.eval_forward = False
+                self._add_eval(t - self.eval_t0)
+            elif self.pending and self.eval_t0 >= self.pending and self.scope is not None:
+                # No forward inside, after the step's end: weights updated by hand after backward()
+                # (or an EMA of them). That is the step's compute, not "other".
+                self.scope._compute.total += t - self.pending
+                self.pending = t
+            if not self.awaiting_forward():
+                self.unprobe()
+            else:
+                self.arm_probe()
+        except Exception:
+            self._error()
+
+    def _add_eval(self, took):
+        scope = self.scope
+        if scope is None or took <= 0:
+            return
+        scope._eval.total += took
+        if self.window:
+            self.excl += took  # evaluation is not the step's compute
+        elif self.pending:
+            self.eval_carry += took  # after the step's end: the next step holds this time
 
     def copy_wanted(self):
         """Whether a non-blocking copy to the GPU starting now is this loop's h2d (training thread)."""
@@ -308,7 +476,10 @@ class _Driver:
         self.samples = None
         self.pending = 0
         self.marker.flush()
+        carry, self.eval_carry = self.eval_carry, 0
+        scope._eval.total -= carry
         scope._end_step(t, samples)
+        scope._eval.total = carry
         self.steps += 1
         if self.cuda_checks:
             self.cuda_checks -= 1
@@ -382,6 +553,9 @@ def install(torch=None) -> bool:
                 missing.append("optimizer steps")
             if not _patch_backward(d, torch):
                 missing.append("backward passes")
+            if not _patch_forwards(d, torch):
+                missing.append("forward passes and evaluation (no global module forward pre-hook)")
+            _patch_compile(d, torch)
             if not stepper and "backward passes" in missing:
                 _unpatch(d)
                 d.retire("torch %s offers neither an optimizer step nor a backward pass to follow" % torch.__version__, warn=True)
@@ -395,6 +569,7 @@ def install(torch=None) -> bool:
             d.tid = threading.main_thread().ident
             d.installed = True
             d.on = True
+            d.arm_probe()  # the first training forward may start the first step (no DataLoader)
             _comm.arm()  # DDP models built before the first step are watched as they are built
             if hasattr(os, "register_at_fork") and not getattr(d, "_fork_registered", False):
                 os.register_at_fork(after_in_child=_off_in_child)
@@ -500,6 +675,10 @@ def _set(d, owner, name, value):
 
 
 def _unpatch(d):
+    try:
+        d.unprobe()
+    except Exception:
+        pass
     while d.handles:
         handle = d.handles.pop()
         try:
@@ -615,6 +794,96 @@ def _patch_optimizer(d, torch) -> str:
         _set(d, optimizer_cls, "_optimizer_step_code", _optimizer_step_code)
         return "step-code"
     return ""
+
+
+def make_probe(d, grad_enabled):
+    """The global forward pre-hook armed while a forward is awaited (see the module's docstring)."""
+    get_ident = _get_ident
+
+    def probe(module, args):
+        if d.on and get_ident() == d.tid:
+            if grad_enabled() or d.eval_depth:
+                d.forward(module)
+        return None
+
+    return probe
+
+
+def make_grad_mode(d, original, entering):
+    """``__enter__`` / ``__exit__`` of ``torch.no_grad`` and ``torch.inference_mode``: evaluation's bounds."""
+    get_ident = _get_ident
+
+    if entering:
+
+        def __enter__(self):
+            result = original(self)
+            if d.on and get_ident() == d.tid:
+                d.eval_enter()
+            return result
+
+        wrapper = __enter__
+    else:
+
+        def __exit__(self, *exc):
+            if d.on and get_ident() == d.tid:
+                d.eval_exit()
+            return original(self, *exc)
+
+        wrapper = __exit__
+    wrapper.__wrapped__ = original
+    wrapper.__doc__ = original.__doc__
+    return wrapper
+
+
+def _patch_forwards(d, torch) -> bool:
+    """Arm the forward probe and watch no_grad / inference_mode blocks; False if torch has no
+    global forward pre-hook (the steps are then found as before, without evaluation)."""
+    register = getattr(sys.modules.get("torch.nn.modules.module"), "register_module_forward_pre_hook", None)
+    if not callable(register):
+        return False
+    d.register_probe = register
+    d.probe_hook = make_probe(d, torch.is_grad_enabled)
+    for name in ("no_grad", "inference_mode"):
+        cls = getattr(torch, name, None)
+        enter = getattr(cls, "__dict__", {}).get("__enter__")
+        leave = getattr(cls, "__dict__", {}).get("__exit__")
+        if callable(enter) and callable(leave):
+            _set(d, cls, "__enter__", make_grad_mode(d, enter, True))
+            _set(d, cls, "__exit__", make_grad_mode(d, leave, False))
+    return True
+
+
+def _patch_compile(d, torch):
+    """``torch.compile`` (and ``Module.train``, for evaluation where the probe stands down)."""
+    get_ident = _get_ident
+    original = getattr(torch, "__dict__", {}).get("compile")
+    if callable(original):
+
+        def compile(*args, **kwargs):
+            d.compiling()
+            return original(*args, **kwargs)
+
+        compile.__wrapped__ = original
+        compile.__doc__ = original.__doc__
+        _set(d, torch, "compile", compile)
+    module_cls = getattr(getattr(torch, "nn", None), "Module", None)
+    original_train = getattr(module_cls, "__dict__", {}).get("train")
+    if not callable(original_train):
+        return
+
+    def train(self, mode=True):
+        if not d.compiled or d.in_train_call or not d.on or get_ident() != d.tid:
+            return original_train(self, mode)
+        d.in_train_call = True
+        try:
+            return original_train(self, mode)
+        finally:
+            d.in_train_call = False
+            d.mode_switch(bool(mode))
+
+    train.__wrapped__ = original_train
+    train.__doc__ = original_train.__doc__
+    _set(d, module_cls, "train", train)
 
 
 def _patch_backward(d, torch) -> bool:

@@ -19,6 +19,14 @@ from . import _memory
 __all__ = ["CounterSchedule", "ProcessSampler", "NvmlSampler", "GpmReader"]
 
 PROCESS_INTERVAL_S = 1.0
+# The training thread (its kernel thread id), set by the scope made on it: its CPU and its wait for
+# a CPU come from /proc/self/task/<tid>/schedstat. Loader workers that take the cores the step needs
+# make it wait there, which no phase of the step shows (issue 26).
+_training_tid = [None]
+
+
+def set_training_thread(native_id):
+    _training_tid[0] = native_id
 _MAX_SAMPLES = 64  # per `counters` frame; older samples are dropped while disconnected
 
 
@@ -101,8 +109,20 @@ class ProcessSampler:
                 total += _safe(lambda: self._cpu_of(child)) or 0.0
             sample["cpu_workers_s"] = round(total, 3)
         sample["rss_bytes"] = _safe(self._rss)
+        sched = _safe(self._train_schedstat)
+        if sched is not None:
+            sample["train_cpu_s"], sample["train_wait_s"] = sched
         sample.update(self._cgroup.read())
         return sample
+
+    def _train_schedstat(self):
+        """(on-CPU s, run-queue wait s) of the training thread (schedstat: ns on a CPU, ns waiting to run)."""
+        tid = _training_tid[0]
+        if tid is None or self._pid != os.getpid():
+            return None
+        with open("%s/%d/task/%d/schedstat" % (self._proc, self._pid, tid), "rb") as f:
+            fields = f.read().split()
+        return round(int(fields[0]) / 1e9, 4), round(int(fields[1]) / 1e9, 4)
 
     def _own_cpu(self) -> float:
         if self._pid == os.getpid():

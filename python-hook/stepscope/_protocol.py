@@ -26,6 +26,8 @@ FIELDS = (
     "comm_ns",
     "comm_wait_ns",
     "comm_bytes",
+    # Time in evaluation during the step (part of what is not data, h2d or compute); nil where not measured.
+    "eval_ns",
 )
 MAX_ROWS_PER_FRAME = 4096
 MAX_DURATION_NS = 24 * 3600 * 10**9
@@ -157,6 +159,7 @@ def encode_row(
     comm_ns=None,
     comm_wait_ns=None,
     comm_bytes=None,
+    eval_ns=None,
 ) -> bytes:
     """Encode one step record, clamped so that it always passes the sidecar's row checks.
 
@@ -169,13 +172,17 @@ def encode_row(
         dur_ns = min(max(dur_ns, 1), MAX_DURATION_NS)
     if data_ns < 0 or h2d_ns < 0 or compute_ns < 0:
         data_ns, h2d_ns, compute_ns = max(data_ns, 0), max(h2d_ns, 0), max(compute_ns, 0)
-    phases = data_ns + h2d_ns + compute_ns
+    if eval_ns is not None and (type(eval_ns) is not int or eval_ns < 0):
+        eval_ns = _eval_duration(eval_ns)
+    phases = data_ns + h2d_ns + compute_ns + (eval_ns or 0)
     if phases > dur_ns:
         # Overlapping phases (nested `with`, a phase around the wrapped loader) can add up to
         # more than the step; scale them down so that they still partition it.
         data_ns = data_ns * dur_ns // phases
         h2d_ns = h2d_ns * dur_ns // phases
         compute_ns = compute_ns * dur_ns // phases
+        if eval_ns:
+            eval_ns = eval_ns * dur_ns // phases
     if samples is not None and (type(samples) is not int or samples < 0):
         samples = _samples(samples)
     if gpu_h2d_ns is not None:
@@ -204,6 +211,7 @@ def encode_row(
         comm_ns,
         comm_wait_ns,
         comm_bytes,
+        eval_ns,
     ):
         if value is None:
             out.append(0xC0)
@@ -232,6 +240,13 @@ def _samples(samples):
     except Exception:  # an Integral whose int() fails: the record is kept, without a sample count
         pass
     return None
+
+
+def _eval_duration(ns):
+    try:
+        return max(int(ns), 0)
+    except Exception:  # never lose the record over an optional column
+        return None
 
 
 def _gpu_duration(ns: int) -> int:

@@ -12,12 +12,12 @@ import sys
 import threading
 import time
 
-from . import _cuda, _env, _flops, _log, _stack
+from . import _counters, _cuda, _env, _flops, _log, _stack
 from ._sender import Sender
 
 __all__ = ["Scope", "PHASES", "CloseResult"]
 
-PHASES = ("data", "h2d", "compute")
+PHASES = ("data", "h2d", "compute", "eval")
 _WAKE_AT = 256  # queued records that wake the sender before its timer does
 
 _now = time.perf_counter_ns
@@ -210,6 +210,10 @@ class Scope:
         self._data = _Phase(self)
         self._h2d = _Phase(self, _cuda.H2D)
         self._compute = _Phase(self, _cuda.COMPUTE)
+        # Evaluation inside the loop: its own cause of time outside the step's work. Sent only once
+        # measured (the first phase("eval"), or the zero-code path), else None: not measured.
+        self._eval = _Phase(self)
+        self._eval_on = False
         # h2d/compute are added at their first lookup, which decides CUDA timing.
         self._phases = {"data": self._data}
         self._gpu = None
@@ -228,8 +232,12 @@ class Scope:
         if connection is not None:
             self._stack_watcher = _stack.Watcher(connection.get("env") or {})
             self._sender = Sender(self._queue, self._wake, tick=self._background_tick, **connection)
-            # The thread that makes the scope is the one that trains: a `capture` reads its stack.
+            # The thread that makes the scope is the one that trains: a `capture` reads its stack,
+            # and the process sampler its CPU and its wait for a CPU.
             self._sender.training_thread = threading.get_ident()
+            native_id = getattr(threading, "get_native_id", None)
+            if native_id is not None:
+                _counters.set_training_thread(native_id())
             self._sender.on_profile = self._profile_request
             self._sender.start()
 
@@ -247,7 +255,8 @@ class Scope:
         return _Loader(self, iterable)
 
     def phase(self, name):
-        """Context manager timing a phase of the current step: "data", "h2d" or "compute"."""
+        """Context manager timing a phase of the current step: "data", "h2d", "compute" or "eval"
+        (evaluation inside the training loop: its time is told apart from the rest of "other")."""
         try:
             return self._phases[name]
         except Exception:
@@ -360,7 +369,7 @@ class Scope:
     def _begin(self, t0):
         self._provisional = False
         self._start = t0
-        self._data.total = self._h2d.total = self._compute.total = 0
+        self._data.total = self._h2d.total = self._compute.total = self._eval.total = 0
 
     def _end_step(self, t, samples):
         # The hot path of every step: one tuple appended, in the layout the sender unpacks.
@@ -368,6 +377,7 @@ class Scope:
             data = self._data
             h2d = self._h2d
             compute = self._compute
+            evaluation = self._eval
             gpu = self._gpu
             seq = self._seq + 1
             self._seq = seq
@@ -382,13 +392,14 @@ class Scope:
                     compute.total,
                     samples,
                     None if gpu is None else gpu.end_step(seq),
+                    evaluation.total if self._eval_on else None,
                 )
             )
             if gpu is not None:
                 sender = self._sender
                 if sender is not None and sender.disabled is not None:
                     self._gpu_off()  # sending stopped for good: nothing will read the events
-            data.total = h2d.total = compute.total = 0
+            data.total = h2d.total = compute.total = evaluation.total = 0
             self._start = t
             if self._profiling is not None:
                 self._profile_step()
@@ -419,6 +430,10 @@ class Scope:
                 sender.profile_done(window)
 
     def _phase_slow(self, name):
+        if type(name) is str and name == "eval":
+            self._eval_on = True
+            self._phases["eval"] = self._eval
+            return self._eval
         try:
             gpu_phase = name in ("h2d", "compute")
         except Exception:

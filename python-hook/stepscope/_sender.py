@@ -308,7 +308,7 @@ class Sender:
         comm = self.comm
         comm_times = _NO_COMM
         while pending:
-            seq, end_ns, dur_ns, data_ns, h2d_ns, compute_ns, samples, gpu_step = pending[0]
+            seq, end_ns, dur_ns, data_ns, h2d_ns, compute_ns, samples, gpu_step, eval_ns = pending[0]
             if gpu_step is None:
                 gpu_times = (None, None, None)
             elif gpu_step.done:
@@ -321,7 +321,7 @@ class Sender:
                 if comm_times is None:
                     break  # a collective of the step has yet to report its completion
             pending.popleft()
-            row = encode(seq, seq - 1, end_ns - origin, dur_ns, data_ns, h2d_ns, compute_ns, samples, *gpu_times, *comm_times)
+            row = encode(seq, seq - 1, end_ns - origin, dur_ns, data_ns, h2d_ns, compute_ns, samples, *gpu_times, *comm_times, eval_ns)
             unacked.append((seq, row))
             self._unsent += 1
 

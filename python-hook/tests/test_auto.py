@@ -29,8 +29,8 @@ BOOT_DIR = os.path.join(HOOK_DIR, "stepscope", "_boot")
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 HAS_ACCELERATE = HAS_TORCH and importlib.util.find_spec("accelerate") is not None
 
-# (seq, end_ns, dur_ns, data_ns, h2d_ns, compute_ns, samples, gpu)
-SEQ, END, DUR, DATA, H2D, COMPUTE, SAMPLES = range(7)
+# (seq, end_ns, dur_ns, data_ns, h2d_ns, compute_ns, samples, gpu, eval)
+SEQ, END, DUR, DATA, H2D, COMPUTE, SAMPLES, GPU, EVAL = range(9)
 
 
 def child_env(**env):
@@ -333,10 +333,176 @@ class TorchLoopTest(Quiet):
         x, y = self.torch.randn(8, 4), self.torch.arange(8) % 3
         for _ in range(7):
             self.train_step(model, opt, x, y)
+        # The last step ends at its optimizer step, once the next training forward (or the end) comes.
+        self.assertEqual(len(self.records()), 6)
+        _auto._driver.flush()
         rows = self.records()
         self.assertEqual(len(rows), 7)
-        self.assertTrue(all(r[COMPUTE] > 0 and r[SAMPLES] is None for r in rows))
+        self.assertTrue(all(r[COMPUTE] > 0 and r[SAMPLES] is None and r[EVAL] == 0 for r in rows))
         self.check_rows(rows)
+
+    def sgd_by_hand(self, model, x, y, lr=0.01):
+        """A step without torch.optim: backward, then the weights updated under no_grad."""
+        torch = self.torch
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        for p in model.parameters():
+            p.grad = None
+        loss.backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= lr * p.grad
+                time.sleep(0.001)  # a slower update: it must count as compute
+
+    def test_no_dataloader_no_optimizer_periodic_evaluation_is_its_own_phase(self):
+        torch = self.torch
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+        x, y = torch.randn(8, 4), torch.arange(8) % 3
+
+        @torch.no_grad()
+        def estimate_loss():
+            model.eval()
+            for _ in range(3):
+                model(x)
+                time.sleep(0.004)
+            model.train()
+
+        for step in range(9):
+            self.sgd_by_hand(model, x, y)
+            time.sleep(0.002)  # logging between steps: other
+            if step % 4 == 0:
+                estimate_loss()
+        _auto._driver.flush()
+        rows = self.records()
+        self.assertEqual(len(rows), 9)
+        self.check_rows(rows)
+        # The update under no_grad (2 parameters x 1 ms) is compute; the evaluation (3 x 4 ms) is eval,
+        # held by the step after the one it followed; the 2 ms between steps is other.
+        for row in rows:
+            self.assertGreaterEqual(row[COMPUTE], 2_000_000, row)
+        evaluated = [i for i, row in enumerate(rows) if row[EVAL] > 0]
+        self.assertEqual(evaluated, [1, 5])
+        for i in evaluated:
+            self.assertGreaterEqual(rows[i][EVAL], 12_000_000)
+            self.assertLessEqual(rows[i][COMPUTE] + rows[i][EVAL], rows[i][DUR])
+        for row in rows[1:]:
+            self.assertGreaterEqual(row[DUR] - row[COMPUTE] - row[EVAL], 2_000_000, row)
+
+    def test_eval_mode_forwards_with_grad_on_are_evaluation_unless_a_backward_follows(self):
+        torch = self.torch
+        model, opt = self.model()
+        x, y = torch.randn(8, 4), torch.arange(8) % 3
+        for step in range(4):
+            self.train_step(model, opt, x, y)
+            if step == 1:
+                model.eval()
+                model(x)  # evaluated with autograd on
+                time.sleep(0.005)
+                model.train()
+        model.eval()  # trained in eval mode (dropout off): a backward follows, so these are training
+        for _ in range(3):
+            self.train_step(model, opt, x, y)
+        model.train()
+        _auto._driver.flush()
+        rows = self.records()
+        self.assertEqual(len(rows), 7)
+        self.assertEqual([i for i, row in enumerate(rows) if row[EVAL] > 0], [2])
+        self.assertGreaterEqual(rows[2][EVAL], 5_000_000)
+        self.check_rows(rows)
+
+    def test_a_forward_the_probe_cannot_see_still_makes_one_step_per_optimizer_step(self):
+        model, opt = self.model()
+        x, y = self.torch.randn(8, 4), self.torch.arange(8) % 3
+        self.train_step(model, opt, x, y)  # through Module.__call__: the training forward is seen
+        for _ in range(4):
+            loss = self.torch.nn.functional.cross_entropy(model.forward(x), y)  # past __call__: unseen
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        _auto._driver.flush()
+        rows = self.records()
+        self.assertEqual(len(rows), 5)
+        self.assertTrue(all(r[COMPUTE] > 0 for r in rows[1:]), rows)
+        self.check_rows(rows)
+
+    def test_a_compiled_step_meets_no_probe_and_evaluation_is_the_eval_train_span(self):
+        torch = self.torch
+        if not hasattr(torch, "compile"):
+            self.skipTest("torch %s has no torch.compile" % torch.__version__)
+        from torch._dynamo.utils import counters
+
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+        x, y = torch.randn(8, 4), torch.arange(8) % 3
+        torch._dynamo.reset()
+        counters.clear()
+        step = torch.compile(lambda x, y: torch.nn.functional.cross_entropy(model(x), y), backend="eager")
+        for i in range(9):
+            if i == 4:
+                model.eval()
+                with torch.no_grad():
+                    model(x)
+                    time.sleep(0.005)
+                model.train()
+            loss = step(x, y)
+            for p in model.parameters():
+                p.grad = None
+            loss.backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.01 * p.grad
+        _auto._driver.flush()
+        # A hook coming and going would have been traced (graph breaks) and changed the guards (recompiles).
+        self.assertEqual(dict(counters["graph_break"]), {})
+        self.assertEqual(counters["frames"]["ok"], 1)
+        rows = self.records()
+        self.assertEqual(len(rows), 9)
+        self.assertEqual([i for i, r in enumerate(rows) if r[EVAL] > 0], [4])
+        self.assertGreaterEqual(rows[4][EVAL], 5_000_000)
+        self.check_rows(rows)
+
+    def test_a_no_grad_forward_inside_the_step_is_compute(self):
+        torch = self.torch
+        model, opt = self.model()
+        teacher = torch.nn.Linear(4, 3)
+        x, y = torch.randn(8, 4), torch.arange(8) % 3
+        for _ in range(4):
+            logits = model(x)
+            with torch.no_grad():
+                target = teacher(x).softmax(-1)
+                time.sleep(0.003)
+            loss = torch.nn.functional.cross_entropy(logits, y) + (logits.softmax(-1) - target).pow(2).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        _auto._driver.flush()
+        rows = self.records()
+        self.assertEqual(len(rows), 4)
+        self.assertTrue(all(r[EVAL] == 0 and r[COMPUTE] >= 3_000_000 for r in rows), rows)
+
+    def test_evaluation_after_a_dataloader_step_is_eval(self):
+        model, opt = self.model()
+        for x, y in self.loader(n=3):
+            self.train_step(model, opt, x, y)
+        with self.torch.no_grad():
+            for x, _ in self.loader(n=2, sleep_s=0.002):
+                model(x)
+        for x, y in self.loader(n=2):
+            self.train_step(model, opt, x, y)
+        _auto._driver.flush()
+        rows = self.records()
+        self.assertEqual(len(rows), 5)
+        self.assertEqual([i for i, row in enumerate(rows) if row[EVAL] > 0], [3])
+        self.assertGreaterEqual(rows[3][EVAL], 2 * 4 * 2_000_000)
+        self.check_rows(rows)
+
+    def test_the_forward_probe_is_armed_only_while_a_forward_is_awaited(self):
+        from torch.nn.modules import module as nn_module
+
+        model, opt = self.model()
+        x, y = self.torch.randn(8, 4), self.torch.arange(8) % 3
+        for x_, y_ in self.loader(n=2):
+            self.train_step(model, opt, x_, y_)
+            self.assertEqual(len(nn_module._global_forward_pre_hooks), 0)  # a DataLoader starts the steps
 
     def test_without_an_optimizer_the_backward_pass_ends_the_step(self):
         torch = self.torch

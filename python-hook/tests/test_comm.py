@@ -178,7 +178,7 @@ class RowTest(unittest.TestCase):
         return dict(zip(_protocol.FIELDS, _msgpack.unpackb(encoded)))
 
     def test_fields(self):
-        self.assertEqual(_protocol.FIELDS[-3:], ("comm_ns", "comm_wait_ns", "comm_bytes"))
+        self.assertEqual(_protocol.FIELDS[-4:], ("comm_ns", "comm_wait_ns", "comm_bytes", "eval_ns"))
 
     def test_nil_without_communication(self):
         row = self.row()

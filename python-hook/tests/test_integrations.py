@@ -71,6 +71,18 @@ class HookTimerTest(unittest.TestCase):
         self.batch(1, 5)
         self.assertEqual([(r[DUR], r[DATA], r[COMPUTE]) for r in self.rows()], [(6 * MS, MS, 5 * MS), (26 * MS, MS, 5 * MS)])
 
+    def test_a_validation_is_the_steps_evaluation_a_log_is_not(self):
+        self.timer.epoch_start()
+        self.batch(1, 5)
+        self.clock.advance(20 * MS)  # a validation run (Lightning's on_validation_end, the Trainer's on_evaluate)
+        self.timer.resume(evaluation=True)
+        self.batch(1, 5)
+        self.clock.advance(3 * MS)  # a log
+        self.timer.resume()
+        self.batch(1, 5)
+        evals = [row[8] for row in self.scope._queue]
+        self.assertEqual(evals, [0, 20 * MS, 0])
+
     def test_backward_without_optimizer_ends_the_step_and_force_always_does(self):
         self.timer.start(has_optimizer=False)  # manual optimization without an optimizer
         self.timer.epoch_start()

@@ -108,7 +108,7 @@ class CrossCheckTest(unittest.TestCase):
             self.assertEqual(_msgpack.packb(row), msgpack.packb(row))
 
     def test_protocol_frames_match(self):
-        row_values = (1, 0, 123456789012, 5_000_000, 1000, 2000, 3000, 32, None, 77, None, 4_000_000, 1_500_000, 2**40)
+        row_values = (1, 0, 123456789012, 5_000_000, 1000, 2000, 3000, 32, None, 77, None, 4_000_000, 1_500_000, 2**40, None)
         frame = _protocol.steps([_protocol.encode_row(*row_values)], dropped=3)
         expected = msgpack.packb(
             {"v": 1, "type": "steps", "fields": list(_protocol.FIELDS), "rows": [list(row_values)], "dropped": 3}

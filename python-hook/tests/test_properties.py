@@ -381,7 +381,7 @@ class LoaderLike:
 def sent_rows(records):
     """The rows the sender would send for these queued records (see Sender._collect)."""
     rows = []
-    for seq, end_ns, dur_ns, data_ns, h2d_ns, compute_ns, samples, gpu in records:
+    for seq, end_ns, dur_ns, data_ns, h2d_ns, compute_ns, samples, gpu, _eval in records:
         row = _protocol.encode_row(seq, seq - 1, end_ns, dur_ns, data_ns, h2d_ns, compute_ns, samples, None, None, None)
         rows.append(dict(zip(_protocol.FIELDS, _msgpack.unpackb(row))))
     return rows

@@ -32,7 +32,7 @@ class RowTest(unittest.TestCase):
         self.assertEqual(
             row(gpu_h2d_ns=5, gpu_compute_ns=6, gpu_idle_ns=7),
             dict(seq=1, step=0, end_ns=10**12, dur_ns=1000, data_ns=100, h2d_ns=200, compute_ns=300, samples=8,
-                 gpu_h2d_ns=5, gpu_compute_ns=6, gpu_idle_ns=7, comm_ns=None, comm_wait_ns=None, comm_bytes=None),
+                 gpu_h2d_ns=5, gpu_compute_ns=6, gpu_idle_ns=7, comm_ns=None, comm_wait_ns=None, comm_bytes=None, eval_ns=None),
         )
 
     def test_every_integer_width(self):

@@ -40,7 +40,7 @@ class SlowLoader:
         return self.n
 
 
-FIELDS = ("seq", "end_ns", "dur_ns", "data_ns", "h2d_ns", "compute_ns", "samples", "gpu")
+FIELDS = ("seq", "end_ns", "dur_ns", "data_ns", "h2d_ns", "compute_ns", "samples", "gpu", "eval")
 
 
 class StepCase(unittest.TestCase):
@@ -79,6 +79,19 @@ class WithStepTest(StepCase):
             self.assertEqual((r["dur_ns"], r["data_ns"], r["h2d_ns"], r["compute_ns"], r["samples"]), (11, 5, 2, 3, 4))
             self.assertIsNone(r["gpu"])
         self.assertEqual([r["end_ns"] for r in records], [11_000 + 11, 11_000 + 22, 11_000 + 33])
+
+    def test_eval_phase_is_sent_once_used_and_null_before(self):
+        for i in self.scope.loader(SlowLoader(self.clock, 3, fetch_ns=5)):
+            self.work("compute", 3)
+            if i == 1:
+                self.work("eval", 20)
+            self.clock.advance(1)
+            self.scope.step()
+        records = self.records()
+        self.assertEqual([r["eval"] for r in records], [None, 20, 0])
+        self.assertEqual([r["dur_ns"] for r in records], [9, 29, 9])
+        self.assertIn("eval", _scope.PHASES)
+        self.assertEqual(self.stderr.getvalue(), "")  # a known phase: no warning
 
     def test_step_starts_at_end_of_previous_step(self):
         loader = SlowLoader(self.clock, 2, fetch_ns=5)

@@ -3,7 +3,7 @@ import { round } from '../model/round.js';
 import type { Env } from '../protocol/messages.js';
 import type { FixEstimate } from '../protocol/state.js';
 import { envGroup, num } from './stack.js';
-import { workerRoom } from './recommendations.js';
+import { freeCores, workerRoom } from './recommendations.js';
 import type { RankWindow } from './window.js';
 
 /**
@@ -26,6 +26,8 @@ export interface FixContext {
 export interface PresentCause<C extends Cause = Cause> {
   cause: C;
   why: string;
+  /** The share of step time the rule itself measured it to cost, where it did. */
+  measured?: number;
 }
 
 const pctText = (x: number) => `${Math.round(x * 100)}%`;
@@ -52,12 +54,9 @@ interface LoaderFacts {
 
 function loaderFacts(input: number, { window, env, hostCores }: FixContext): LoaderFacts {
   const stepMs = window.step_ms_mean;
-  const busyPct = window.host?.cpu_pct_mean ?? null;
   const process = window.process;
-  const hostFree = hostCores === null || busyPct === null ? null : Math.max(0, hostCores * (1 - busyPct / 100));
   // Under a CPU quota, only the quota's unused cores are free to this job.
-  const quotaFree = process?.cgroup_quota_cores == null || process.cgroup_usage_cores == null ? null : Math.max(0, process.cgroup_quota_cores - process.cgroup_usage_cores);
-  const free = hostFree === null ? null : quotaFree === null ? hostFree : Math.min(hostFree, quotaFree);
+  const { free } = freeCores(window, hostCores);
   const configured = num(envGroup(env, 'loader').num_workers);
   const room = workerRoom({ env, window, hostCores });
   return {
@@ -127,7 +126,7 @@ function withoutNeighbours(f: LoaderFacts, others: string): Estimate {
 }
 
 /** What removing one input-bound cause would give back. */
-function inputEstimate(cause: InputCause, f: LoaderFacts, window: RankWindow, why: string): Estimate {
+function inputEstimate(cause: InputCause, f: LoaderFacts, window: RankWindow, why: string, measured?: number): Estimate {
   const process = window.process;
   switch (cause) {
     case 'few-workers':
@@ -145,6 +144,9 @@ function inputEstimate(cause: InputCause, f: LoaderFacts, window: RankWindow, wh
     }
     case 'io-wait':
       return unknown(why, 'how much faster the storage could serve the loader: iowait shows CPUs idle while I/O is pending, not how long the loader waits on it');
+    case 'workers-starve-step':
+      // The run-queue wait the workers cause, as the rule measured it (verdict.ts workersStarveStep).
+      return measured === undefined ? unknown(why, 'the wait the workers cause') : known(measured, measured, `${why}; workers off the training thread's cores (fewer, niced, or the samples made offline) give that back`);
     case 'cpu-saturated':
       return unknown(why, 'how much more CPU the job would get (a larger instance) or how much cheaper its samples could be made');
     default:
@@ -157,11 +159,12 @@ function inputEstimate(cause: InputCause, f: LoaderFacts, window: RankWindow, wh
  * estimate where known, else at most the whole data wait (an unmeasured fix is not pushed down for
  * being unmeasured); ties keep the order they came in (the more specific evidence first).
  */
-export function inputFixes(present: ReadonlyArray<PresentCause<InputCause>>, input: number, context: FixContext): FixEstimate[] {
-  const facts = loaderFacts(input, context);
+export function inputFixes(present: ReadonlyArray<PresentCause<InputCause>>, input: number, context: FixContext, waiting = input): FixEstimate[] {
+  // The loader's estimates are of the time waited in next(); the input limiter may hold more (workers that starve the step).
+  const facts = loaderFacts(waiting, context);
   const upto = round(input, 3);
-  const estimates = present.map(({ cause, why }, order) => {
-    const estimate = inputEstimate(cause, facts, context.window, why);
+  const estimates = present.map(({ cause, why, measured }, order) => {
+    const estimate = inputEstimate(cause, facts, context.window, why, measured);
     return { order, fix: { cause, limiter: 'input' as const, gain: estimate.gain, upto, basis: estimate.basis || why, unknown: estimate.unknown } };
   });
   return estimates.sort((a, b) => (b.fix.gain ?? b.fix.upto) - (a.fix.gain ?? a.fix.upto) || a.order - b.order).map((e) => e.fix);

@@ -20,6 +20,8 @@ import type { RankWindow } from './window.js';
 export interface Recommendation {
   id: string;
   text: string;
+  /** The fact about this job and its machine the advice rests on: what made it fit (always set here; absent in summaries written before it). */
+  because?: string;
 }
 
 export interface Context {
@@ -30,7 +32,8 @@ export interface Context {
 
 const loader = (env: Env) => envGroup(env, 'loader');
 
-const r = (id: string, text: string): Recommendation => ({ id, text });
+/** `because` left out: the verdict itself is the fact (filled in by recommendationsFor). */
+const r = (id: string, text: string, because = ''): Recommendation => ({ id, text, because });
 
 /** What the job's setup says, where the hook told: null where it did not. */
 interface Setup {
@@ -50,6 +53,32 @@ interface Setup {
   tightBy: 'host' | 'quota' | 'affinity' | null;
   ranks: number;
   workersWait: boolean;
+  /** Cores idle to this job now (the host's idle cores, within its container's unused quota); null unmeasured. */
+  free: number | null;
+  /** The fact behind `free`, in words. */
+  freeWhy: string;
+}
+
+/** At least this much of a core idle counts as a core free for another worker. */
+export const FREE_CORE = 0.5;
+
+/**
+ * Cores idle to this job now: the host's idle cores (its load by every process, this job's own
+ * included), within the unused part of the container's CPU quota where it has one. Null where the
+ * host's cores or load were not measured.
+ */
+export function freeCores(window: RankWindow, hostCores: number | null): { free: number | null; why: string } {
+  const busyPct = window.host?.cpu_pct_mean ?? null;
+  const process = window.process;
+  const hostFree = hostCores === null || busyPct === null ? null : Math.max(0, hostCores * (1 - busyPct / 100));
+  const quota = process?.cgroup_quota_cores ?? null;
+  const quotaFree = quota === null || process?.cgroup_usage_cores == null ? null : Math.max(0, quota - process.cgroup_usage_cores);
+  if (hostFree === null) return { free: null, why: "cores free not measured (no host CPU figures)" };
+  const hostText = `the host ${busyPct!.toFixed(0)}% busy of ${hostCores} cores`;
+  if (quotaFree !== null && quotaFree < hostFree) {
+    return { free: quotaFree, why: `${quotaFree.toFixed(1)} cores free within the container's CPU limit of ${quota} (${hostText})` };
+  }
+  return { free: hostFree, why: `${hostFree.toFixed(1)} cores idle: ${hostText}` };
 }
 
 /** The loader workers a rank can run beside its training process, and the cores that bound them (the tightest of host, quota, affinity). */
@@ -86,7 +115,7 @@ function setup(context: Context): Setup {
   const noCuda = env.cuda === undefined || env.cuda === null || stack.cuda_in_use === false;
   const workers = num(loader(env).num_workers);
   const busy = num(window.process?.cpu_workers_cores ?? null);
-  return {
+  const partial = {
     workers,
     amp: ampValue,
     matmulTf32: precision === null ? null : precision !== 'highest',
@@ -94,39 +123,53 @@ function setup(context: Context): Setup {
     compiled: typeof compile.in_use === 'boolean' ? compile.in_use : Object.keys(stack).length ? false : null,
     cpuOnly: !gpuSeen && (('torch' in env && noCuda) || stack.cuda_in_use === false),
     ...workerRoom(context),
-    // Workers measured mostly waiting (on storage, a remote service) use little CPU: the cores do not bound them.
-    workersWait: workers !== null && workers > 0 && busy !== null && busy < 0.5 * workers,
+    ...(({ free, why }) => ({ free, freeWhy: why }))(freeCores(window, context.hostCores)),
   };
+  // Workers measured mostly waiting (on storage, a remote service) use little CPU: the cores do not
+  // bound them. On a host with no core free, little CPU is starvation, not waiting.
+  const free = partial.free;
+  return { ...partial, workersWait: workers !== null && workers > 0 && busy !== null && busy < 0.5 * workers && (free === null || free >= FREE_CORE) };
 }
 
 const ampOn = (s: Setup) => s.amp !== null && REDUCED.test(s.amp);
 
-/** More workers, up to what the rank's cores allow; null at that bound (more would only contend). */
+/** No core free: more workers would only take CPU from the step (measured: 0 → 2 workers beside a neighbour holding one of two cores gained nothing). */
+const noFreeCore = (s: Setup) => s.free !== null && s.free < FREE_CORE;
+
+/** More workers, up to what the rank's cores allow and only while a core is free; null otherwise (more would only contend). */
 function raiseWorkers(s: Setup, hostCores: number | null): Recommendation | null {
   const now = s.workers === null ? '' : ` (now ${s.workers})`;
   const text = `Raise DataLoader num_workers${now} so that loading runs in parallel with the step`;
-  if (s.workersWait) return r('raise-num-workers', `${text}: the workers wait more than they compute, so they may outnumber the cores.`);
+  if (s.workersWait) return r('raise-num-workers', `${text}: the workers wait more than they compute, so they may outnumber the cores.`, `${s.workers} workers busy less than half of the time each`);
+  if (noFreeCore(s)) return null;
   if (s.workers !== null && s.workerRoom !== null && s.workers >= s.workerRoom) return null;
   // Bound by the host alone, the host's cores say it; a tighter bound (quota, affinity, ranks sharing the host) is named with its figure.
-  if (s.workerRoom === null || (s.tightBy === 'host' && s.ranks === 1)) return r('raise-num-workers', `${text}${hostCores ? `; this host has ${hostCores} cores to share among its GPUs` : ''}.`);
-  return r('raise-num-workers', `${text}: up to ${Math.max(1, s.workerRoom)}, ${s.coresWhy} less one for the training loop.`);
+  if (s.workerRoom === null || (s.tightBy === 'host' && s.ranks === 1)) {
+    const share = s.cpuOnly ? '' : ' to share among its GPUs';
+    return r('raise-num-workers', `${text}${hostCores ? `; this host has ${hostCores} cores${share}` : ''}.`, s.freeWhy);
+  }
+  return r('raise-num-workers', `${text}: up to ${Math.max(1, s.workerRoom)}, ${s.coresWhy} less one for the training loop.`, s.freeWhy);
 }
 
-/** At the cores' bound: cheaper samples or more CPU, not more workers. */
+/** At the cores' bound, or no core free: cheaper samples or more CPU, not more workers. */
 function workersAtBound(s: Setup): Recommendation | null {
-  if (s.workersWait || s.workerRoom === null || s.workers === null || s.workers < s.workerRoom || s.workers === 0) return null;
-  return r('cores-at-bound', `num_workers=${s.workers} already uses ${s.coresWhy} (less one for the training loop): more workers would only contend; make each sample cheaper, or give the rank more CPU.`);
+  if (s.workersWait) return null;
+  if (noFreeCore(s)) {
+    return r('no-free-core', `No core is free for more loader workers: they would only take CPU from the training step. Make each sample cheaper (cache, precompute), or give the ${s.cpuOnly ? 'job' : 'rank'} more CPU.`, s.freeWhy);
+  }
+  if (s.workerRoom === null || s.workers === null || s.workers < s.workerRoom || s.workers === 0) return null;
+  return r('cores-at-bound', `num_workers=${s.workers} already uses ${s.coresWhy} (less one for the training loop): more workers would only contend; make each sample cheaper, or give the rank more CPU.`, `num_workers=${s.workers}; ${s.coresWhy}`);
 }
 
 /** Settings of a loader that has workers, by expected gain: pinned copies, then prefetch depth, then restarts per epoch. */
 function loaderSettings(context: Context, s: Setup): Recommendation[] {
   const l = loader(context.env);
   const out: Recommendation[] = [];
-  if (l.pin_memory === false && !s.cpuOnly) out.push(r('pin-memory', 'Turn on pin_memory=True and copy with .to(device, non_blocking=True).'));
+  if (l.pin_memory === false && !s.cpuOnly) out.push(r('pin-memory', 'Turn on pin_memory=True and copy with .to(device, non_blocking=True).', 'pin_memory=False on a job that uses a GPU'));
   // Prefetching and persistence are properties of worker processes: with num_workers=0 there are none.
   if (s.workers !== null && s.workers > 0) {
-    if (typeof l.prefetch_factor === 'number' && l.prefetch_factor < 4) out.push(r('prefetch', `Raise prefetch_factor (now ${l.prefetch_factor}) so workers keep more batches ready.`));
-    if (l.persistent_workers === false) out.push(r('persistent-workers', 'Set persistent_workers=True so workers are not restarted every epoch.'));
+    if (typeof l.prefetch_factor === 'number' && l.prefetch_factor < 4) out.push(r('prefetch', `Raise prefetch_factor (now ${l.prefetch_factor}) so workers keep more batches ready.`, `prefetch_factor=${l.prefetch_factor} with ${s.workers} workers`));
+    if (l.persistent_workers === false) out.push(r('persistent-workers', 'Set persistent_workers=True so workers are not restarted every epoch.', `persistent_workers=False with ${s.workers} workers`));
   }
   return out;
 }
@@ -138,20 +181,20 @@ function loaderAdvice(context: Context, s: Setup): Recommendation[] {
 
 const present = (list: Array<Recommendation | null>): Recommendation[] => list.filter((x): x is Recommendation => x !== null);
 
-const OFFLINE = r('cache-or-offline-augmentation', 'Cache decoded samples, and move heavy augmentation offline (precompute it) or onto the GPU.');
-const CHANGED = r('what-changed', 'Compare with the last good run (stepscope compare): a new driver, CUDA, PyTorch or data pipeline may have taken a slower path.');
+const offline = (s: Setup) => r('cache-or-offline-augmentation', `Cache decoded samples, and move heavy augmentation offline (precompute it)${s.cpuOnly ? '' : ' or onto the GPU'}.`);
+const changed = (s: Setup) => r('what-changed', `Compare with the last good run (stepscope compare): a new ${s.cpuOnly ? 'PyTorch, library' : 'driver, CUDA, PyTorch'} or data pipeline may have taken a slower path.`);
 
 /** Faster math on the tensor cores, by expected gain: bf16 autocast (2× and more), then TF32 for what stays fp32. */
 function precisionAdvice(s: Setup): Recommendation[] {
   const out: Recommendation[] = [];
   if (s.cpuOnly) return out;
-  if (s.amp === 'off') out.push(r('use-bf16-autocast', 'Mixed precision is off: run the forward pass under torch.autocast("cuda", dtype=torch.bfloat16) (Ampere and newer; float16 with a GradScaler before them).'));
+  if (s.amp === 'off') out.push(r('use-bf16-autocast', 'Mixed precision is off: run the forward pass under torch.autocast("cuda", dtype=torch.bfloat16) (Ampere and newer; float16 with a GradScaler before them).', 'the steps ran without autocast on a GPU'));
   const tf32Off = [
     s.matmulTf32 === false ? { what: 'matmuls', flag: 'torch.backends.cuda.matmul.allow_tf32 = True (or torch.set_float32_matmul_precision("high"))' } : null,
     s.cudnnTf32 === false ? { what: 'convolutions', flag: 'torch.backends.cudnn.allow_tf32 = True' } : null,
   ].filter((off) => off !== null);
   if (tf32Off.length) {
-    out.push(r('allow-tf32', `TF32 is off for fp32 ${tf32Off.map((off) => off.what).join(' and ')}: set ${tf32Off.map((off) => off.flag).join(' and ')} to run them on the tensor cores.`));
+    out.push(r('allow-tf32', `TF32 is off for fp32 ${tf32Off.map((off) => off.what).join(' and ')}: set ${tf32Off.map((off) => off.flag).join(' and ')} to run them on the tensor cores.`, `TF32 off for ${tf32Off.map((off) => off.what).join(' and ')} on a GPU`));
   }
   return out;
 }
@@ -185,6 +228,14 @@ const GPU_SHARED = r(
 
 export function recommendationsFor(verdict: Verdict, cause: Cause, context: Context): Recommendation[] {
   const s = setup(context);
+  // Advice without a fact of its own rests on the verdict and its cause; on a CPU-only job, no line speaks of GPUs.
+  const fact = `${verdict}${cause ? ` (${cause})` : ''}${s.cpuOnly ? ', CPU only' : ''}`;
+  return adviceFor(verdict, cause, context, s).map((line) => (line.because ? line : { ...line, because: fact }));
+}
+
+function adviceFor(verdict: Verdict, cause: Cause, context: Context, s: Setup): Recommendation[] {
+  const OFFLINE = offline(s);
+  const CHANGED = changed(s);
   if (cause === 'recompiles') return [...RECOMPILE_ADVICE];
   if (cause === 'gpu-shared') return [GPU_SHARED];
   switch (verdict) {
@@ -214,10 +265,19 @@ export function recommendationsFor(verdict: Verdict, cause: Cause, context: Cont
         case 'cpu-saturated':
           return [
             OFFLINE,
-            r('cpu-balanced-instance', 'The host CPU is at its limit: choose an instance with more CPU per GPU rather than a bigger GPU.'),
+            r('cpu-balanced-instance', s.cpuOnly ? 'The host CPU is at its limit: choose an instance with more cores.' : 'The host CPU is at its limit: choose an instance with more CPU per GPU rather than a bigger GPU.'),
             ...present([raiseWorkers(s, context.hostCores)]),
             ...loaderSettings(context, s),
           ];
+        case 'workers-starve-step': {
+          const busy = context.window.process?.cpu_workers_cores ?? null;
+          const fact = `${s.workers ?? context.window.process?.workers ?? '?'} loader workers using ${busy === null ? '?' : busy.toFixed(1)} cores; the training thread waited for a CPU ${Math.round((context.window.process?.train_wait_share ?? 0) * 100)}% of the time`;
+          return [
+            r('fewer-or-niced-workers', `The loader workers take the CPU the training step needs: use fewer of them${s.workers ? ` (now ${s.workers})` : ''}, or lower their priority (os.nice(10) in the DataLoader's worker_init_fn) so the step runs first.`, fact),
+            r('preprocess-offline', 'Do the heavy per-sample work once, offline (pre-tokenise, pre-decode, pre-resize), so the workers need little CPU while training.', fact),
+            r('more-cpu', `Give the job more CPU${s.cpuOnly ? '' : ' per GPU'}, or move what else runs on this node elsewhere.`, s.freeWhy),
+          ];
+        }
         case 'few-workers':
           return [...loaderAdvice(context, s), OFFLINE];
         default:
@@ -230,6 +290,13 @@ export function recommendationsFor(verdict: Verdict, cause: Cause, context: Cont
         r('smaller-transfers', 'Send less: uint8 images instead of float32, decode and normalise on the GPU.'),
       ]);
     case 'host-bound':
+      if (cause === 'evaluation') {
+        const share = context.window.eval_share;
+        return [
+          r('evaluate-less-often', `Evaluation inside the training loop took ${share === null ? 'much' : `${Math.round(share * 100)}%`} of the time: evaluate less often, on a fixed subset of the validation set, or in another process on saved checkpoints.`),
+          r('eval-batch-size', 'Make evaluation cheaper: a larger batch size under torch.inference_mode(), without per-batch .item() calls.'),
+        ];
+      }
       if (cause === 'gpu-idle-in-compute') {
         return [
           r('launch-overhead', `The GPU is mostly idle during compute: the model is bound by Python and kernel launches. Try ${s.compiled ? "CUDA graphs (torch.compile(mode='reduce-overhead'))" : 'torch.compile or CUDA graphs'}, larger batches, fused optimizers.`),
@@ -239,7 +306,10 @@ export function recommendationsFor(verdict: Verdict, cause: Cause, context: Cont
       }
       return [
         r('reduce-logging', 'Log and compute metrics less often, and avoid .item()/.cpu() synchronisations every step.'),
-        r('eval-checkpoint-frequency', 'Run evaluation and checkpoints less often, or asynchronously.'),
+        // Where evaluation was measured apart and is not the cause, it is not what to cut.
+        context.window.eval_share === null
+          ? r('eval-checkpoint-frequency', 'Run evaluation and checkpoints less often, or asynchronously.')
+          : r('eval-checkpoint-frequency', 'Write checkpoints less often, or asynchronously.', `evaluation measured apart: ${Math.round(context.window.eval_share * 100)}% of step time`),
         r('wrap-phases', 'If this time is real work (e.g. the optimizer step), wrap it in scope.phase("compute") so it is counted where it belongs.'),
       ];
     case 'throttled':
@@ -265,14 +335,16 @@ export function recommendationsFor(verdict: Verdict, cause: Cause, context: Cont
     case 'communication-bound':
       if (cause === 'slow-rank') {
         return [
-          r('fix-slow-rank', 'The collectives wait for a slower rank (named in the evidence): look at that rank\'s own verdict — its loader, its GPU\'s clocks, its node — rather than at the network.'),
+          r('fix-slow-rank', `The collectives wait for a slower rank (named in the evidence): look at that rank's own verdict — its loader, ${s.cpuOnly ? 'its CPU' : "its GPU's clocks"}, its node — rather than at the network.`),
           r('balance-work', 'If the ranks get uneven work (variable sequence lengths, uneven shards), bucket by length or balance the shards.'),
         ];
       }
       return [
         r('overlap-communication', 'Let the all-reduce overlap the backward pass: check DDP bucket_cap_mb (larger buckets for many small parameters), avoid find_unused_parameters=True unless needed, and keep gradient accumulation under no_sync().'),
         r('compress-gradients', 'Send less: bf16 gradient compression (DDP comm hooks), or a sharded optimizer (FSDP/ZeRO) that reduce-scatters instead of all-reducing.'),
-        r('check-network', 'Compare the collectives\' bandwidth in the evidence with the link: the NCCL backend over the right interface (NCCL_SOCKET_IFNAME, InfiniBand/EFA), not gloo or a management network.'),
+        s.cpuOnly
+          ? r('check-network', "Compare the collectives' bandwidth in the evidence with the link: gloo over the right interface (GLOO_SOCKET_IFNAME), not a management network.")
+          : r('check-network', "Compare the collectives' bandwidth in the evidence with the link: the NCCL backend over the right interface (NCCL_SOCKET_IFNAME, InfiniBand/EFA), not gloo or a management network."),
       ];
     case 'memory-bound':
       switch (cause) {

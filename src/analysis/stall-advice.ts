@@ -28,6 +28,12 @@ const PY_SPY = (c: StopContext) =>
 
 export function stopAdvice(verdict: Verdict, cause: Cause, c: StopContext): Recommendation[] {
   const who = c.ranks.length ? `rank${c.ranks.length === 1 ? '' : 's'} ${rankList(c.ranks)}` : 'the ranks';
+  // Each line rests on the stop itself: which ranks, in what state, where.
+  const fact = `${who} ${verdict}${cause ? ` (${cause})` : ''}${c.where ? ` at ${c.where.file}:${c.where.line}` : ''}`;
+  return stopLines(verdict, cause, c, who).map((line) => ({ ...line, because: fact }));
+}
+
+function stopLines(verdict: Verdict, cause: Cause, c: StopContext, who: string): Recommendation[] {
   const at = c.where ? ` at ${c.where.file}:${c.where.line} (${c.where.function})` : '';
   switch (cause) {
     case 'code':

@@ -1,7 +1,7 @@
 import { Type, type Static } from '@sinclair/typebox';
 import type { CounterStore, KnownGpu } from '../counters/counter-store.js';
 import { InputError, parseInput } from '../protocol/parse.js';
-import { Keys, Nullable } from '../protocol/schema.js';
+import { Keys, Nullable, OptionalKeys } from '../protocol/schema.js';
 import type { RankView } from '../store/job-store.js';
 import { emptySums, mergeSums, type StepSums } from '../store/step-buckets.js';
 import { addGpuSample, describeGpuSlice, emptyGpuSlice, mergeGpuSlice, type GpuSlice } from './series-gpu.js';
@@ -90,8 +90,10 @@ function cloneSlice(slice: Slice): Slice {
 // buckets a restart would rebuild it from. Bounded as the series is: SERIES_MAX_SLICES slices, each
 // with the job's ranks (--max-ranks) and GPUs.
 const SUM_FIELDS = ['steps', 'durNs', 'dataNs', 'h2dNs', 'computeNs', 'otherNs', 'samples', 'samplesSteps', 'gpuIdleNs', 'gpuIdleSteps', 'gpuTimedSteps', 'gpuH2dNs', 'gpuComputeNs', 'commSteps', 'commNs', 'commWaitNs', 'commBytes'] as const;
+// Added later: a checkpoint written before them holds none (read as 0: no step measured them).
+const LATER_SUM_FIELDS = ['evalSteps', 'evalNs'] as const;
 // Fails to compile when StepSums gains a field that is not listed above.
-type UnlistedSum = Exclude<keyof StepSums, (typeof SUM_FIELDS)[number]>;
+type UnlistedSum = Exclude<keyof StepSums, (typeof SUM_FIELDS)[number] | (typeof LATER_SUM_FIELDS)[number]>;
 const everySumListed: [UnlistedSum] extends [never] ? true : UnlistedSum = true;
 void everySumListed;
 
@@ -115,7 +117,7 @@ export const SeriesDumpSchema = Type.Object({
   gpus: Type.Array(Type.Object({ key: Type.String(), index: Type.Integer({ minimum: 0 }), uuid: Nullable(Type.String()), name: Nullable(Type.String()) })),
   slices: Type.Array(
     Type.Object({
-      sums: Keys(SUM_FIELDS, Float),
+      sums: Type.Composite([Keys(SUM_FIELDS, Float), OptionalKeys(LATER_SUM_FIELDS, Float)]),
       ranks: Type.Array(Type.Tuple([Type.Integer({ minimum: 0 }), Type.Integer({ minimum: 0 }), Float])),
       gpus: Type.Array(Type.Tuple([Type.String(), GpuSliceSchema])),
     }),

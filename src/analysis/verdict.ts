@@ -2,11 +2,12 @@ import type { Env } from '../protocol/messages.js';
 import type { ThrottleReasonName } from '../counters/types.js';
 import { LIMITER_OF, type Cause, type CommCause, type ComputeCause, type Evidence, type InputCause, type Limiter, type MemoryCause, type ThrottleCause, type Verdict } from '../model/verdict.js';
 import { inputFixes, wholeLimiter, type FixEstimate, type PresentCause } from './fix-estimate.js';
-import { listLimiters, type LimiterCost, type LostShare } from './limiters.js';
+import { listLimiters, MODERATE, type LimiterCost, type LostShare } from './limiters.js';
 import { recommendationsFor, type Recommendation } from './recommendations.js';
 import { gpuSharedCause, topConsumersText } from './neighbours.js';
 import { envGroup, num, recompileCause } from './stack.js';
 import type { RankWindow } from './window.js';
+import { WARMUP, warmupState } from './warmup.js';
 
 /**
  * The bottleneck rules: one rank's window in, a verdict with its evidence out. Pure. The rules,
@@ -28,8 +29,8 @@ export interface Judgement {
 }
 
 export const THRESHOLDS = {
-  /** Fewer steps than this in all are still warming up (compilation, autotuning, worker start). */
-  warmupSteps: 20,
+  /** Fewer steps than this in all are still warming up (compilation, autotuning, worker start), unless steady for a few seconds (warmup.ts). */
+  warmupSteps: WARMUP.steps,
   /** No step ended for this long (or 3 median steps, if longer): idle. */
   idleMs: 10_000,
   /**
@@ -66,6 +67,15 @@ export const THRESHOLDS = {
   memoryPressurePct: 10,
   /** A saturated host where this job's own processes use less than this share of the busy cores: contention. */
   contentionJobShare: 0.5,
+  /**
+   * Loader workers starve the step: the training thread waited for a CPU (run queue) at least this
+   * share of the time, while its workers used CPU and the host or the container was under pressure...
+   */
+  starveWait: 0.1,
+  /** ... the workers using at least this much CPU (cores), ... */
+  starveWorkerCores: 0.05,
+  /** ... and tasks waiting for a CPU at least this share of the time (PSI cpu some, %). */
+  starvePressurePct: 20,
   /** Communication-bound when the training thread waits in collectives this share of step time (measured by the hook). */
   communication: 0.2,
   /** A peer that waits less than this fraction of this rank's wait is the one the collectives wait for. */
@@ -106,6 +116,8 @@ const HARMFUL_REASONS: Record<Exclude<ThrottleCause, 'clocks-low'>, ThrottleReas
 export interface RankContext {
   /** Steps of the rank in all, for warming-up. */
   totalSteps: number;
+  /** Its latest step durations (ms), oldest first, while it may be warming up (warmup.ts); absent: steps alone decide. */
+  recentStepMs?: number[];
   /** ms since the rank's last step ended, null if none yet. */
   sinceLastStepMs: number | null;
   env: Env;
@@ -130,6 +142,8 @@ function loaderWorkers(env: Env): number | null {
 function inputCauses(window: RankWindow, context: RankContext): Array<PresentCause<InputCause>> {
   const { process, host } = window;
   const present: Array<PresentCause<InputCause>> = [];
+  const starving = workersStarveStep(window);
+  if (starving) present.push({ cause: 'workers-starve-step', why: starving.why, measured: starving.share });
   if (process?.cgroup_throttled_share != null && process.cgroup_throttled_share >= THRESHOLDS.cgroupThrottledShare) {
     present.push({ cause: 'cgroup-throttled', why: `the container was CPU-throttled in ${pct(process.cgroup_throttled_share)} of CFS periods (limit ${process.cgroup_quota_cores ?? '?'} cores)` });
   }
@@ -146,20 +160,52 @@ function inputCauses(window: RankWindow, context: RankContext): Array<PresentCau
     if (busy !== null && own !== null && own < THRESHOLDS.contentionJobShare * busy) {
       const others = topConsumersText(window);
       present.push({ cause: 'contention', why: `host CPU ${host.cpu_pct_mean.toFixed(0)}% busy, but this job's processes use only ${own.toFixed(1)} of the ${busy.toFixed(1)} busy cores: something else on this node takes the CPU${others ? `; ${others}` : ''}` });
-    } else {
+    } else if (!starving) {
+      // (Where the workers starve the step, that is this saturation, measured more closely.)
       const whose = own === null || busy === null ? '' : `, ${own.toFixed(1)} of the ${busy.toFixed(1)} busy cores by this job`;
       present.push({ cause: 'cpu-saturated', why: `host CPU ${host.cpu_pct_mean.toFixed(0)}% busy${whose}` });
     }
   }
   const configured = loaderWorkers(context.env);
   const workers = configured ?? process?.workers ?? null;
-  if (workers === 0) {
+  if (starving) {
+    // The workers already take the CPU the step needs: more of them is not the fix.
+  } else if (workers === 0) {
     const why = configured === 0 ? 'the DataLoader loads in the training process (num_workers=0)' : 'no loader worker processes: data is loaded in the training process';
     present.push({ cause: 'few-workers', why });
   } else if (workers !== null && process?.cpu_workers_cores != null && process.cpu_workers_cores >= THRESHOLDS.workerBusyFrac * workers) {
     present.push({ cause: 'few-workers', why: `${workers} loader workers use ${process.cpu_workers_cores.toFixed(1)} cores: each of them is busy` });
   }
   return present.length ? present : [{ cause: 'unknown', why: 'no CPU, quota or I/O limit seen: remote storage latency or a slow collate are likely' }];
+}
+
+/**
+ * The step time the loader workers take from the training thread without its waiting in next():
+ * it waits for a CPU (run queue, schedstat) while its workers run, the host or its container under
+ * pressure. Had the training thread the CPU its workers use, its rate would go from r to r + w
+ * cores, and a step bound by that thread's CPU would shorten by w / (r + w); it cannot gain more
+ * than the time it waited for a CPU. An upper estimate: the freed CPU may go to other tasks too.
+ * Null where the evidence is absent or unmeasured.
+ */
+export function workersStarveStep(window: RankWindow): { share: number; why: string } | null {
+  const process = window.process;
+  const wait = process?.train_wait_share ?? null;
+  const workersCores = process?.cpu_workers_cores ?? null;
+  if (wait === null || workersCores === null || !process?.workers || wait < THRESHOLDS.starveWait || workersCores < THRESHOLDS.starveWorkerCores) return null;
+  const host = window.host;
+  const pressure =
+    (host?.cpu_pressure_pct != null && host.cpu_pressure_pct >= THRESHOLDS.starvePressurePct) ||
+    (host?.cpu_pct_mean != null && host.cpu_pct_mean >= THRESHOLDS.cpuSaturatedPct) ||
+    (process.cgroup_throttled_share != null && process.cgroup_throttled_share >= THRESHOLDS.cgroupThrottledShare);
+  if (!pressure) return null;
+  const train = process.train_cpu_cores ?? process.cpu_main_cores ?? null;
+  if (train === null) return null;
+  const share = round(Math.min(wait, workersCores / (train + workersCores)), 4);
+  const where = [
+    host?.cpu_pressure_pct != null ? `tasks waited for a CPU ${host.cpu_pressure_pct.toFixed(0)}% of the time (PSI)` : null,
+    host?.cpu_pct_mean != null ? `host CPU ${host.cpu_pct_mean.toFixed(0)}% busy` : null,
+  ].filter(Boolean).join(', ');
+  return { share, why: `the training thread waited for a CPU ${pct(wait)} of the time while its ${process.workers} loader workers used ${workersCores.toFixed(2)} cores beside its ${train.toFixed(2)} (${where}): the workers cost the step up to ${pct(share)} without it waiting in next()` };
 }
 
 function throttleCause(window: RankWindow): { cause: ThrottleCause; share: number } | null {
@@ -194,15 +240,19 @@ export function judge(window: RankWindow, context: RankContext): Judgement {
   if (context.sinceLastStepMs === null) return done('warming-up', null, 'no step has ended yet');
   const idleAfter = Math.max(THRESHOLDS.idleMs, 3 * (window.step_ms_p50 ?? 0));
   if (context.sinceLastStepMs > idleAfter) return done('idle', null, `no step for ${(context.sinceLastStepMs / 1000).toFixed(1)} s`);
-  if (context.totalSteps < THRESHOLDS.warmupSteps) return done('warming-up', null, `${context.totalSteps} of ${THRESHOLDS.warmupSteps} steps seen`);
+  const warm = warmupState(context.totalSteps, context.recentStepMs ?? []);
+  if (!warm.done) return done('warming-up', null, warm.why);
   const shares = window.breakdown;
   if (!shares || window.steps === 0 || !window.lost) return done(context.current ?? 'warming-up', null, 'no step in the window; keeping the verdict');
 
   // Each limiter's share over the window and the lower bound that holds across it (limiters.ts):
   // the bound decides, the share is what it costs.
   const measured = window.lost;
+  // Input starvation that does not show as waiting: the step waits for a CPU its loader workers hold.
+  const starving = workersStarveStep(window);
+  const input = starving ? { share: Math.min(1, measured.input.share + starving.share), low: Math.min(1, measured.input.low + starving.share) } : measured.input;
   const costs: Record<Limiter, LostShare> = {
-    input: measured.input,
+    input,
     transfer: measured.transfer,
     host: measured.host,
     communication: measured.communication ?? { share: 0, low: 0 },
@@ -244,10 +294,11 @@ export function judge(window: RankWindow, context: RankContext): Judgement {
       return done(context.current ?? 'warming-up', null, `input-bound pending: the container's CPU quota (${quota} cores) needs a second process sample to rule out throttling`, lost);
     }
     const present = inputCauses(window, context);
-    const causes = inputFixes(present, lost.input, { window, env: context.env, hostCores: context.hostCores, jobCpuCores: context.jobCpuCores ?? null });
+    const causes = inputFixes(present, lost.input, { window, env: context.env, hostCores: context.hostCores, jobCpuCores: context.jobCpuCores ?? null }, round(measured.input.share));
     const why = present.find((p) => p.cause === causes[0]!.cause)!.why;
     const measuredBy = idle === null ? 'waiting for data' : 'with the GPU idle waiting for data';
-    return done('input-bound', causes[0]!.cause, `${pct(lost.input)} of step time ${measuredBy} (${bar('input')}); ${why}`, lost, causes);
+    const what = starving ? `lost to input (${pct(measured.input.share)} ${measuredBy}, ${pct(starving.share)} waiting for a CPU its loader workers hold)` : measuredBy;
+    return done('input-bound', causes[0]!.cause, `${pct(lost.input)} of step time ${what} (${bar('input')}); ${why}`, lost, causes);
   }
   if (top === 'throttle') {
     const gpu = window.gpu!;
@@ -263,9 +314,10 @@ export function judge(window: RankWindow, context: RankContext): Judgement {
   const recompiling = recompileCause(context.env, window);
   if (top === 'host') {
     const rule = `${pct(lost.host)} of step time outside data, copy and compute (${bar('host')})`;
-    const cause = recompiling ? 'recompiles' : 'outside-phases';
-    const fix = wholeLimiter('host', cause, lost.host, recompiling ? 'no recompiles: all of the time outside the phases at most' : 'the work outside the phases done less often, or off the training thread: all of its share at most');
-    return done('host-bound', cause, recompiling ? `${rule}; ${recompiling.why}` : rule, lost, [fix]);
+    const causes = hostFixes(lost.host, window.eval_share, recompiling !== null);
+    const first = causes[0]!.cause;
+    const why = first === 'recompiles' ? recompiling!.why : first === 'evaluation' ? `evaluation inside the loop took ${pct(window.eval_share!)} of step time` : null;
+    return done('host-bound', first, why ? `${rule}; ${why}` : rule, lost, causes);
   }
   if (top === 'communication') {
     const { cause, why } = commCause(window, context);
@@ -288,6 +340,34 @@ export function judge(window: RankWindow, context: RankContext): Judgement {
   // Never a silent compute-bound where low clocks could not have been seen.
   const unchecked = gpu === null ? null : gpu.throttle_unchecked;
   return done('compute-bound', split.cause, [rule, split.why, unchecked && `throttling could not be checked: ${unchecked}`].filter(Boolean).join('; '), lost);
+}
+
+/**
+ * The causes of host-bound time, by what removing each gives back: evaluation inside the loop
+ * (its measured share, within the host's) and the rest (logging, synchronisations, checkpoints,
+ * Python between steps). Each is named when it is at least MODERATE of step time, or when it is the
+ * only one; the larger first. Evaluation is a cause only where the hook measured it.
+ */
+export function hostFixes(host: number, evalShare: number | null, recompiling: boolean): FixEstimate[] {
+  const evaluation = evalShare === null ? 0 : Math.min(evalShare, host);
+  const rest = Math.max(0, host - evaluation);
+  const restCause = recompiling ? 'recompiles' : 'outside-phases';
+  const measured = evalShare !== null;
+  const outside = measured ? 'the time outside the phases that is not evaluation' : 'all of the time outside the phases';
+  const restFix = wholeLimiter(
+    'host',
+    restCause,
+    rest,
+    recompiling
+      ? `no recompiles: ${outside} at most`
+      : measured
+        ? 'the work outside the phases that is not evaluation (logging, synchronisations, checkpoints) done less often, or off the training thread: all of its share at most'
+        : 'the work outside the phases done less often, or off the training thread: all of its share at most',
+  );
+  const evalFix = wholeLimiter('host', 'evaluation', evaluation, 'evaluation done less often, on fewer batches, or in another process: all of its measured share at most');
+  const named = [evalFix, restFix].filter((fix) => fix.gain! >= MODERATE);
+  const causes = named.length ? named : [evaluation > rest ? evalFix : restFix];
+  return causes.sort((a, b) => b.gain! - a.gain!);
 }
 
 function dedupe(recommendations: Recommendation[]): Recommendation[] {

@@ -146,6 +146,9 @@ export interface ProcessWindow {
   /** Share of CFS periods in which the container was throttled. */
   cgroup_throttled_share: number | null;
   cgroup_throttled_s_per_s: number | null;
+  /** The training thread's CPU (cores) and the share of time it waited for a CPU, over the window's process samples; null unmeasured. */
+  train_cpu_cores?: number | null;
+  train_wait_share?: number | null;
 }
 
 export interface RankWindow {
@@ -160,6 +163,8 @@ export interface RankWindow {
   breakdown: { data: number; h2d: number; compute: number; other: number } | null;
   /** GPU idle gap between steps as a share of step time (CUDA path only). */
   gpu_idle_share: number | null;
+  /** Evaluation inside the loop as a share of step time (a part of "other"); null where the hook does not measure it. */
+  eval_share: number | null;
   gpu: GpuWindow | null;
   host: HostWindow | null;
   process: ProcessWindow | null;
@@ -209,9 +214,10 @@ export function rankWindow(input: WindowInput): RankWindow {
     samples_per_s: steps.samplesSteps && seconds > 0 ? round(steps.samples / seconds, 1) : null,
     breakdown: phaseTotal ? roundBreakdown(breakdownOf(steps)) : null,
     gpu_idle_share: steps.gpuIdleSteps ? round(steps.gpuIdleNs / steps.durNs, 4) : null,
+    eval_share: steps.evalSteps ? round(steps.evalNs / steps.durNs, 4) : null,
     gpu: input.gpu && input.gpu.samples.length ? gpuWindow(input.gpu.samples, input.gpu.matchedBy, otherProcesses(input.apps ?? null, input.gpu.samples.at(-1)!, input.jobPids ?? new Set())) : null,
     host: input.host.length ? hostWindow(input.host, input.jobPids ?? new Set()) : null,
-    process: processWindow(input.process, input.to),
+    process: processWindow(input.process, input.from, input.to),
     comm: commWindow(steps),
     memory: memoryWindow(input.memory, input.from, input.to),
     lost: windowLost(steps, input.slices ?? []),
@@ -337,7 +343,7 @@ function hostWindow(samples: HostSample[], jobPids: ReadonlySet<number>): HostWi
   };
 }
 
-function processWindow(samples: ProcessAt[], to: number): ProcessWindow | null {
+function processWindow(samples: ProcessAt[], from: number, to: number): ProcessWindow | null {
   const upTo = samples.filter((s) => s.at <= to);
   const last = upTo.at(-1);
   const previous = upTo.at(-2);
@@ -348,6 +354,14 @@ function processWindow(samples: ProcessAt[], to: number): ProcessWindow | null {
     const a = pick(previous);
     const b = pick(last);
     return a !== null && b !== null && b >= a ? round((b - a) / scale / seconds, 3) : null;
+  };
+  // The training thread over the whole window (its samples come once a second): steadier than the last second.
+  const first = upTo.find((s) => s.at >= from - 1_000 && s.train_wait_s != null && s !== last);
+  const span = first ? (last.at - first.at) / 1000 : 0;
+  const spanRate = (pick: (s: ProcessAt) => Num): Num => {
+    const a = first ? (pick(first) ?? null) : null;
+    const b = pick(last) ?? null;
+    return a !== null && b !== null && b >= a && span > 0 ? round((b - a) / span, 4) : null;
   };
   const periods = rate((s) => s.cgroup_nr_periods);
   const throttled = rate((s) => s.cgroup_nr_throttled);
@@ -361,5 +375,7 @@ function processWindow(samples: ProcessAt[], to: number): ProcessWindow | null {
     cgroup_usage_cores: rate((s) => s.cgroup_usage_usec, 1e6),
     cgroup_throttled_share: periods !== null && throttled !== null && periods > 0 ? round(throttled / periods, 4) : periods === 0 ? 0 : null,
     cgroup_throttled_s_per_s: rate((s) => s.cgroup_throttled_usec, 1e6),
+    train_cpu_cores: spanRate((s) => s.train_cpu_s),
+    train_wait_share: ((wait) => (wait === null ? null : Math.min(1, wait)))(spanRate((s) => s.train_wait_s)),
   };
 }

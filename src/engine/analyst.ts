@@ -10,6 +10,7 @@ import type { KnownGpu } from '../counters/counter-store.js';
 import { describeAggregate } from '../counters/gpu-aggregate.js';
 import { jobStart } from '../store/job-snapshot.js';
 import type { World } from './world.js';
+import { WARMUP } from '../analysis/warmup.js';
 
 export interface AnalystOptions {
   holdMs: number;
@@ -109,7 +110,10 @@ export class Analyst {
       const last = view.lastStepEndAt();
       const recent = view.recent().slice(-RECENT_FOR_P50).map((step) => step.record.durNs / 1e6).sort((a, b) => a - b);
       const stall = { rank: view.rank, liveness: view.liveness(), lastStepEndAt: last, stepP50Ms: recent.length ? percentile(recent, 50) : null, worldSize: this.world.jobs.job(jobId)?.worldSize ?? 1 };
-      return [{ rank: view.rank, window, stall, context: { totalSteps: view.steps(), sinceLastStepMs: last === null ? null : Math.max(0, at - last), env: view.env, hostCores } }];
+      const totalSteps = view.steps();
+      // Only while it may still be warming up: steady steps for a few seconds end it (warmup.ts).
+      const recentStepMs = totalSteps < WARMUP.steps ? view.recent().slice(-WARMUP.steps).map((step) => step.record.durNs / 1e6) : undefined;
+      return [{ rank: view.rank, window, stall, context: { totalSteps, ...(recentStepMs ? { recentStepMs } : {}), sinceLastStepMs: last === null ? null : Math.max(0, at - last), env: view.env, hostCores } }];
     });
   }
 

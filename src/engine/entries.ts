@@ -82,7 +82,8 @@ export type StepRow = (number | null)[];
 
 export function toRow(r: StepRecord): StepRow {
   const row = [r.seq, r.step, r.endNs, r.durNs, r.dataNs, r.h2dNs, r.computeNs, r.samples, r.gpuH2dNs, r.gpuComputeNs, r.gpuIdleNs];
-  // Communication columns only when measured, so rows of jobs without them stay as short as before.
+  // Communication and evaluation columns only when measured, so rows of jobs without them stay as short as before.
+  if (r.evalNs !== null) return [...row, r.commNs, r.commWaitNs, r.commBytes, r.evalNs];
   return r.commNs === null && r.commWaitNs === null && r.commBytes === null ? row : [...row, r.commNs, r.commWaitNs, r.commBytes];
 }
 
@@ -103,6 +104,7 @@ export function fromRow(row: StepRow): StepRecord {
     commNs: at(11),
     commWaitNs: at(12),
     commBytes: at(13),
+    evalNs: at(14),
   };
 }
 

@@ -17,11 +17,11 @@ export type StopVerdict = (typeof STOP_VERDICTS)[number];
 export const isStop = (verdict: Verdict | null | undefined): verdict is StopVerdict => verdict === 'stalled' || verdict === 'hung' || verdict === 'gone';
 
 /** Why a rank is input-bound. */
-export const INPUT_CAUSES = ['cpu-saturated', 'contention', 'memory-pressure', 'cgroup-throttled', 'io-wait', 'few-workers', 'unknown'] as const;
+export const INPUT_CAUSES = ['cpu-saturated', 'contention', 'memory-pressure', 'cgroup-throttled', 'io-wait', 'workers-starve-step', 'few-workers', 'unknown'] as const;
 /** Why a rank is throttled. */
 export const THROTTLE_CAUSES = ['thermal', 'power', 'hw-slowdown', 'clocks-low'] as const;
 /** Why a rank is host-bound. */
-export const HOST_CAUSES = ['outside-phases', 'gpu-idle-in-compute'] as const;
+export const HOST_CAUSES = ['evaluation', 'outside-phases', 'gpu-idle-in-compute'] as const;
 /** Why a rank is communication-bound: waiting for a slower rank, or the collective itself is slow. */
 export const COMM_CAUSES = ['slow-rank', 'slow-collective'] as const;
 /** Why a rank is memory-bound (the allocator flushes its cache and synchronises to satisfy requests). */

@@ -23,9 +23,9 @@ export const VERDICT_CODES = {
 /** Every cause each verdict can have (null: none), so that the verdict state set keeps the same series. */
 export const VERDICT_CAUSES = {
   'compute-bound': [null, 'launch-bound', 'memory-bandwidth', 'tensor-cores-idle', 'gpu-shared', 'recompiles'],
-  'input-bound': ['cgroup-throttled', 'memory-pressure', 'io-wait', 'contention', 'cpu-saturated', 'few-workers', 'unknown'],
+  'input-bound': ['cgroup-throttled', 'memory-pressure', 'io-wait', 'contention', 'cpu-saturated', 'workers-starve-step', 'few-workers', 'unknown'],
   'transfer-bound': [null],
-  'host-bound': ['outside-phases', 'gpu-idle-in-compute', 'recompiles'],
+  'host-bound': ['evaluation', 'outside-phases', 'gpu-idle-in-compute', 'recompiles'],
   throttled: ['thermal', 'power', 'hw-slowdown', 'clocks-low'],
   'communication-bound': ['slow-rank', 'slow-collective'],
   'memory-bound': ['fragmentation', 'near-capacity', 'allocator-thrash'],

@@ -76,7 +76,7 @@ export function history(s: Summary): string {
 }
 
 export function advice(s: Summary): string {
-  const items = s.recommendations.map((r) => `<li>${h(r.text)}</li>`).join('');
+  const items = s.recommendations.map((r) => `<li>${h(r.text)}${r.because ? ` <span class="because">(${h(r.because)})</span>` : ''}</li>`).join('');
   const evidence = s.evidence
     ? `<h3 style="margin-top:12px">Evidence</h3><p>${h(s.evidence.rule)}.</p><pre>${h(
         Object.entries(s.evidence.figures)

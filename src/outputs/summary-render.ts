@@ -159,7 +159,7 @@ export function renderSummary(summary: Summary, format: SummaryFormat = 'text'):
   out.push('');
   out.push(heading('What to do'));
   if (summary.recommendations.length === 0) out.push('Nothing to recommend.');
-  summary.recommendations.forEach((r, i) => out.push(`${i + 1}. ${prose(r.text)}`));
+  summary.recommendations.forEach((r, i) => out.push(`${i + 1}. ${prose(r.text)}${r.because ? (md ? ` _(${prose(r.because)})_` : ` (${r.because})`) : ''}`));
   if (summary.evidence) {
     out.push('');
     out.push(heading('Evidence'));

@@ -40,6 +40,9 @@ export interface ProcessSample {
   cgroup_throttled_usec: number | null;
   cgroup_quota_cores: number | null;
   cgroup_usage_usec: number | null;
+  /** The training thread's time on a CPU and waiting for one (run queue), s (/proc/self/task/<tid>/schedstat); null unread or from an older hook. */
+  train_cpu_s: number | null;
+  train_wait_s: number | null;
 }
 
 /** The framework's allocator on one device (torch.cuda.memory_stats), read off the training thread. */
@@ -97,6 +100,8 @@ const PROCESS_FIGURES = [
   'cgroup_throttled_usec',
   'cgroup_quota_cores',
   'cgroup_usage_usec',
+  'train_cpu_s',
+  'train_wait_s',
 ] as const;
 
 const MEMORY_FIGURES = ['device', 'allocated_bytes', 'reserved_bytes', 'peak_allocated_bytes', 'alloc_retries', 'ooms', 'inactive_split_bytes', 'total_bytes', 'free_bytes'] as const;

@@ -57,6 +57,8 @@ export interface StepRecord {
   commNs: number | null;
   commWaitNs: number | null;
   commBytes: number | null;
+  /** Time in evaluation during the step (a part of what is not data, h2d or compute); null where the hook did not measure it. */
+  evalNs: number | null;
 }
 
 export interface Steps {
@@ -215,7 +217,9 @@ const REQUIRED_COLUMNS = ['seq', 'step', 'end_ns', 'dur_ns', 'data_ns', 'h2d_ns'
 const GPU_COLUMNS = ['gpu_h2d_ns', 'gpu_compute_ns', 'gpu_idle_ns'] as const;
 /** Sent only by hooks that measure collectives (stepscope.watch_ddp or the collective wrappers). */
 export const COMM_FIELDS = ['comm_ns', 'comm_wait_ns', 'comm_bytes'] as const;
-const OPTIONAL_COLUMNS = [...GPU_COLUMNS, ...COMM_FIELDS] as const;
+/** Sent by hooks that tell evaluation apart (the zero-code path, scope.phase("eval")). */
+export const EVAL_FIELD = 'eval_ns';
+const OPTIONAL_COLUMNS = [...GPU_COLUMNS, ...COMM_FIELDS, EVAL_FIELD] as const;
 const NULLABLE = new Set<string>(['samples', ...OPTIONAL_COLUMNS]);
 
 /** The columns every hook sends. */
@@ -278,6 +282,7 @@ function parseSteps(frame: Static<typeof StepsFrame>): Steps {
       commNs: col('comm_ns'),
       commWaitNs: col('comm_wait_ns'),
       commBytes: col('comm_bytes'),
+      evalNs: col(EVAL_FIELD),
     };
     checkRecord(record, r, previousSeq);
     previousSeq = record.seq;
@@ -309,6 +314,9 @@ function checkRecord(record: StepRecord, r: number, previousSeq: number): void {
   if (record.durNs > DAY_NS) fail(`dur_ns: ${record.durNs} is longer than a day`);
   if (record.dataNs + record.h2dNs + record.computeNs > record.durNs + PHASE_SLACK_NS) {
     fail('phases: data_ns + h2d_ns + compute_ns exceed dur_ns');
+  }
+  if (record.evalNs !== null && record.dataNs + record.h2dNs + record.computeNs + record.evalNs > record.durNs + PHASE_SLACK_NS) {
+    fail('eval_ns: data_ns + h2d_ns + compute_ns + eval_ns exceed dur_ns');
   }
   for (const [name, value] of [
     ['gpu_h2d_ns', record.gpuH2dNs],

@@ -273,6 +273,8 @@ export const ProcessWindowSchema = Type.Object(
     cgroup_usage_cores: NumOrNull('CPU used by the whole container, cores'),
     cgroup_throttled_share: NumOrNull('share of CFS periods (0..1) in which the container was throttled'),
     cgroup_throttled_s_per_s: NumOrNull('seconds throttled per second'),
+    train_cpu_cores: Type.Optional(NumOrNull("the training thread's CPU, cores, over the window's process samples")),
+    train_wait_share: Type.Optional(NumOrNull('share of the time the training thread waited for a CPU (run queue), 0..1, over the window; null unmeasured')),
   },
   { description: "the rank's process as its hook samples it; rates need two samples" },
 );
@@ -335,6 +337,7 @@ export const RankWindowSchema = Type.Object(
     samples_per_s: NumOrNull('samples a second; null when the hook does not count samples'),
     breakdown: Nullable(BreakdownSchema, { description: "the window's steps' phase shares (0..1); null without steps" }),
     gpu_idle_share: NumOrNull('GPU idle between steps as a share of step time, 0..1 (CUDA timing only)'),
+    eval_share: NumOrNull('evaluation inside the loop as a share of step time, 0..1 (a part of "other"); null where the hook does not measure it'),
     gpu: Nullable(GpuWindowSchema, { description: "the rank's GPU over the window; null when no GPU could be matched or no sample came" }),
     host: Nullable(HostWindowSchema, { description: 'the host over the window; null without host samples' }),
     process: Nullable(ProcessWindowSchema, { description: "the rank's process; null without process samples" }),
@@ -352,6 +355,7 @@ export const RecommendationSchema = Type.Object(
   {
     id: Str('a stable name for the advice'),
     text: Str('what to do, in words'),
+    because: Type.Optional(Str('the fact about this job and machine the advice was conditioned on ("2.1 cores idle: the host 47% busy of 4"); absent in summaries before it')),
   },
   { description: 'what to do about a verdict' },
 );

@@ -20,6 +20,9 @@ export interface StepSums {
   commNs: number;
   commWaitNs: number;
   commBytes: number;
+  /** Steps that measured their evaluation, and its time (last: checkpoints written before them load by position). */
+  evalSteps: number;
+  evalNs: number;
 }
 
 export const emptySums = (): StepSums => ({
@@ -40,6 +43,8 @@ export const emptySums = (): StepSums => ({
   commNs: 0,
   commWaitNs: 0,
   commBytes: 0,
+  evalSteps: 0,
+  evalNs: 0,
 });
 
 const SUM_KEYS = Object.keys(emptySums()) as (keyof StepSums)[];
@@ -73,6 +78,10 @@ export function addStep(sums: StepSums, record: StepRecord): void {
     sums.commNs += record.commNs ?? 0;
     sums.commWaitNs += record.commWaitNs ?? 0;
     sums.commBytes += record.commBytes ?? 0;
+  }
+  if (record.evalNs !== null) {
+    sums.evalSteps += 1;
+    sums.evalNs += record.evalNs;
   }
 }
 

@@ -476,6 +476,8 @@ export const processSample = fc.record({
   cgroup_throttled_usec: figure,
   cgroup_quota_cores: figure,
   cgroup_usage_usec: figure,
+  train_cpu_s: figure,
+  train_wait_s: figure,
 });
 
 export const validCounters: fc.Arbitrary<Record<string, unknown>> = fc.oneof(
@@ -743,7 +745,7 @@ export function buildScript({ ranks, seconds, phases, env, ended, stopped }: Scr
       t: 'counters',
       at: T0 + 60,
       session,
-      batch: { source: 'process', samples: [{ at_ns: 60e6, cpu_main_s: 1, cpu_workers_s: 2, workers: 2, rss_bytes: 1e9, cgroup_nr_periods: null, cgroup_nr_throttled: null, cgroup_throttled_usec: null, cgroup_quota_cores: null, cgroup_usage_usec: null }] },
+      batch: { source: 'process', samples: [{ at_ns: 60e6, cpu_main_s: 1, cpu_workers_s: 2, workers: 2, rss_bytes: 1e9, cgroup_nr_periods: null, cgroup_nr_throttled: null, cgroup_throttled_usec: null, cgroup_quota_cores: null, cgroup_usage_usec: null, train_cpu_s: null, train_wait_s: null }] },
     } as JournalEntry);
     if (ended) timed.push({ t: 'end', at: T0 + seconds * 1000, session, reason: 'close' }, { t: 'disconnect', at: T0 + seconds * 1000 + 1, session });
   }

@@ -56,6 +56,7 @@ export const window = (shares: { data?: number; h2d?: number; compute?: number; 
     samples_per_s: 800,
     breakdown: { data, h2d, compute, other },
     gpu_idle_share: null,
+    eval_share: null,
     gpu: gpu(),
     host: { samples: 4, cpu_pct_mean: 30, iowait_pct_mean: 0, steal_pct_mean: 0, load1: 1, mem_used_frac: 0.3, cpu_pressure_pct: null, memory_pressure_pct: null, top_consumers: null },
     process: null,

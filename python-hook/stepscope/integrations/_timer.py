@@ -51,6 +51,7 @@ class HookTimer:
                 scope, self.owned = _auto.scope_for(self.kind)
             self.scope = scope
             self.marker = _cuda.Marker(scope)
+            scope._eval_on = True  # the framework's validation is seen (resume(evaluation=True)): eval_ns is sent
             self.active = True
             self.mark = _now()
             self.batch_at = 0
@@ -122,10 +123,17 @@ class HookTimer:
         except Exception:
             self._error()
 
-    def resume(self):
-        """A validation, log or save between batches ended: the time it took stays in "other"."""
+    def resume(self, evaluation=False):
+        """A validation, log or save between batches ended: the time it took stays in "other";
+        a validation's (``evaluation``) is the step's evaluation, told apart from the rest."""
         if self.active and not self.batch_at:
-            self.mark = _now()
+            t = _now()
+            if evaluation:
+                try:
+                    self.scope._eval.total += max(0, t - self.mark)
+                except Exception:
+                    self._error()
+            self.mark = t
 
     def finish(self, timeout=5.0):
         """Training ended: close the scope if this timer made it (or was told to)."""

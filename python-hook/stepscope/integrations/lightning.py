@@ -73,7 +73,7 @@ class StepscopeCallback(Callback):
         self._timer.batch_end()
 
     def on_validation_end(self, trainer, pl_module):
-        self._timer.resume()
+        self._timer.resume(evaluation=True)
 
     def on_train_end(self, trainer, pl_module):
         self._timer.finish()

@@ -63,7 +63,7 @@ class StepscopeCallback(TrainerCallback):
         self._timer.resume()
 
     def on_evaluate(self, args, state, control, **kwargs):
-        self._timer.resume()
+        self._timer.resume(evaluation=True)
 
     def on_save(self, args, state, control, **kwargs):
         self._timer.resume()
