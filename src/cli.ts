@@ -14,6 +14,7 @@ import { DEFAULT_JOURNAL_MAX_BYTES, serve, type ServeOptions } from './serve.js'
 import { STALL_DEFAULTS } from './analysis/stall.js';
 import { runReplay } from './replay-command.js';
 import { registerRunCommand } from './run-command.js';
+import { registerMergeCommand } from './merge-command.js';
 import { VERSION } from './server.js';
 import { inertJson, inertText } from './protocol/terminal-text.js';
 
@@ -307,6 +308,7 @@ program
   });
 
 registerRunCommand(program);
+registerMergeCommand(program);
 
 program.parseAsync().catch((error: Error) => {
   // A message may quote what kubectl, a sidecar or a file said.

@@ -86,6 +86,16 @@ const GpuSummarySchema = Type.Object({
   ),
 });
 
+const JobWideSchema = Type.Object(
+  {
+    from: Type.Union([Type.Literal('summaries'), Type.Literal('prometheus')], { description: 'summaries: stepscope merge; prometheus: report --prometheus' }),
+    pods: Type.Array(Type.Object({ pod: Str('its folder, or its sidecar\'s instance'), ranks: Type.Array(Count('a rank')) })),
+    missing_ranks: Type.Array(Count('a rank'), { description: 'ranks below the world size no pod reported' }),
+    missing_pods: Type.Array(Type.Object({ pod: Str('the pod'), why: Str('why it gave nothing') })),
+  },
+  { description: "a job's summary across its pods, and what it could not see" },
+);
+
 export const SummaryFileSchema = Type.Object({
   schema: Type.Literal(SUMMARY_SCHEMA),
   job: Str('the job'),
@@ -122,6 +132,7 @@ export const SummaryFileSchema = Type.Object({
   stops: Type.Optional(Type.Array(SummaryStopSchema, { description: 'where the run stopped stepping (it hung, a rank stalled or went), oldest first' })),
   limiters: Type.Optional(Type.Array(LimiterCostSchema, { description: "every limiter that cost the job at least 5% of its time, most costly first (its bound: the time-weighted mean of the windows' bounds)" })),
   causes: Type.Optional(Type.Array(FixEstimateSchema, { description: "the verdict's causes, by what fixing each would buy, most first" })),
+  job_wide: Type.Optional(JobWideSchema),
 });
 
 export type SummaryFile = Static<typeof SummaryFileSchema>;
