@@ -20,6 +20,8 @@ export interface PodSummary {
   summary: Summary;
 }
 
+type RankVerdict = Pick<RankSummary, 'rank' | 'verdict' | 'cause'>;
+
 const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
 
 /** The mean of `values` weighted by `weights`, over the values that are not null; null where none are. */
@@ -37,10 +39,10 @@ function weighted(values: Array<number | null>, weights: number[]): number | nul
 const roundOrNull = (x: number | null, digits = 3) => (x === null ? null : round(x, digits));
 
 /** The job's verdict by the sidecar's rule: the straggler's, else the one most ranks hold (a tie to the earlier in VERDICTS). */
-export function jobVerdictOf(ranks: readonly RankSummary[], stragglerRank: number | null): { verdict: Verdict; cause: Cause } | null {
+export function jobVerdictOf(ranks: ReadonlyArray<RankVerdict>, stragglerRank: number | null): { verdict: Verdict; cause: Cause } | null {
   const straggler = ranks.find((r) => r.rank === stragglerRank);
   if (straggler) return { verdict: straggler.verdict, cause: straggler.cause };
-  const votes = new Map<Verdict, RankSummary[]>();
+  const votes = new Map<Verdict, RankVerdict[]>();
   for (const r of [...ranks].sort((a, b) => a.rank - b.rank)) votes.set(r.verdict, [...(votes.get(r.verdict) ?? []), r]);
   const best = [...votes.entries()].sort(([va, a], [vb, b]) => b.length - a.length || VERDICTS.indexOf(va) - VERDICTS.indexOf(vb))[0];
   return best ? { verdict: best[0], cause: best[1][0]!.cause } : null;
