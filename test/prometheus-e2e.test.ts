@@ -17,7 +17,7 @@ import { CLI, startSidecar, tempDir, waitFor, type RunningSidecar } from './supp
  * pod), scraped by the real `prometheus` with the stepscope rules. The rules' job verdict and
  * straggler, `stepscope report --prometheus` and `stepscope merge` must all say what one sidecar
  * that saw all six ranks of the same job says, and the rules' excess match that sidecar's within 5%.
- * Slow (two six-rank jobs, about two minutes on two cores): `.ci/run`'s later stage, with
+ * Slow (two six-rank jobs, about 90 s on two cores): `.ci/run`'s later stage, with
  * STEPSCOPE_E2E=all (or STEPSCOPE_PROMETHEUS_E2E=1).
  */
 
@@ -26,8 +26,8 @@ const RUN = process.env.STEPSCOPE_E2E === 'all' || !!process.env.STEPSCOPE_PROME
 const why = !RUN ? 'STEPSCOPE_E2E=all runs it' : !PROMETHEUS ? WITHOUT_PROMETHEUS : !torch.python ? torch.why : '';
 const cleanups = cleanupList();
 
-const STEPS = 300;
-const LOOP = ['--steps', String(STEPS), '--data-ms', '1', '--slow-rank', '5', '--slow-data-ms', '30', '--compute-ms', '5'];
+const STEPS = 150;
+const LOOP = ['--steps', String(STEPS), '--data-ms', '1', '--slow-rank', '5', '--slow-data-ms', '100', '--compute-ms', '5'];
 
 function killByPidFile(pidFile: string) {
   if (!existsSync(pidFile)) return;
@@ -110,8 +110,15 @@ describe.skipIf(!!why)(`a job across three pods on a real Prometheus server${why
     expect(report.status, report.stderr).toBe(0);
     const fromPrometheus = JSON.parse(report.stdout) as Summary;
     expect(fromPrometheus.straggler, fromPrometheus.headline).toMatchObject({ rank: 5, reason: 'data' });
-    expect([fromPrometheus.verdict, fromPrometheus.cause]).toEqual([reference.verdict, reference.cause]);
+    // Verdicts, not causes: a cause can read the host's load, which differs between the two runs.
+    expect(fromPrometheus.verdict).toBe(reference.verdict);
     expect(fromPrometheus.ranks.map((r) => [r.rank, r.verdict, r.straggler])).toEqual(reference.ranks.map((r) => [r.rank, r.verdict, r.straggler]));
+    // The job's verdict is its straggler's, however many ranks hold another.
+    expect(fromPrometheus.verdict).toBe(fromPrometheus.ranks.find((r) => r.straggler)!.verdict);
+    const page = path.join(scratch, 'split.html');
+    const html = cli('report', '--prometheus', prometheus.url, '--job', 'split', '--from', String(started - 5), '--to', String(ended), '--window', '5', '--html', '-o', page);
+    expect(html.status, html.stderr).toBe(0);
+    expect(readFileSync(page, 'utf8')).toContain('The job across 3 pods, from Prometheus (pod-1: ranks 0, 1; pod-2: ranks 2, 3; pod-3: ranks 4, 5). None missing.');
     expect(fromPrometheus).toMatchObject({ steps: 6 * STEPS, world_size: 6 });
     expect(fromPrometheus.job_wide).toMatchObject({ from: 'prometheus', missing_ranks: [], missing_pods: [] });
     expect(fromPrometheus.job_wide!.pods).toEqual([
@@ -125,7 +132,7 @@ describe.skipIf(!!why)(`a job across three pods on a real Prometheus server${why
     expect(merged.status, merged.stderr).toBe(0);
     const fromFiles = JSON.parse(merged.stdout) as Summary;
     expect(fromFiles.straggler).toMatchObject({ rank: 5, reason: 'data' });
-    expect([fromFiles.verdict, fromFiles.cause]).toEqual([reference.verdict, reference.cause]);
+    expect(fromFiles.verdict).toBe(reference.verdict);
     expect(fromFiles.ranks.map((r) => [r.rank, r.verdict, r.straggler])).toEqual(reference.ranks.map((r) => [r.rank, r.verdict, r.straggler]));
 
     // What goes wrong is said: a bad address, an empty range, a job Prometheus never saw.
