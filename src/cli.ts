@@ -15,6 +15,7 @@ import { STALL_DEFAULTS } from './analysis/stall.js';
 import { runReplay } from './replay-command.js';
 import { registerRunCommand } from './run-command.js';
 import { registerMergeCommand } from './merge-command.js';
+import { registerTopCommand } from './top-command.js';
 import { VERSION } from './server.js';
 import { inertJson, inertText } from './protocol/terminal-text.js';
 import { parseTime } from './prometheus/time-arg.js';
@@ -327,6 +328,7 @@ program
 
 registerRunCommand(program);
 registerMergeCommand(program);
+registerTopCommand(program);
 
 program.parseAsync().catch((error: Error) => {
   // A message may quote what kubectl, a sidecar or a file said.
