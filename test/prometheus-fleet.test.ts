@@ -1,5 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import { PassThrough } from 'node:stream';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Summary } from '../src/analysis/summary.js';
 import { fleetWaste, type FleetJob } from '../src/prometheus/fleet.js';
@@ -7,9 +9,9 @@ import { PrometheusClient } from '../src/prometheus/client.js';
 import { reportFromPrometheus } from '../src/report-prometheus.js';
 import { backfill, type Backfilled } from './support/backfill.js';
 import { freePort } from './support/listening.js';
-import { PROMETHEUS, startPrometheus, WITHOUT_PROMETHEUS, type PrometheusServer } from './support/prometheus-server.js';
+import { PROMETHEUS, promQuery, startPrometheus, WITHOUT_PROMETHEUS, type PrometheusServer } from './support/prometheus-server.js';
 import { PROMTOOL } from './support/promql.js';
-import { CLI } from './support/sidecar.js';
+import { CLI, ROOT } from './support/sidecar.js';
 import { renderSummary } from '../src/outputs/summary-render.js';
 import { useTempDirs } from './support/temp-dirs.js';
 
@@ -105,6 +107,25 @@ describe.skipIf(!!why)(`the fleet and a job across pods, from a real Prometheus$
     const lines = printed.stdout.split('\n');
     expect(lines[2]).toMatch(/^1\s+b\s+1\.5 GPU-h\s+38%\s+3\.75\s+throttle 0\.8 GPU-h, host 0\.7 GPU-h$/);
     expect(lines[3]).toMatch(/^2\s+a\s+1\.2 GPU-h\s+60%\s+3\.00\s+input 1\.2 GPU-h$/);
+  });
+
+  it('the fleet dashboard ranks them alike: each of its queries, run on the same Prometheus', async () => {
+    const dashboard = JSON.parse(readFileSync(path.join(ROOT, 'deploy', 'grafana', 'stepscope-fleet.json'), 'utf8')) as { uid: string; panels: Array<{ title: string; targets: Array<{ expr: string; refId: string }> }> };
+    expect(dashboard.uid).toBe('stepscope-fleet');
+    const at = T0 + HOUR;
+    const run = (expr: string) => promQuery(server.url, expr.replaceAll('$__range', '3600s').replaceAll('$__rate_interval', '60s').replaceAll('$gpu_hour_price', '2.5'), at);
+    const byJob = async (expr: string) => Object.fromEntries((await run(expr)).filter((r) => r.metric.training_job !== 'train').map((r) => [r.metric.training_job, Math.round(Number(r.value[1]) * 100) / 100]));
+    const [table, causes, now] = dashboard.panels;
+    const [wasted, share, cost] = table!.targets.map((t) => t.expr);
+    expect((await run(wasted!)).filter((r) => r.metric.training_job !== 'train').map((r) => r.metric.training_job)).toEqual(['b', 'a', 'c']);
+    expect(await byJob(wasted!)).toEqual({ a: 1.2, b: 1.5, c: 0 });
+    expect(await byJob(share!)).toEqual({ a: 0.6, b: 0.38, c: 0 });
+    expect(await byJob(cost!)).toEqual({ a: 3, b: 3.75, c: 0 });
+    expect((await run(causes!.targets[0]!.expr)).filter((r) => r.metric.training_job === 'b').map((r) => r.metric.cause).sort()).toEqual(['host', 'throttle']);
+    expect((await run(now!.targets[0]!.expr)).length).toBeGreaterThan(0);
+    // Every link goes to the job dashboard.
+    const job = JSON.parse(readFileSync(path.join(ROOT, 'deploy', 'grafana', 'stepscope.json'), 'utf8')) as { uid: string };
+    expect(JSON.stringify(dashboard).match(/\/d\/([\w-]+)\//g)!.every((link) => link === `/d/${job.uid}/`)).toBe(true);
   });
 
   it('report --prometheus makes the job-wide summary: the straggler across pods, its verdict, the missing rank and pod', () => {
