@@ -1,5 +1,6 @@
 import { PrometheusClient } from './prometheus/client.js';
 import { fetchJobData } from './prometheus/job-data.js';
+import { fetchJobGpus } from './prometheus/job-gpus.js';
 import { jobSummary } from './prometheus/job-summary.js';
 import { emitSummary, type EmitOptions } from './outputs/summary-emit.js';
 
@@ -21,5 +22,6 @@ export interface PrometheusReportOptions extends EmitOptions {
 export async function reportFromPrometheus(options: PrometheusReportOptions, out: NodeJS.WritableStream = process.stdout): Promise<void> {
   const client = new PrometheusClient(options.prometheus);
   const data = await fetchJobData(client, { job: options.job, from: options.from, to: options.to, step: options.step, window: options.window });
-  await emitSummary(jobSummary(data, options.gpuHourPrice ?? null), options, out);
+  const gpus = await fetchJobGpus(client, options.job, options.from, options.to);
+  await emitSummary(jobSummary(data, options.gpuHourPrice ?? null, gpus), options, out);
 }

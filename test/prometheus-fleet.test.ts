@@ -70,6 +70,24 @@ function trainSeries(): Backfilled[] {
     }
   }
   series.push(growing('stepscope_wasted_gpu_seconds_total', { instance: 'p5', job: 'stepscope', training_job: 'train', cause: 'input' }, 0.4 * HOUR));
+  // Each rank on its pod's GPU of its local rank; p5's GPU 1 (rank 3's) thermally throttled half the time, at 1,500 of 1,980 MHz then.
+  for (const [pod, list] of [['p4', [0, 1]], ['p5', [2, 3]]] as const) {
+    for (const rank of list) {
+      const gpu = { instance: pod, job: 'stepscope', gpu: String(rank % 2), gpu_uuid: `GPU-${pod}-${rank % 2}`, gpu_instance: '' };
+      const hot = rank === 3;
+      series.push(flat('stepscope_rank_gpu_info', { ...gpu, training_job: 'train', rank: String(rank), matched_by: 'local-rank' }, 1));
+      series.push(flat('stepscope_gpu_info', { ...gpu, gpu_name: 'NVIDIA H100 80GB HBM3' }, 1));
+      series.push(flat('stepscope_gpu_utilization_ratio', gpu, 0.9));
+      series.push({ name: 'stepscope_gpu_sm_clock_hertz', labels: gpu, at: (t) => (hot && (since(t) / 15) % 2 === 1 ? 1.5e9 : 1.98e9) });
+      series.push(flat('stepscope_gpu_sm_clock_max_hertz', gpu, 1.98e9));
+      series.push(flat('stepscope_gpu_temperature_celsius', gpu, hot ? 88 : 70));
+      series.push(flat('stepscope_gpu_power_watts', gpu, 350));
+      series.push(flat('stepscope_gpu_power_limit_watts', gpu, 700));
+      series.push(flat('stepscope_gpu_memory_used_bytes', gpu, 40 * 1024 ** 3));
+      series.push(flat('stepscope_gpu_memory_total_bytes', gpu, 80 * 1024 ** 3));
+      series.push({ name: 'stepscope_gpu_throttle_reason_active', labels: { ...gpu, reason: 'HwThermalSlowdown' }, at: (t) => (hot && (since(t) / 15) % 2 === 1 ? 1 : 0) });
+    }
+  }
   series.push(flat('up', { instance: 'p4', job: 'stepscope' }, 1));
   // p5's sidecar missed a scrape.
   series.push({ name: 'up', labels: { instance: 'p5', job: 'stepscope' }, at: (t) => (since(t) === 1800 ? 0 : 1) });
@@ -142,6 +160,16 @@ describe.skipIf(!!why)(`the fleet and a job across pods, from a real Prometheus$
       [3, 'p5', 'input-bound', true],
     ]);
     expect(summary).toMatchObject({ steps: 4 * 2 * HOUR, world_size: 5, step_ms: { mean: 500 }, breakdown: { data: 0.2, compute: 0.8 } });
+    // The GPUs its ranks ran on, rank 3's throttled half the time.
+    expect(summary.gpus.map((g) => [g.index, g.ranks, g.name, g.util_mean, g.temp_c_max, g.power_frac_mean, g.mem_peak_mib, g.mem_total_mib])).toEqual([
+      [0, [0], 'NVIDIA H100 80GB HBM3', 90, 70, 0.5, 40960, 81920],
+      [1, [1], 'NVIDIA H100 80GB HBM3', 90, 70, 0.5, 40960, 81920],
+      [0, [2], 'NVIDIA H100 80GB HBM3', 90, 70, 0.5, 40960, 81920],
+      [1, [3], 'NVIDIA H100 80GB HBM3', 90, 88, 0.5, 40960, 81920],
+    ]);
+    expect(summary.gpus[3]).toMatchObject({ sm_clock_max_mhz: 1980, throttle_share: { HwThermalSlowdown: expect.closeTo(0.5, 1) } });
+    expect(summary.gpus[3]!.sm_clock_frac_mean).toBeCloseTo((1.98 + 1.5) / 2 / 1.98, 1);
+    expect(summary.gpus[0]!.throttle_share).toEqual({});
     expect(summary.waste).toMatchObject({ lost_gpu_seconds: 0.4 * HOUR, gpu_seconds: 4 * HOUR, lost_share: 0.1 });
     expect(summary.job_wide).toEqual({
       from: 'prometheus',

@@ -1,5 +1,5 @@
 import { jobVerdictOf, mergeWaste } from '../analysis/merge-summaries.js';
-import { headline, SUMMARY_SCHEMA, type RankSummary, type StepMs, type Summary } from '../analysis/summary.js';
+import { headline, SUMMARY_SCHEMA, type GpuSummary, type RankSummary, type StepMs, type Summary } from '../analysis/summary.js';
 import type { TimelineSegment } from '../analysis/job-analysis.js';
 import { round } from '../model/round.js';
 import { findStraggler, type Straggler } from '../model/straggler.js';
@@ -10,7 +10,7 @@ import type { JobData, Phase, RankTotals } from './job-data.js';
  * The summary a sidecar writes, made for a job across all its pods from what Prometheus holds
  * (job-data.ts): the straggler found at every step of the range by the sidecar's own finder, the
  * job's verdict there by its rule (the straggler's, else the one most ranks hold), the timeline,
- * breakdown and waste over the range. What the metrics do not carry (GPU counters per rank, the
+ * breakdown, waste and the job's GPUs over the range. What the metrics do not carry (the
  * environment, the evidence and advice) is left empty rather than made up. Pure.
  */
 
@@ -72,7 +72,7 @@ function dominant(segments: ReadonlyArray<{ verdict: Verdict; cause: Cause; seco
   return best ? { verdict: best.verdict, cause: best.cause, share: active > 0 ? round(best.seconds / active, 3) : null } : null;
 }
 
-export function jobSummary(data: JobData, gpuHourPrice: number | null = null): Summary {
+export function jobSummary(data: JobData, gpuHourPrice: number | null = null, gpus: GpuSummary[] = []): Summary {
   const { step } = data;
   const start = data.firstAt;
   // At each step of the range: the straggler by the sidecar's finder, the job's verdict by its rule.
@@ -166,7 +166,7 @@ export function jobSummary(data: JobData, gpuHourPrice: number | null = null): S
     ranks,
     straggler: main ? { ...main.latest, seconds: round(main.seconds, 1) } : null,
     timeline,
-    gpus: [],
+    gpus,
     env: {},
     recommendations: [],
     evidence: null,
