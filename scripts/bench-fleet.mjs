@@ -5,7 +5,7 @@
 // ranks' steps on the real clock as the ingest would hand them to the engine. The baseline, in the
 // same run and on the same Prometheus, is a 16-rank job over 2 such sidecars, measured before the
 // big job's targets are added. Figures: medians.
-//   node scripts/bench-fleet.mjs [--ranks-per-sidecar 8] [--sidecars 128] [--seconds 90]
+//   node scripts/bench-fleet.mjs [--ranks-per-sidecar 8] [--sidecars 128] [--seconds 120] [--interval 15]
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -25,8 +25,9 @@ const arg = (name, fallback) => {
 };
 const PER = arg('ranks-per-sidecar', 8);
 const SIDECARS = arg('sidecars', 128);
-const SECONDS = arg('seconds', 90);
-const INTERVAL = 5;
+const SECONDS = arg('seconds', 120);
+// Scrape and rule interval, s (Prometheus's usual 15 s): the 128 sidecars share this process's one core.
+const INTERVAL = arg('interval', 15);
 const STEP_MS = 200;
 
 const median = (xs) => {
@@ -69,7 +70,7 @@ async function sidecar(job, ranks, worldSize, slow) {
   }
   let seq = 0;
   let last = 0;
-  // Every second: the steps each rank ended since the last, then a tick (a sidecar ticks 4 times a second; once is enough here).
+  // Every 5 s: the steps each rank ended since the last, then a tick (a sidecar ticks 4 times a second; the scrapes read the latest).
   const feed = async () => {
     const now = Date.now() - started;
     const upTo = Math.floor(now / STEP_MS);
@@ -85,7 +86,7 @@ async function sidecar(job, ranks, worldSize, slow) {
     }
     await recorder.record({ t: 'tick', at: started + now });
   };
-  const timer = setInterval(() => void feed(), 1000);
+  const timer = setInterval(() => void feed(), 5000);
   return { port, app, stop: async () => (clearInterval(timer), await app.close()), steps: () => seq };
 }
 
@@ -133,6 +134,8 @@ const free = await new Promise((resolve) => {
 const promUrl = `http://127.0.0.1:${free}`;
 const sidecars = [];
 let prometheus;
+// Stopped early (Ctrl-C), Prometheus and the temp folder go too.
+for (const signal of ['SIGINT', 'SIGTERM']) process.once(signal, () => (prometheus?.kill('SIGTERM'), rmSync(dir, { recursive: true, force: true }), process.exit(130)));
 try {
   // The baseline: 16 ranks over 2 sidecars.
   const small = [];
@@ -185,6 +188,7 @@ try {
   const bigScrape = await scrapeFigures(big.slice(0, 16).map((s) => s.port));
   const promScrape = await (await fetch(`${promUrl}/api/v1/query?query=${encodeURIComponent('quantile(0.5, scrape_duration_seconds{pod=~"big-.*"})')}`)).json();
   const promSamples = await (await fetch(`${promUrl}/api/v1/query?query=${encodeURIComponent('quantile(0.5, scrape_samples_scraped{pod=~"big-.*"})')}`)).json();
+  const up = await (await fetch(`${promUrl}/api/v1/query?query=${encodeURIComponent('avg(avg_over_time(up{pod=~"big-.*"}[1h]))')}`)).json();
   const series = await (await fetch(`${promUrl}/api/v1/query?query=${encodeURIComponent('count({training_job="big"})')}`)).json();
   const bigReport = await reportMs('big', bigFrom);
   const result = {
@@ -197,6 +201,7 @@ try {
       ms_per_sidecar_prometheus: Math.round(Number(promScrape.data.result[0]?.value[1]) * 1e5) / 100,
       samples_per_sidecar: Number(promSamples.data.result[0]?.value[1]),
       series_per_rank: bigScrape.perRank,
+      scrapes_succeeded: Number(up.data.result[0]?.value[1]),
       job_series_in_prometheus: Number(series.data.result[0]?.value[1]),
       baseline_bytes_per_sidecar: smallScrape.bytes,
     },
