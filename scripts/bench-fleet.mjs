@@ -190,6 +190,12 @@ try {
   const promSamples = await (await fetch(`${promUrl}/api/v1/query?query=${encodeURIComponent('quantile(0.5, scrape_samples_scraped{pod=~"big-.*"})')}`)).json();
   const up = await (await fetch(`${promUrl}/api/v1/query?query=${encodeURIComponent('avg(avg_over_time(up{pod=~"big-.*"}[1h]))')}`)).json();
   const series = await (await fetch(`${promUrl}/api/v1/query?query=${encodeURIComponent('count({training_job="big"})')}`)).json();
+  // Each rule's own last evaluation time, the costliest first.
+  const groups = (await (await fetch(`${promUrl}/api/v1/rules`)).json()).data.groups;
+  const costliest = groups
+    .flatMap((g) => g.rules.map((r) => [r.name, Math.round(r.evaluationTime * 1e4) / 10]))
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, 8);
   const bigReport = await reportMs('big', bigFrom);
   const result = {
     sidecars: SIDECARS,
@@ -206,6 +212,7 @@ try {
       baseline_bytes_per_sidecar: smallScrape.bytes,
     },
     rules_ms: { baseline_16_ranks: median(smallRules), job_1024_ranks: median(bigRules), ratio: Math.round((median(bigRules) / median(smallRules)) * 10) / 10 },
+    costliest_rules_ms: Object.fromEntries(costliest),
     report_ms: { baseline_16_ranks: Math.round(smallReport), job_1024_ranks: Math.round(bigReport), ratio: Math.round((bigReport / smallReport) * 10) / 10 },
   };
   process.stdout.write(JSON.stringify(result, null, 2) + '\n');
