@@ -97,6 +97,7 @@ describe.skipIf(!!why)(`a job across three pods on a real Prometheus server${why
     const named = await last('training_job_rank:stepscope_straggler_excess_seconds:named5m{training_job="split"}');
     expect(named.map((s) => s.metric.rank)).toEqual(['5']);
     const excessMs = named[0]!.value * 1000;
+    if (process.env.STEPSCOPE_DEBUG_E2E) console.log(`PromQL excess ${excessMs.toFixed(2)} ms, the sidecar's ${reference.straggler!.excess_ms} ms`);
     expect(Math.abs(excessMs - reference.straggler!.excess_ms) / reference.straggler!.excess_ms, `PromQL ${excessMs} ms against the sidecar's ${reference.straggler!.excess_ms} ms`).toBeLessThan(0.05);
     // The rules' job verdict across pods, the one it held longest (as a summary's), is the whole sidecar's.
     const codes = await promRange(prometheus.url, 'training_job:stepscope_verdict_code:job{training_job="split"}', started, ended, 1);
