@@ -13,6 +13,9 @@ import { PROMETHEUS, promQuery, startPrometheus, WITHOUT_PROMETHEUS, type Promet
 import { PROMTOOL } from './support/promql.js';
 import { CLI, ROOT } from './support/sidecar.js';
 import { renderSummary } from '../src/outputs/summary-render.js';
+import { reportCharts } from '../src/outputs/report-html-charts.js';
+import { SummaryFileSchema } from '../src/outputs/summary-schema.js';
+import { parseInput } from '../src/protocol/parse.js';
 import { useTempDirs } from './support/temp-dirs.js';
 
 /**
@@ -180,6 +183,14 @@ describe.skipIf(!!why)(`the fleet and a job across pods, from a real Prometheus$
       missing_ranks: [4],
       missing_pods: [{ pod: 'p5', why: 'Prometheus could not scrape its sidecar for part of the range' }],
     });
+    // The run over time, for the report's charts: 500 ms steps, 100 ms of them data (its mean over the ranks' steps).
+    expect(summary.series).toMatchObject({ slice_s: 12, ranks_total: 4 });
+    expect(summary.series!.ranks.map((r) => r.rank)).toEqual([0, 1, 2, 3]);
+    const late = summary.series!.step_ms.length - 10;
+    expect([summary.series!.step_ms[late], summary.series!.phase_ms.data[late], summary.series!.steps[late]]).toEqual([500, 100, 4 * 2 * 12]);
+    expect(reportCharts(summary).length).toBeGreaterThan(0);
+    // It reads back as any summary file does (stepscope report, compare, --baseline).
+    expect(parseInput(SummaryFileSchema, summary, 'summary')).toEqual(summary);
     expect(renderSummary(summary)).toContain('Missing: rank 4 of 5; pod p5 (Prometheus could not scrape its sidecar for part of the range).');
   });
 

@@ -30,7 +30,7 @@ export interface RankTotals {
 export interface RankPoint {
   verdict: { verdict: Verdict; cause: Cause } | null;
   /** Its mean step and phase shares over the window ending there; null without steps in it. */
-  window: { step_ms_mean: number; breakdown: Record<Phase, number> } | null;
+  window: { step_ms_mean: number; breakdown: Record<Phase, number>; steps_per_s: number } | null;
 }
 
 export interface JobData {
@@ -162,7 +162,7 @@ export async function fetchJobData(client: PrometheusClient, query: JobQuery): P
       const seconds = rates.get(`sum\u0000${keyOf(metric, [])}`)?.get(t) ?? 0;
       const phaseRate = Object.fromEntries(PHASES.map((p) => [p, rates.get(`phase\u0000${keyOf({ ...metric, phase: p }, ['phase'])}`)?.get(t) ?? 0])) as Record<Phase, number>;
       const total = PHASES.reduce((a, p) => a + phaseRate[p], 0);
-      if (count > 0 && total > 0) own[i]!.window = { step_ms_mean: (seconds / count) * 1000, breakdown: Object.fromEntries(PHASES.map((p) => [p, phaseRate[p] / total])) as Record<Phase, number> };
+      if (count > 0 && total > 0) own[i]!.window = { step_ms_mean: (seconds / count) * 1000, breakdown: Object.fromEntries(PHASES.map((p) => [p, phaseRate[p] / total])) as Record<Phase, number>, steps_per_s: count };
     });
   }
   const pods = [...new Set([...ranks.values()].map((r) => r.pod))];

@@ -4,7 +4,8 @@ import type { TimelineSegment } from '../analysis/job-analysis.js';
 import { round } from '../model/round.js';
 import { findStraggler, type Straggler } from '../model/straggler.js';
 import type { Cause, Verdict } from '../analysis/verdict.js';
-import type { JobData, Phase, RankTotals } from './job-data.js';
+import type { JobData, Phase, RankPoint, RankTotals } from './job-data.js';
+import { pickRanks, type SummarySeries } from '../analysis/summary-series.js';
 
 /**
  * The summary a sidecar writes, made for a job across all its pods from what Prometheus holds
@@ -70,6 +71,32 @@ function dominant(segments: ReadonlyArray<{ verdict: Verdict; cause: Cause; seco
     if (!best || seconds > best.seconds) best = { verdict, cause, seconds };
   }
   return best ? { verdict: best.verdict, cause: best.cause, share: active > 0 ? round(best.seconds / active, 3) : null } : null;
+}
+
+/**
+ * The run over time for the report's charts, one slice a step of the range: steps, mean step time and
+ * ms a step in each phase over the window ending there, all ranks, and the ranks a sidecar's series
+ * would show (every one of a small job; of a big one the straggler, the slowest and the fastest).
+ */
+function seriesOf(data: JobData, straggler: number | null): SummarySeries {
+  const slices = data.times.map((_, i) => data.ranks.flatMap((r) => data.points.get(r.rank)![i]!.window ?? []));
+  const perStep = (pick: (w: NonNullable<RankPoint['window']>) => number) =>
+    slices.map((windows) => {
+      const steps = windows.reduce((a, w) => a + w.steps_per_s, 0);
+      return steps > 0 ? round(windows.reduce((a, w) => a + pick(w) * w.steps_per_s, 0) / steps, 3) : null;
+    });
+  const shown = pickRanks(new Map(data.ranks.map((r) => [r.rank, { steps: r.steps, durNs: r.stepSeconds * 1e9 }])), straggler);
+  return {
+    from: new Date(data.times[0]! * 1000).toISOString(),
+    slice_s: data.step,
+    steps: slices.map((windows) => Math.round(windows.reduce((a, w) => a + w.steps_per_s, 0) * data.step)),
+    step_ms: perStep((w) => w.step_ms_mean),
+    phase_ms: Object.fromEntries((['data', 'h2d', 'compute', 'other'] as const).map((p) => [p, perStep((w) => w.breakdown[p] * w.step_ms_mean)])) as SummarySeries['phase_ms'],
+    samples_per_s: slices.map(() => null),
+    ranks: shown.map((rank) => ({ rank, step_ms: data.points.get(rank)!.map((p) => (p.window ? round(p.window.step_ms_mean, 3) : null)) })),
+    ranks_total: data.ranks.length,
+    gpus: [],
+  };
 }
 
 export function jobSummary(data: JobData, gpuHourPrice: number | null = null, gpus: GpuSummary[] = []): Summary {
@@ -164,6 +191,7 @@ export function jobSummary(data: JobData, gpuHourPrice: number | null = null, gp
     step_ms: stepMs(data.ranks),
     samples_per_s: sampled.length && durationS > 0 ? round(samples / durationS, 1) : null,
     ranks,
+    series: seriesOf(data, main?.latest.rank ?? null),
     straggler: main ? { ...main.latest, seconds: round(main.seconds, 1) } : null,
     timeline,
     gpus,
