@@ -41,6 +41,11 @@ describe('stepscope merge', () => {
     expect(merged.step_ms.mean!).toBeCloseTo(whole!.step_ms.mean!, 0);
     expect(parseInput(SummaryFileSchema, merged, 'summary')).toEqual(merged);
     expect(merged.job_wide).toEqual({ from: 'summaries', pods: [{ pod: 'pod-a', ranks: [0] }, { pod: 'pod-b', ranks: [1] }], missing_ranks: [], missing_pods: [] });
+    // The charts' series: the pods' steps add up to the one sidecar's, each rank's own line kept.
+    const total = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
+    expect(total(merged.series!.steps)).toBe(total(whole!.series!.steps));
+    expect(merged.series!.ranks.map((r) => r.rank)).toEqual([0, 1]);
+    expect(merged.series!.gpus.length).toBe(whole!.series!.gpus.length);
     // GPU time lost adds up over the pods to what the one sidecar counted.
     expect(merged.waste!.lost_gpu_seconds).toBeCloseTo(whole!.waste!.lost_gpu_seconds, -1);
     const text = renderSummary(merged);

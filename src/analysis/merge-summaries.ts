@@ -5,6 +5,7 @@ import { listLimiters, type LimiterCost } from './limiters.js';
 import { headline, type GpuSummary, type JobWide, type RankSummary, type StepMs, type Summary } from './summary.js';
 import { LIMITER_BARS, VERDICTS, type Cause, type Verdict } from './verdict.js';
 import type { TimelineSegment } from './job-analysis.js';
+import { pickRanks, type SummarySeries } from './summary-series.js';
 import type { Waste, WasteEntry } from './waste.js';
 
 /**
@@ -120,6 +121,43 @@ function mergeLimiters(parts: readonly PodSummary[], held: Limiter | null): Limi
   return listLimiters(costs, LIMITER_BARS, held);
 }
 
+/**
+ * The pods' series as one, where they slice time alike (each sidecar doubles its slice as its run
+ * grows, so pods of one job mostly agree): steps and samples added, times weighted by the steps, the
+ * ranks a sidecar would show picked again over the job. Absent where they do not agree.
+ */
+function mergeSeries(parts: readonly PodSummary[], ranks: readonly RankSummary[], straggler: number | null): SummarySeries | undefined {
+  const all = parts.flatMap((p) => (p.summary.series ? [p.summary.series] : []));
+  if (all.length !== parts.length || new Set(all.map((s) => s.slice_s)).size !== 1) return undefined;
+  const slice = all[0]!.slice_s;
+  const from = Math.min(...all.map((s) => Date.parse(s.from)));
+  const offsets = all.map((s) => Math.round((Date.parse(s.from) - from) / 1000 / slice));
+  const length = Math.max(...all.map((s, i) => offsets[i]! + s.steps.length));
+  const at = <T,>(values: readonly T[], i: number, pod: number): T | undefined => values[i - offsets[pod]!];
+  const steps = Array.from({ length }, (_, i) => sum(all.map((s, pod) => at(s.steps, i, pod) ?? 0)));
+  const byStep = (pick: (s: SummarySeries) => Array<number | null>) =>
+    Array.from({ length }, (_, i) => roundOrNull(weighted(all.map((s, pod) => at(pick(s), i, pod) ?? null), all.map((s, pod) => at(s.steps, i, pod) ?? 0))));
+  const samples = Array.from({ length }, (_, i) => {
+    const values = all.map((s, pod) => at(s.samples_per_s, i, pod) ?? null).filter((v): v is number => v !== null);
+    return values.length ? round(sum(values), 1) : null;
+  });
+  const shown = new Set(pickRanks(new Map(ranks.map((r) => [r.rank, { steps: r.steps, durNs: r.steps * (r.step_ms.mean ?? 0) * 1e6 }])), straggler));
+  const pad = (values: Array<number | null>, pod: number) => Array.from({ length }, (_, i) => at(values, i, pod) ?? null);
+  return {
+    from: new Date(from).toISOString(),
+    slice_s: slice,
+    steps,
+    step_ms: byStep((s) => s.step_ms),
+    phase_ms: { data: byStep((s) => s.phase_ms.data), h2d: byStep((s) => s.phase_ms.h2d), compute: byStep((s) => s.phase_ms.compute), other: byStep((s) => s.phase_ms.other) },
+    samples_per_s: samples,
+    ranks: all.flatMap((s, pod) => s.ranks.filter((r) => shown.has(r.rank)).map((r) => ({ rank: r.rank, step_ms: pad(r.step_ms, pod) }))).sort((a, b) => a.rank - b.rank),
+    ranks_total: ranks.length,
+    gpus: all.flatMap((s, pod) =>
+      s.gpus.map((g) => ({ ...g, util_pct: pad(g.util_pct, pod), sm_clock_pct: pad(g.sm_clock_pct, pod), power_w: pad(g.power_w, pod), temp_c_max: pad(g.temp_c_max, pod), mem_used_mib_max: pad(g.mem_used_mib_max, pod), throttled: pad(g.throttled, pod) })),
+    ),
+  };
+}
+
 /** Each rank's GPU clock share, from the GPUs its pod matched it to (null where none was). */
 function clockOf(part: PodSummary, rank: number): number | null {
   return part.summary.gpus.find((g: GpuSummary) => g.ranks.includes(rank))?.sm_clock_frac_mean ?? null;
@@ -191,6 +229,7 @@ export function mergeSummaries(parts: readonly PodSummary[], missingPods: JobWid
   const leadPart = lead === null ? null : parts[lead]!;
   const ownStraggler = leadPart?.summary.straggler?.rank === found?.rank ? leadPart?.summary.straggler : null;
   const wasteLedgers = parts.flatMap((p) => (p.summary.waste ? [p.summary.waste] : []));
+  const series = mergeSeries(parts, ranks, found?.rank ?? null);
   const stops = parts.flatMap((p, i) => (p.summary.stops ?? []).map((stop) => ({ ...stop, since_s: round(stop.since_s + offsets[i]!, 2) }))).sort((a, b) => a.since_s - b.since_s);
   return {
     schema: parts[0]!.summary.schema,
@@ -235,6 +274,7 @@ export function mergeSummaries(parts: readonly PodSummary[], missingPods: JobWid
     ...(stops.length ? { stops } : {}),
     limiters,
     causes: ordered.find((p) => p.summary.verdict === verdict)?.summary.causes ?? [],
+    ...(series ? { series } : {}),
     job_wide: jobWide,
   };
 }
