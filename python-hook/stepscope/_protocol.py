@@ -81,6 +81,7 @@ def hello(identity: dict, env: dict, wall_ns: int, mono_ns: int, *, acked: int =
         message["resume"] = resume
     message["heartbeat_ms"] = HEARTBEAT_MS
     message["capture"] = True
+    message["profile"] = True
     if proc_start is not None:
         message["proc_start"] = min(max(int(proc_start), 0), MAX_INT)
     return _msgpack.packb(message)
@@ -101,6 +102,16 @@ def stack(request_id: int, at_ns: int, last_seq: int, where: dict) -> bytes:
     message = {"v": VERSION, "type": "stack", "id": min(max(int(request_id), 0), MAX_INT), "at_ns": max(0, min(int(at_ns), MAX_INT)), "last_seq": min(max(int(last_seq), 0), MAX_INT)}
     message.update(where)
     return _msgpack.packb(message)
+
+
+def profile_chunk(request_id: int, seq: int, last: bool, data: bytes) -> bytes:
+    """A part of the gzipped Chrome trace answering a `profile` request."""
+    return _msgpack.packb({"v": VERSION, "type": "profile", "id": min(max(int(request_id), 0), MAX_INT), "seq": seq, "last": last, "data": data})
+
+
+def profile_refused(request_id: int, reason: str) -> bytes:
+    """Why a `profile` request got no trace."""
+    return _msgpack.packb({"v": VERSION, "type": "profile", "id": min(max(int(request_id), 0), MAX_INT), "seq": 0, "last": True, "error": str(reason)[:256]})
 
 
 def env_update(env: dict) -> bytes:
@@ -268,8 +279,13 @@ def parse_server_message(payload: bytes) -> dict:
         capture = message.get("capture")
         if capture is not None and not isinstance(capture, dict):
             raise ProtocolError("welcome.capture is not a map")
-    if kind == "capture":
+    if kind in ("capture", "profile"):
         request = message.get("id")
         if type(request) is not int or request < 0:
-            raise ProtocolError("capture.id is not a non-negative integer")
+            raise ProtocolError("%s.id is not a non-negative integer" % kind)
+    if kind == "profile":
+        for key in ("steps", "max_bytes", "chunk_bytes"):
+            value = message.get(key)
+            if type(value) is not int or value < 1:
+                raise ProtocolError("profile.%s is not a positive integer" % key)
     return message

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from . import _cuda, _env, _log, _stack
+from . import _cuda, _env, _flops, _log, _stack
 from ._sender import Sender
 
 __all__ = ["Scope", "PHASES", "CloseResult"]
@@ -223,11 +223,14 @@ class Scope:
         self._disabled = disabled if connection is None else None
         self._on_close = None  # the zero-code path ends the step it holds back (stepscope._auto)
         self._stack_watcher = None  # the stack and compile groups, polled by the sender thread
+        self._flops_from = None  # "user" or "flop_counter" once a step's FLOPs are known
+        self._profiling = None  # a torch.profiler window the sidecar asked for (stepscope._profile)
         if connection is not None:
             self._stack_watcher = _stack.Watcher(connection.get("env") or {})
             self._sender = Sender(self._queue, self._wake, tick=self._background_tick, **connection)
             # The thread that makes the scope is the one that trains: a `capture` reads its stack.
             self._sender.training_thread = threading.get_ident()
+            self._sender.on_profile = self._profile_request
             self._sender.start()
 
     # --- public API ----------------------------------------------------------
@@ -254,6 +257,42 @@ class Scope:
         """End the current step; ``samples`` (an int) is how many samples it processed."""
         self._provisional = self._batch_in_step = False
         self._end_step(_now(), samples)
+
+    def set_flops_per_step(self, flops) -> bool:
+        """The FLOPs of one training step of this rank (forward, backward and optimizer), for MFU.
+        Overrides a count by ``count_flops``; a value that is not a positive number up to 1e22 is
+        refused with a warning (False)."""
+        value = _flops.valid_flops(flops)
+        if value is None:
+            _log.warn_once("flops-value", "set_flops_per_step(%r) ignored: give the FLOPs of one step, a number above 0 and up to 1e22" % (flops,))
+            return False
+        self._send_flops(value, "user")
+        return True
+
+    def count_flops(self):
+        """``with scope.count_flops():`` around one step's work counts its FLOPs once with
+        torch.utils.flop_counter (that step runs slower); later uses, or after
+        ``set_flops_per_step``, do nothing."""
+        if self._flops_from is not None:
+            return _flops.NULL
+        self._flops_from = "counting"
+        return _flops.Counter(self._counted, self._count_again)
+
+    def _count_again(self):
+        if self._flops_from == "counting":
+            self._flops_from = None
+
+    def _counted(self, flops):
+        value = _flops.valid_flops(flops)
+        if value is None:
+            _log.warn_once("flops", "FLOPs not counted: the counter saw no floating-point work in the step (%r); MFU not measured" % (flops,))
+        elif self._flops_from != "user":
+            self._send_flops(value, "flop_counter")
+
+    def _send_flops(self, value, source):
+        self._flops_from = source
+        if self._sender is not None:
+            self._sender.add_env({"model": {"flops_per_step": value, "flops_from": source}})
 
     def stats(self) -> dict:
         """Delivery counters, for tests and diagnostics."""
@@ -351,10 +390,33 @@ class Scope:
                     self._gpu_off()  # sending stopped for good: nothing will read the events
             data.total = h2d.total = compute.total = 0
             self._start = t
+            if self._profiling is not None:
+                self._profile_step()
             if len(queue) == _WAKE_AT:
                 self._wake.set()
         except Exception:
             self._internal_error()
+
+    def _profile_request(self, window):
+        """Sender thread: the window starts at the training thread's next step end; or why not."""
+        if self._profiling is not None:
+            return "a capture is already being recorded"
+        self._profiling = window
+        return None
+
+    def _profile_step(self):
+        """Training thread, at a step end: start, count or stop the window (never raises)."""
+        window = self._profiling
+        try:
+            done = window.step()
+        except Exception as exc:
+            window.fail(exc)
+            done = True
+        if done:
+            self._profiling = None
+            sender = self._sender
+            if sender is not None:
+                sender.profile_done(window)
 
     def _phase_slow(self, name):
         try:
@@ -573,6 +635,12 @@ class _ForkedScope(Scope):
 
     def step(self, samples=None):
         pass
+
+    def set_flops_per_step(self, flops) -> bool:
+        return False
+
+    def count_flops(self):
+        return _flops.NULL
 
     def stats(self) -> dict:
         stats = _idle_stats(None)

@@ -18,7 +18,7 @@ import random
 import threading
 import time
 
-from . import _log, _protocol, _where
+from . import _profile, _log, _protocol, _where
 from ._counters import CounterSchedule
 from ._protocol import ProtocolError
 from ._ws import OP_BINARY, BadURL, ConnectionClosed, HandshakeError, ResolveError, WebSocket, WebSocketError, redact_url
@@ -83,6 +83,8 @@ class Sender:
         self._heartbeat_s = None  # from welcome: send a heartbeat when nothing went out for this long
         self._last_sent = 0.0
         self._capture = None  # a `capture` request waiting for its answer
+        self.on_profile = None  # the scope's: takes a profile window, or says why not
+        self._profiles = collections.deque()  # windows done (or refused), to export and send
         self._deep = False  # welcome.capture.deep: every thread's whole stack, and more of it
         self._still = _where.Stillness()
         self._last_end_ns = None  # hook clock end of the newest step collected
@@ -406,6 +408,8 @@ class Sender:
             self._send_rows(ws)
             if self._capture is not None:
                 self._send_stack(ws)
+            if self._profiles:
+                self._send_profile(ws)
             for source, samples in self._counters.take():
                 ws.send_binary(_protocol.counters(source, samples))
             if self._heartbeat_s is not None and time.monotonic() - self._last_sent >= self._heartbeat_s:
@@ -433,6 +437,39 @@ class Sender:
                 self._end_acked = True
         elif kind == "capture":
             self._capture = message["id"]
+        elif kind == "profile":
+            self._take_profile(message)
+
+    def _take_profile(self, message: dict) -> None:
+        """A `profile` request: handed to the training thread's next step end, or refused with why."""
+        window = _profile.Window(message["id"], message["steps"], message["max_bytes"], message["chunk_bytes"])
+        if not 1 <= window.steps <= _profile.MAX_STEPS:
+            window.error = "steps=%d: a window holds 1 to %d steps" % (window.steps, _profile.MAX_STEPS)
+        elif self.on_profile is None:
+            window.error = "this process times no steps"
+        else:
+            window.error = self.on_profile(window)
+        if window.error is not None:
+            self._profiles.append(window)
+
+    def profile_done(self, window) -> None:
+        """Training thread: a window ended (or failed); the sender thread exports and sends it."""
+        self._profiles.append(window)
+        self._wake.set()
+
+    def _send_profile(self, ws: WebSocket) -> None:
+        window = self._profiles.popleft()
+        if window.error is None:
+            try:
+                chunks = _profile.trace_chunks(window)
+            except Exception as exc:
+                window.error = "the trace could not be written: %s: %s" % (type(exc).__name__, str(exc)[:200])
+        if window.error is not None:
+            ws.send_binary(_protocol.profile_refused(window.id, window.error))
+        else:
+            for i, chunk in enumerate(chunks):
+                ws.send_binary(_protocol.profile_chunk(window.id, i, i == len(chunks) - 1, chunk))
+        self._last_sent = time.monotonic()
 
     def _apply_ack(self, ack: int) -> None:
         if ack > self.ack_seq:

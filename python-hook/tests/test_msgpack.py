@@ -118,7 +118,7 @@ class CrossCheckTest(unittest.TestCase):
             _protocol.hello({"job": "j", "rank": 0}, {"python": "3"}, 10**18, 5),
             msgpack.packb(
                 {"v": 1, "type": "hello", "job": "j", "rank": 0, "clock": {"wall_ns": 10**18, "mono_ns": 5},
-                 "env": {"python": "3"}, "acked": 0, "heartbeat_ms": 1000, "capture": True}
+                 "env": {"python": "3"}, "acked": 0, "heartbeat_ms": 1000, "capture": True, "profile": True}
             ),
         )
 

@@ -92,7 +92,7 @@ class FramesTest(unittest.TestCase):
     def test_hello_env_end(self):
         hello = _msgpack.unpackb(_protocol.hello({"job": "j", "rank": 0}, {"a": 1}, 5, 6))
         self.assertEqual(hello, {"v": 1, "type": "hello", "job": "j", "rank": 0, "clock": {"wall_ns": 5, "mono_ns": 6},
-                                 "env": {"a": 1}, "acked": 0, "heartbeat_ms": 1000, "capture": True})
+                                 "env": {"a": 1}, "acked": 0, "heartbeat_ms": 1000, "capture": True, "profile": True})
         self.assertEqual(_msgpack.unpackb(_protocol.env_update({"b": 2})), {"v": 1, "type": "env", "env": {"b": 2}})
         self.assertEqual(_msgpack.unpackb(_protocol.end("exit")), {"v": 1, "type": "end", "reason": "exit"})
 

@@ -19,6 +19,8 @@ import { rankList } from '../model/stall.js';
 import { isStop } from '../model/verdict.js';
 import type { FixEstimate } from './fix-estimate.js';
 import type { LimiterCost } from './limiters.js';
+import { mfuOf, pctText, type Mfu } from './mfu.js';
+import type { CaptureRecord } from '../protocol/profile.js';
 
 export const SUMMARY_SCHEMA = 'stepscope.summary/v1';
 
@@ -107,6 +109,10 @@ export interface Summary {
   limiters?: LimiterCost[];
   /** The verdict's causes, by what fixing each would buy (from its evidence). Absent in summaries before it. */
   causes?: FixEstimate[];
+  /** MFU, where a hook gave the FLOPs of a step: the ranks' mean and each rank's. Absent where none did. */
+  mfu?: SummaryMfu;
+  /** Deep captures (torch.profiler windows) asked for while the run stepped; the sidecar adds them. Absent where none was. */
+  captures?: CaptureRecord[];
   /** Present where the summary is a job's across its pods (`stepscope merge`, `report --prometheus`): where from, what is missing. */
   job_wide?: JobWide;
 }
@@ -121,6 +127,29 @@ export interface JobWide {
   missing_ranks: number[];
   /** Pods that gave nothing for the job (a folder without its summary, a sidecar not scraped), with why. */
   missing_pods: Array<{ pod: string; why: string }>;
+}
+
+export interface SummaryMfu {
+  /** The mean over the ranks it was measured on; null: not measured (text says why). */
+  mfu: number | null;
+  text: string;
+  ranks: Array<Mfu & { rank: number }>;
+}
+
+/** Each rank's MFU over its median step, on the GPU it ran on; null where no hook gave FLOPs. */
+function summaryMfu(job: JobSnapshot, ranks: readonly RankSummary[], gpus: readonly GpuSummary[]): SummaryMfu | null {
+  const measured = ranks.flatMap((rank) => {
+    const env = job.ranks.find((r) => r.rank === rank.rank)?.env ?? {};
+    const mfu = mfuOf(env, gpus.find((g) => g.ranks.includes(rank.rank))?.name ?? null, rank.step_ms.p50);
+    return mfu ? [{ rank: rank.rank, ...mfu }] : [];
+  });
+  if (measured.length === 0) return null;
+  const values = measured.filter((r) => r.mfu !== null);
+  if (values.length === 0) return { mfu: null, text: measured[0]!.text, ranks: measured };
+  const mean = round(values.reduce((a, r) => a + r.mfu!, 0) / values.length, 4);
+  const first = values[0]!;
+  const over = values.length < ranks.length ? ` on ${values.length} of ${ranks.length} ranks` : '';
+  return { mfu: mean, text: `${pctText(mean)} MFU (${first.dtype} peak ${first.peak_tflops} TFLOP/s, ${first.gpu})${over}`, ranks: measured };
 }
 
 /** `cores_per_gpu`: the node's logical cores over the GPUs the job's ranks ran on; null where either is unknown. */
@@ -201,11 +230,12 @@ export function stopSentence(stop: SummaryStop): string {
   return `${head}${stop.text ? `: ${stop.text}` : ''}.`;
 }
 
-export function headline(verdict: Verdict, cause: Cause, share: number | null, evidence: Evidence | null, steps: number, limiters: readonly LimiterCost[], stopped = false): string {
+export function headline(verdict: Verdict, cause: Cause, share: number | null, evidence: Evidence | null, steps: number, limiters: readonly LimiterCost[], stopped = false, mfu: SummaryMfu | null = null): string {
   if (steps === 0) return 'No steps were received.';
   const name = verdict;
   const held = share === null ? '' : ` for ${Math.round(share * 100)}% of ${stopped ? 'its stepping time' : 'the job'}`;
-  const because = cause ? ` (${cause})` : '';
+  // "Compute-bound at 31% MFU (bf16 peak 989 TFLOP/s, H100 SXM) for 97% of the job: …"
+  const because = `${cause ? ` (${cause})` : ''}${mfu?.mfu != null ? ` at ${mfu.text}` : ''}`;
   const rule = evidence ? `: ${evidence.rule}` : '';
   const also = alsoCosting(limiters, verdict);
   return `${name[0]!.toUpperCase()}${name.slice(1)}${because}${held}${rule}.${also ? ` ${also}` : ''}`;
@@ -264,7 +294,9 @@ export function buildSummary({ job, views, analysis, gpus, at, gpuHourPrice = nu
       };
     });
   const totalDur = totals.durNs;
-  const usual = headline(verdict, cause, share, evidence, job.steps, limiters, lead !== null);
+  const summaryGpus = gpus.map((gpu) => withOtherProcesses(gpu, new Set(job.ranks.map((r) => r.pid))));
+  const mfu = summaryMfu(job, ranks, summaryGpus);
+  const usual = headline(verdict, cause, share, evidence, job.steps, limiters, lead !== null, mfu);
   // Throughput while it stepped: a stop is in the wall time, not in what the job could do.
   const stoppedMs = analysis.stopEpisodes().reduce((total, episode) => total + (episode.verdict === 'stalled' ? 0 : Math.max(0, Math.min(episode.until, endedAt) - episode.since)), 0);
   const steppingS = Math.max(0, job.duration_s - stoppedMs / 1000);
@@ -294,7 +326,7 @@ export function buildSummary({ job, views, analysis, gpus, at, gpuHourPrice = nu
     ranks,
     straggler,
     timeline,
-    gpus: gpus.map((gpu) => withOtherProcesses(gpu, new Set(job.ranks.map((r) => r.pid)))),
+    gpus: summaryGpus,
     env: (job.ranks[0]?.env as Env | undefined) ?? {},
     recommendations,
     evidence,
@@ -303,6 +335,7 @@ export function buildSummary({ job, views, analysis, gpus, at, gpuHourPrice = nu
     ...(stops.length ? { stops } : {}),
     limiters,
     causes: (dominant?.judgement ?? current)?.causes ?? [],
+    ...(mfu ? { mfu } : {}),
   };
 }
 

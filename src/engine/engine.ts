@@ -12,6 +12,14 @@ import type { EngineConfig, JournalEntry } from './entries.js';
 import { freeze, historySeries, verdictState, windowFor, type EndedRun, type EngineSnapshot, type JobState, type RankTotals } from './snapshot.js';
 import { addPid, applyData, emptyWorld, type World } from './world.js';
 import { jobStopState, rankStallState } from './stops.js';
+import { mfuOf, type Mfu } from '../analysis/mfu.js';
+import type { RankWindow } from '../analysis/window.js';
+
+/** A rank's MFU over its window, on the GPU matched to it. */
+function rankMfu(env: Readonly<Record<string, unknown>>, window: RankWindow): { mfu?: Mfu } {
+  const mfu = mfuOf(env, window.gpu?.name ?? null, window.step_ms_mean);
+  return mfu ? { mfu } : {};
+}
 
 export const CHECKPOINT_FORMAT = 'stepscope.checkpoint/v1';
 
@@ -262,6 +270,7 @@ export class Engine {
           verdict: verdictState(analysis?.rankVerdict(rank.rank) ?? null),
           straggler: straggler?.rank === rank.rank,
           stall: job.ended ? null : rankStallState(analysis?.rankStall(rank.rank) ?? null, this.world.jobs.procOf(job.job, rank.rank)),
+          ...rankMfu(rank.env, jobWindows!.get(rank.rank)!),
         })),
       };
     });

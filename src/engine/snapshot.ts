@@ -16,6 +16,8 @@ import type { DurationCounts } from '../store/duration-counts.js';
 import type { JobSnapshot, RankSnapshot, RankView } from '../store/job-store.js';
 import type { StepSums } from '../store/step-buckets.js';
 import type { JobStopState, RankStallState } from '../protocol/stall-state.js';
+import type { Mfu } from '../protocol/state.js';
+import type { CaptureRecord } from '../protocol/profile.js';
 
 /**
  * What the engine publishes at each tick: one immutable reading of everything the outputs show.
@@ -40,6 +42,8 @@ export interface RankState extends RankSnapshot {
   straggler: boolean;
   /** Whether it steps, and where it is if it stopped (null where it was not judged: an ended run). */
   stall: RankStallState | null;
+  /** Its MFU over the window; absent where its hook gave no FLOP count. */
+  mfu?: Mfu | null;
 }
 
 export interface JobState extends Omit<JobSnapshot, 'ranks'> {
@@ -51,6 +55,8 @@ export interface JobState extends Omit<JobSnapshot, 'ranks'> {
   waste: Waste | null;
   /** While the job does not step (or the stop an ended run ended in): on whom it waits. */
   stop: JobStopState | null;
+  /** Its deep captures (the sidecar's, not the engine's: absent in a replay). */
+  captures?: CaptureRecord[];
 }
 
 /** Per rank, what /metrics reads beyond the state: running totals and the step-duration buckets. */

@@ -1,3 +1,4 @@
+import type { ProfileRequest } from '../protocol/profile.js';
 import type { Logger } from 'pino';
 import type { RawData, WebSocket } from 'ws';
 import { decode, encode } from '../protocol/codec.js';
@@ -187,7 +188,17 @@ export class HookConnection {
       case 'stack':
         this.ingest.stack(hello.session, message.frame).catch((error: Error) => this.fail(error));
         break;
+      case 'profile':
+        this.ingest.profile(hello, message.frame);
+        break;
     }
+  }
+
+  /** Asks the hook for a profiler window; false where its hello did not offer them. */
+  requestProfile(request: ProfileRequest): boolean {
+    if (this.hello?.profile !== true || this.closed) return false;
+    this.send(request);
+    return true;
   }
 
   /** Asks the hook where its training thread is (it answers with a `stack` frame). */

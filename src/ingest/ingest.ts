@@ -1,3 +1,4 @@
+import type { ProfileFrame, ProfileRequest } from '../protocol/profile.js';
 import type { GpuSample } from '../counters/types.js';
 import type { HostSample } from '../counters/host.js';
 import type { Engine } from '../engine/engine.js';
@@ -41,6 +42,11 @@ export { CLOCK_SANITY } from '../model/clock.js';
  * and apply it to the engine, and only then resolves the acknowledgement, so an acknowledged record
  * survives a SIGKILL, a full disk or a restart. A write that fails rejects (JournalRefused).
  */
+interface OpenConnection {
+  requestCapture(id: number): void;
+  requestProfile(request: ProfileRequest): boolean;
+}
+
 export class Ingest {
   readonly stats: IngestStats = {
     connections: 0,
@@ -62,7 +68,9 @@ export class Ingest {
   /** Secrets decided for sessions whose hello is still being written: a second hello must present them too. */
   private readonly minted = new Map<string, string>();
   /** Each session's open connection, to ask its hook for its stack. */
-  private readonly open = new Map<string, { requestCapture(id: number): void }>();
+  private readonly open = new Map<string, OpenConnection>();
+  /** Where `profile` chunks go (src/ingest/profiles.ts); none: they are dropped. */
+  onProfile: ((hello: Hello, frame: ProfileFrame) => void) | null = null;
   /** --stack-dumps: hooks send every thread's whole stack. */
   deepCaptures = false;
 
@@ -239,11 +247,11 @@ export class Ingest {
     };
   }
 
-  attach(session: string, connection: { requestCapture(id: number): void }): void {
+  attach(session: string, connection: OpenConnection): void {
     this.open.set(session, connection);
   }
 
-  detach(session: string, connection: { requestCapture(id: number): void }): void {
+  detach(session: string, connection: OpenConnection): void {
     if (this.open.get(session) === connection) this.open.delete(session);
   }
 
@@ -253,6 +261,18 @@ export class Ingest {
     if (!connection) return false;
     connection.requestCapture(id);
     return true;
+  }
+
+  /** Asks the session's hook for a profiler window: whether it could be asked (connected, and it offers them). */
+  requestProfile(session: string, request: ProfileRequest): 'sent' | 'not-connected' | 'not-offered' {
+    const connection = this.open.get(session);
+    if (!connection) return 'not-connected';
+    return connection.requestProfile(request) ? 'sent' : 'not-offered';
+  }
+
+  /** A chunk of a profiler window: not journaled (the trace is a file beside the journal). */
+  profile(hello: Hello, frame: ProfileFrame): void {
+    this.onProfile?.(hello, frame);
   }
 
   /** A heartbeat: the process is alive and its hook's thread runs. */

@@ -2,6 +2,7 @@ import type { Registry } from 'prom-client';
 import { counterFamily, gaugeFamily } from './metrics-family.js';
 import type { JobScrape, RankScrape, Scrape } from './metrics-scrape.js';
 import { limiterLevels, VERDICT_CODES, verdictStateSet } from './metrics-verdicts.js';
+import { speedupOf } from '../model/fix-value.js';
 
 /** Per job and rank: where step time goes, the verdicts, the straggler. */
 
@@ -168,6 +169,30 @@ export function registerJobFamilies(registry: Registry, scrape: () => Scrape): v
     *samples() {
       for (const job of scrape().jobs) {
         if (!job.ended && job.verdict) for (const { limiter, level } of limiterLevels(job.verdict.limiters)) yield [{ training_job: job.job, limiter }, level];
+      }
+    },
+  });
+
+  gaugeFamily(registry, {
+    name: 'stepscope_rank_mfu_ratio',
+    help: "Model FLOPs utilization over the rank's window: the FLOPs of a step (scope.set_flops_per_step, scope.count_flops) over its time, as a share of the GPU's dense datasheet peak for its dtype. Absent where not measured (no FLOP count, CPU, a GPU or dtype without a peak). Running jobs only.",
+    labelNames: ['training_job', 'rank'],
+    *samples() {
+      for (const { rank, labels } of eachRank(scrape())) if (rank.live?.mfu != null) yield [labels, rank.live.mfu];
+    },
+  });
+
+  gaugeFamily(registry, {
+    name: 'stepscope_potential_speedup_ratio',
+    help: "How many times as fast the job's steps would be with each cause of its verdict fixed: 1 / (1 - the share of step time the fix gives back), Amdahl; where that share is not measured, the bound from its limiter's whole share. Running jobs only.",
+    labelNames: ['training_job', 'cause'],
+    *samples() {
+      for (const job of scrape().jobs) {
+        if (job.ended || !job.verdict) continue;
+        for (const fix of job.verdict.causes) {
+          const speedup = speedupOf(fix.gain ?? fix.upto);
+          if (Number.isFinite(speedup)) yield [{ training_job: job.job, cause: fix.cause ?? fix.limiter }, speedup];
+        }
       }
     },
   });

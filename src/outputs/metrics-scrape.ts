@@ -31,6 +31,8 @@ export interface VerdictNow {
   cause: Cause;
   /** The limiters costing at least 5% of step time beside it. */
   limiters: VerdictState['limiters'];
+  /** Its causes, with what fixing each would buy. */
+  causes: VerdictState['causes'];
 }
 
 export interface RankScrape {
@@ -47,6 +49,8 @@ export interface RankScrape {
     /** Seconds since its last step ended, and whether it is stalled (null where not judged). */
     secondsSinceStep: number | null;
     stalled: boolean | null;
+    /** Its MFU over the window (0..1); null where not measured or no hook gave FLOPs. */
+    mfu: number | null;
   } | null;
 }
 
@@ -77,7 +81,7 @@ export interface Scrape {
   skipped: Record<string, number>;
 }
 
-const verdictNow = (held: VerdictState | null): VerdictNow | null => (held ? { verdict: held.verdict, cause: held.cause, limiters: held.limiters } : null);
+const verdictNow = (held: VerdictState | null): VerdictNow | null => (held ? { verdict: held.verdict, cause: held.cause, limiters: held.limiters, causes: held.causes } : null);
 
 export function readScrape(inputs: MetricsInputs): Scrape {
   const snapshot = inputs.snapshot();
@@ -108,6 +112,7 @@ export function readScrape(inputs: MetricsInputs): Scrape {
                   gpu: held.gpu,
                   secondsSinceStep: rank.stall?.no_step_s ?? null,
                   stalled: rank.stall ? rank.stall.state === 'stalled' : null,
+                  mfu: rank.mfu?.mfu ?? null,
                 },
           },
         ];

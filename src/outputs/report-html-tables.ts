@@ -2,6 +2,7 @@ import type { Summary } from '../analysis/summary.js';
 import { h, num, pct, table, withCause } from './report-html-text.js';
 import { nodeLine, otherProcessesLine, RANK_COLUMNS, rankCells } from './summary-text.js';
 import { LIMITER_WORDS } from '../model/costs.js';
+import { fixValue, fixValueText } from '../model/fix-value.js';
 
 /** The report's tables: what costs time, ranks, GPUs, the job's earlier runs, what to do, the environment. Pure. */
 
@@ -14,11 +15,25 @@ export function costs(s: Summary): string {
   const fixRows = causes.map((c) => [
     h(c.cause ?? LIMITER_WORDS[c.limiter]),
     c.gain === null ? `up to ${pct(c.upto)}: unknown, ${h(c.unknown ?? '')}` : pct(c.gain),
+    h(fixValueText(fixValue(c, s.waste ?? null, s.world_size)).replace(/^→ /, '') || 'n/a'),
     h(c.basis),
   ]);
   return `<section id="costs"><h2>What costs time</h2>${costRows.length ? table(['limiter', 'share of step time', 'level'], costRows, [1]) : ''}${
-    fixRows.length ? `<h3 style="margin-top:12px">What fixing each cause buys</h3>${table(['cause', 'step time back', 'rests on'], fixRows)}` : ''
+    fixRows.length ? `<h3 style="margin-top:12px">What fixing each cause buys</h3>${table(['cause', 'step time back', 'what it buys', 'rests on'], fixRows)}` : ''
   }</section>`;
+}
+
+/** The deep captures: each trace linked (relative to the report, both under --out), to open in Perfetto. */
+export function captures(s: Summary): string {
+  const list = s.captures ?? [];
+  if (!list.length) return '';
+  const rows = list.map((c) => [
+    String(c.rank),
+    String(c.steps),
+    h(c.reason === 'verdict' ? `on ${c.verdict ?? 'a verdict'}` : c.reason === 'regression' ? 'on a regression' : 'on demand'),
+    c.file ? `<a href="${h(c.file.split('/').map(encodeURIComponent).join('/'))}">${h(c.file)}</a>` : h(c.error ? `no trace: ${c.error}` : 'no answer'),
+  ]);
+  return `<section id="captures"><h2>Deep captures</h2><p class="note">torch.profiler windows, gzipped Chrome trace JSON: open them in https://ui.perfetto.dev.</p>${table(['rank', 'steps', 'why', 'trace'], rows, [0, 1])}</section>`;
 }
 
 export function ranks(s: Summary): string {

@@ -3,7 +3,7 @@ import { jobWideLine, stopLines } from './summary-text.js';
 import type { Verdict } from '../model/verdict.js';
 import { reportCharts, PHASE_COLOUR, type ChartSpec } from './report-html-charts.js';
 import { HEAD_SCRIPT, PAGE_CSS, PAGE_SCRIPT } from './report-html-page.js';
-import { advice, costs, environment, gpus, history, ranks } from './report-html-tables.js';
+import { advice, captures, costs, environment, gpus, history, ranks } from './report-html-tables.js';
 import { duration, h, num, pct, scriptJson, scriptText, table, withCause } from './report-html-text.js';
 
 /**
@@ -141,6 +141,7 @@ ${stops(summary)}
 ${regression(summary)}
 ${figures(summary)}
 ${costs(summary)}
+${captures(summary)}
 ${timeline(summary)}
 ${comparison(summary)}
 ${charts(specs)}

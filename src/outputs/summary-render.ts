@@ -5,6 +5,7 @@ import { leadingStop, wasteSentence, type Summary } from '../analysis/summary.js
 export type SummaryFormat = 'text' | 'md';
 
 import { fixText } from '../model/costs.js';
+import { fixValue, fixValueText } from '../model/fix-value.js';
 import { mdProse, mdText } from './markdown.js';
 import { jobWideLine, limitersLine, nodeLine, num, otherProcessesLine, pct, RANK_COLUMNS, rankCells, stopLines, withCause } from './summary-text.js';
 
@@ -49,6 +50,19 @@ export function renderSummary(summary: Summary, format: SummaryFormat = 'text'):
   out.push(`Step time: data ${pct(b.data)}, h2d ${pct(b.h2d)}, compute ${pct(b.compute)}, other ${pct(b.other)}.`);
   const costs = limitersLine(summary);
   if (costs) out.push(costs);
+  if (summary.mfu) {
+    const perRank = summary.mfu.ranks.length > 1 ? ` (${summary.mfu.ranks.map((r) => `rank ${r.rank}: ${r.mfu === null ? 'n/a' : pct(r.mfu)}`).join(', ')})` : '';
+    const first = summary.mfu.ranks[0]!;
+    const flops = first.flops_per_step >= 1e12 ? `${num(first.flops_per_step / 1e12, 2)} TFLOPs` : `${num(first.flops_per_step / 1e9, 2)} GFLOPs`;
+    const from = first.flops_from === 'flop_counter' ? 'counted by torch.utils.flop_counter' : first.flops_from === 'user' ? 'given by scope.set_flops_per_step' : 'from the hook';
+    const mfu = `MFU: ${summary.mfu.text.replace(/^MFU not measured: /, 'not measured: ').replace(/% MFU /, '% ')}${perRank}; ${flops} a step (${from}).`;
+    out.push(md ? prose(mfu) : mfu);
+  }
+  for (const capture of summary.captures ?? []) {
+    const what = `Deep capture ${capture.id} (rank ${capture.rank}, ${capture.steps} steps, ${capture.reason === 'verdict' ? `on ${capture.verdict ?? 'a verdict'}` : capture.reason === 'regression' ? 'on a regression' : 'on demand'}): `;
+    const line = what + (capture.file ? `${capture.file} (open it in https://ui.perfetto.dev)` : capture.error ? `no trace: ${capture.error}` : 'no answer');
+    out.push(md ? prose(line) : line);
+  }
   if (summary.gpu_breakdown) {
     const g = summary.gpu_breakdown;
     out.push(`On the GPU (CUDA events): h2d ${pct(g.h2d)}, compute ${pct(g.compute)}, idle between steps ${pct(g.idle)} of step time.`);
@@ -139,7 +153,10 @@ export function renderSummary(summary: Summary, format: SummaryFormat = 'text'):
   if (summary.causes?.length) {
     out.push('');
     out.push(heading('What fixing each cause buys'));
-    summary.causes.forEach((c, i) => out.push(`${i + 1}. ${fixText(c)}.`));
+    summary.causes.forEach((c, i) => {
+      const value = fixValueText(fixValue(c, summary.waste ?? null, summary.world_size));
+      out.push(`${i + 1}. ${fixText(c)}${value ? ` ${value}` : ''}.`);
+    });
   }
 
   out.push('');

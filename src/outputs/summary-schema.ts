@@ -3,9 +3,10 @@ import { SUMMARY_SCHEMA, type Summary } from '../analysis/summary.js';
 import { THROTTLE_REASON_NAMES } from '../model/gpu.js';
 import { EnvSchema } from '../protocol/hook-schema.js';
 import { RunRecordSchema } from '../protocol/runs.js';
+import { CaptureRecordSchema } from '../protocol/profile.js';
 import { SummaryStopSchema } from '../protocol/stall-state.js';
 import { Bool, Count, Keys, Nullable, Num, NumOrNull, OptionalKeys, Str, StrOrNull, Time } from '../protocol/schema.js';
-import { NodeInventorySchema, BreakdownSchema, CauseSchema, ComparisonSchema, EvidenceSchema, FixEstimateSchema, LimiterCostSchema, PHASES, RecommendationSchema, StragglerSchema, TimelineSegmentSchema, VerdictSchema, WasteSchema } from '../protocol/state.js';
+import { NodeInventorySchema, BreakdownSchema, CauseSchema, ComparisonSchema, EvidenceSchema, FixEstimateSchema, LimiterCostSchema, MfuSchema, PHASES, RecommendationSchema, StragglerSchema, TimelineSegmentSchema, VerdictSchema, WasteSchema } from '../protocol/state.js';
 
 /**
  * summary.json as read back (`stepscope report`, `compare`, `--baseline`, the run history): one
@@ -132,6 +133,17 @@ export const SummaryFileSchema = Type.Object({
   stops: Type.Optional(Type.Array(SummaryStopSchema, { description: 'where the run stopped stepping (it hung, a rank stalled or went), oldest first' })),
   limiters: Type.Optional(Type.Array(LimiterCostSchema, { description: "every limiter that cost the job at least 5% of its time, most costly first (its bound: the time-weighted mean of the windows' bounds)" })),
   causes: Type.Optional(Type.Array(FixEstimateSchema, { description: "the verdict's causes, by what fixing each would buy, most first" })),
+  mfu: Type.Optional(
+    Type.Object(
+      {
+        mfu: NumOrNull("the ranks' mean MFU (0..1); null: not measured"),
+        text: Str('"31% MFU (bf16 peak 989 TFLOP/s, H100 SXM)", or why it was not measured'),
+        ranks: Type.Array(Type.Composite([MfuSchema, Type.Object({ rank: Count('the rank') })])),
+      },
+      { description: "model FLOPs utilization over each rank's median step, where a hook gave the FLOPs of a step; absent where none did" },
+    ),
+  ),
+  captures: Type.Optional(Type.Array(CaptureRecordSchema, { description: 'deep captures (torch.profiler windows) asked for while the run stepped; absent where none was' })),
   job_wide: Type.Optional(JobWideSchema),
 });
 

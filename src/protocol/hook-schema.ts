@@ -51,6 +51,8 @@ const identity = {
   heartbeat_ms: Type.Optional(Type.Integer({ minimum: 100, maximum: 60_000 })),
   /** The hook answers `capture` requests with a `stack` frame. */
   capture: Type.Optional(Type.Boolean()),
+  /** The hook answers `profile` requests with a torch.profiler window (src/protocol/profile.ts). */
+  profile: Type.Optional(Type.Boolean()),
   /** The process's start in clock ticks after boot (/proc/self/stat): tells it from another process with the same pid. */
   proc_start: Type.Optional(Uint()),
 };

@@ -1,5 +1,6 @@
 import type { Static, TSchema } from '@sinclair/typebox';
 import { StackFrameSchema, type StackFrame } from './capture.js';
+import { profileDataProblem, ProfileFrameSchema, type ProfileFrame, type ProfileRequest } from './profile.js';
 import { parseCounterBatch, type CounterBatch } from './counters.js';
 import { EndFrame, ENV_LIMITS, EnvFrame, HelloFrame, MAX_ROWS_PER_FRAME, StepsFrame, type Env, type Hello } from './hook-schema.js';
 import { parseInput, shortly } from './parse.js';
@@ -82,14 +83,20 @@ export interface Stack {
   frame: StackFrame;
 }
 
-export type HookMessage = HelloMessage | EnvUpdate | Steps | End | Counters | Heartbeat | Stack;
+/** A chunk of a profiler window's trace, or why there is none (src/protocol/profile.ts). */
+export interface Profile {
+  type: 'profile';
+  frame: ProfileFrame;
+}
+
+export type HookMessage = HelloMessage | EnvUpdate | Steps | End | Counters | Heartbeat | Stack | Profile;
 
 export { MAX_ROWS_PER_FRAME };
 const DAY_NS = 86_400 * 1e9;
 // Phases are timed with separate clock reads, so their sum may exceed the step by a hair.
 const PHASE_SLACK_NS = 1e6;
 
-const MESSAGE_TYPES = ['hello', 'env', 'steps', 'end', 'counters', 'heartbeat', 'stack'] as const;
+const MESSAGE_TYPES = ['hello', 'env', 'steps', 'end', 'counters', 'heartbeat', 'stack', 'profile'] as const;
 type MessageType = (typeof MESSAGE_TYPES)[number];
 
 function isMessageType(type: unknown): type is MessageType {
@@ -152,6 +159,12 @@ export function parseHookMessage(value: unknown): HookMessage {
       return { type: 'heartbeat' };
     case 'stack':
       return { type: 'stack', frame: parseFrame(StackFrameSchema, frame, 'stack') };
+    case 'profile': {
+      const profile = parseFrame(ProfileFrameSchema, frame, 'profile');
+      const problem = profileDataProblem(profile);
+      if (problem) throw new ProtocolError(CloseCode.invalidPayload, problem);
+      return { type: 'profile', frame: profile };
+    }
   }
 }
 
@@ -193,6 +206,7 @@ function parseHello(frame: Static<typeof HelloFrame>): HelloMessage {
   if (frame.acked !== undefined) hello.acked = frame.acked;
   if (frame.heartbeat_ms !== undefined) hello.heartbeat_ms = frame.heartbeat_ms;
   if (frame.capture !== undefined) hello.capture = frame.capture;
+  if (frame.profile !== undefined) hello.profile = frame.profile;
   if (frame.proc_start !== undefined) hello.proc_start = frame.proc_start;
   return { type: 'hello', hello, resume: frame.resume ?? null };
 }
@@ -336,7 +350,7 @@ export interface Ack {
   end?: true;
 }
 
-export type SidecarMessage = Welcome | Ack | CaptureRequest;
+export type SidecarMessage = Welcome | Ack | CaptureRequest | ProfileRequest;
 
 export function sidecarFrame(message: SidecarMessage): Record<string, unknown> {
   return { v: PROTOCOL_VERSION, ...message };

@@ -1,5 +1,7 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { THROTTLE_REASON_NAMES } from '../model/gpu.js';
+import { PEAK_DTYPES } from '../model/gpu-peaks.js';
+import { CaptureRecordSchema } from './profile.js';
 import { STRAGGLER_REASONS } from '../model/straggler.js';
 import { CAUSES, LEVELS, LIMITERS, VERDICTS } from '../model/verdict.js';
 import { Bool, Count, CountsBy, Keys, Names, Nullable, Num, NumOrNull, OptionalKeys, Str, StrOrNull, Time } from './schema.js';
@@ -380,6 +382,21 @@ export const LimiterCostSchema = Type.Object(
   { description: 'a limiter that costs at least 5% of step time' },
 );
 
+export const MfuSchema = Type.Object(
+  {
+    mfu: NumOrNull("model FLOPs utilization: the step's FLOPs over its time, as a share of the GPU's dense peak for its dtype; null: not measured (see text)"),
+    flops_per_step: Num('FLOPs of one training step, from the hook (`model.flops_per_step`)'),
+    flops_from: StrOrNull('"flop_counter" (torch.utils.flop_counter on one step) or "user" (scope.set_flops_per_step)'),
+    step_ms: NumOrNull('the step time it is over, ms (live: the window mean; summary: the median step)'),
+    gpu: StrOrNull("the GPU model whose peak is used (the peak table's name), or the rank's GPU name where the table has none"),
+    dtype: Nullable(Type.Union(PEAK_DTYPES.map((d) => Type.Literal(d))), { description: "the dtype the step's math runs in, from the stack fingerprint (autocast's, else TF32 or FP32 by the matmul precision)" }),
+    peak_tflops: NumOrNull("the GPU's dense peak for that dtype, TFLOP/s (datasheet; src/model/gpu-peaks.ts)"),
+    text: Str('"31% MFU (bf16 peak 989 TFLOP/s, H100 SXM)", or "MFU not measured: <why>"'),
+  },
+  { description: "a rank's MFU, where its hook gave the FLOPs of a step" },
+);
+export type Mfu = Static<typeof MfuSchema>;
+
 export const FixEstimateSchema = Type.Object(
   {
     cause: CauseSchema,
@@ -527,6 +544,7 @@ export const RankStateSchema = Type.Object(
     verdict: Nullable(VerdictStateSchema, { description: "the rank's verdict; null before the first or once ended" }),
     straggler: Bool("it is the job's straggler"),
     stall: Type.Optional(Nullable(RankStallSchema, { description: 'whether it steps, and where it is if it stopped; null where it was not judged (an ended run); absent from older sidecars' })),
+    mfu: Type.Optional(Nullable(MfuSchema, { description: "its MFU over the window; null where its hook gave no FLOP count (scope.set_flops_per_step, scope.count_flops); absent from older sidecars" })),
   },
   { description: 'one rank of a job' },
 );
@@ -570,6 +588,7 @@ export const JobStateSchema = Type.Object(
     timeline: Type.Array(TimelineSegmentSchema, { description: "the job's verdicts over time, oldest first" }),
     baseline: Nullable(ComparisonSchema, { description: 'this run against the --baseline summary; null without --baseline' }),
     waste: Nullable(WasteSchema, { description: 'GPU time lost so far, by cause; null before the first verdict' }),
+    captures: Type.Optional(Type.Array(CaptureRecordSchema, { description: 'its deep captures (torch.profiler windows), oldest first; absent where none was asked for' })),
     stop: Type.Optional(Nullable(JobStopSchema, { description: 'while the job does not step (it hung, a rank stalled or went): on whom it waits; an ended run keeps the stop it ended in; null while it steps; absent from older sidecars' })),
   },
   { description: 'a training job' },

@@ -73,6 +73,8 @@ export function plainLine(view: WatchView, at: number): string {
   for (const gpu of job.gpus) out.push(gpuPart(gpu, multiNode));
   // Only what was measured: a line without memory, ledger or neighbours reads as before.
   const { notes } = job;
+  if (notes.mfu) out.push(pair('mfu', notes.mfu));
+  if (notes.fix) out.push(pair('fix', notes.fix));
   if (notes.memory) out.push(pair('memory', notes.memory));
   if (notes.waste) out.push(pair('waste', notes.waste));
   for (const others of notes.gpuOthers) out.push(pair('gpu_others', others));

@@ -103,7 +103,8 @@ export function startWatch(options: WatchOptions): Watching {
         const colour = !process.env.NO_COLOR && process.stdout.hasColors?.() === true;
         const stopRuns = pollRuns(store, urls, { token: options.token });
         const { runFullScreen } = await import('./ui/render.js');
-        await runFullScreen(store, colour, stop).finally(stopRuns);
+        const { askCapture } = await import('./capture-client.js');
+        await runFullScreen(store, colour, stop, (job) => askCapture(urls, job, options.token)).finally(stopRuns);
       } else {
         const printing = printPlain(store, out, options.plainEveryMs ?? 0);
         await Promise.race([stop, printing.closed]);

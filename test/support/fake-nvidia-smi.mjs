@@ -25,7 +25,9 @@
  *     "timeline": [           // changes keyed by seconds since t0, applied in order
  *       { "at": 1.0, "gpu": 0, "set": { "clocks.sm": 1100, "clocks_event_reasons.active": 64 } },
  *       { "at": 3.0, "gpu": 0, "set": { "clocks.sm": 1980, "clocks_event_reasons.active": 0 } }
- *     ],                      // "gpu" omitted: every GPU
+ *     ],                      // "gpu" omitted: every GPU; "when": "/path/cue" instead of "at": applied
+ *                             // once that file exists (a test cues a change when its job is ready,
+ *                             // which no clock can promise on a loaded machine)
  *     "exitAfterRounds": 3,   // loop mode: exit after printing this many rounds...
  *     "exitCode": 1,          // ...with this code (default 1)...
  *     "exitMessage": "...",   // ...after printing this line on stderr
@@ -38,7 +40,7 @@
  *                             // the fields asked for, in the format asked for; none without it
  *   }
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 
 const DEFAULT_GPU = {
   uuid: null, // derived from the index
@@ -142,7 +144,7 @@ function baseGpus(scenario) {
 function valuesAt(scenario, gpus, elapsedS) {
   const now = gpus.map((gpu) => ({ ...gpu }));
   for (const change of scenario.timeline ?? []) {
-    if (change.at > elapsedS) continue;
+    if (change.when !== undefined ? !existsSync(change.when) : change.at > elapsedS) continue;
     for (const gpu of now) {
       if (change.gpu !== undefined && change.gpu !== gpu.index) continue;
       for (const [field, value] of Object.entries(change.set)) gpu[canonical(field)] = value;

@@ -37,7 +37,7 @@ export function tempDir(prefix = 'stepscope-test-'): string {
  * the sidecar and whatever it started are killed before this rejects: a failed start leaves nothing
  * running. Registered with ./children.ts, so that it is killed at the end of the file at the latest.
  */
-export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv = {}, { listenTimeoutMs = 10_000 }: { listenTimeoutMs?: number } = {}): Promise<RunningSidecar> {
+export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv = {}, { listenTimeoutMs = 30_000 }: { listenTimeoutMs?: number } = {}): Promise<RunningSidecar> {
   const child = track(
     spawn(process.execPath, [CLI, 'serve', '--port', '0', ...args], {
       env: { ...process.env, ...env },
@@ -71,7 +71,7 @@ export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv =
   const spawnFailed = new Promise<never>((_resolve, reject) => child.once('error', (error) => reject(new Error(`sidecar could not be started: ${error.message}`))));
   spawnFailed.catch(() => undefined);
 
-  const waitForLog = (predicate: (line: LogLine) => boolean, timeoutMs = 10_000): Promise<LogLine> =>
+  const waitForLog = (predicate: (line: LogLine) => boolean, timeoutMs = 20_000): Promise<LogLine> =>
     new Promise((resolve, reject) => {
       const check = () => {
         const found = logs.find(predicate);
@@ -124,7 +124,7 @@ export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv =
   };
 }
 
-export async function waitFor<T>(probe: () => Promise<T | undefined | null | false> | T | undefined | null | false, timeoutMs = 10_000, intervalMs = 50): Promise<T> {
+export async function waitFor<T>(probe: () => Promise<T | undefined | null | false> | T | undefined | null | false, timeoutMs = 20_000, intervalMs = 50): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {

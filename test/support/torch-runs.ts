@@ -14,7 +14,12 @@ export interface SummaryRun {
  * runs. A verdict takes over without a hold, so that a run of a few seconds past its warm-up gets
  * one. The sidecar and the folder are gone when this returns, whatever happened.
  */
-export async function runWithSidecar(launch: (ingestUrl: string, out: string) => Promise<PythonRun[]>, args: string[] = []): Promise<SummaryRun> {
+export async function runWithSidecar(
+  launch: (ingestUrl: string, out: string) => Promise<PythonRun[]>,
+  args: string[] = [],
+  /** Called with the --out folder and its summary before both go: to record the run (STEPSCOPE_RECORD). */
+  keep?: (out: string, summary: any) => void,
+): Promise<SummaryRun> {
   const out = tempDir('stepscope-torch-');
   const sidecar = await startSidecar(['--gpu-source', 'none', '--out', out, '--exit-on-end', '--end-grace', '1', '--hold', '0', ...args]);
   try {
@@ -26,7 +31,9 @@ export async function runWithSidecar(launch: (ingestUrl: string, out: string) =>
     if (!exit) throw new Error(`the sidecar did not exit once the job ended; its log: ${JSON.stringify(sidecar.logs.slice(-5))}`);
     const file = path.join(out, 'summary.json');
     if (!existsSync(file)) throw new Error(`no summary.json; sidecar stderr: ${sidecar.stderr.join('')}`);
-    return { summary: JSON.parse(readFileSync(file, 'utf8')), runs };
+    const summary = JSON.parse(readFileSync(file, 'utf8'));
+    keep?.(out, summary);
+    return { summary, runs };
   } finally {
     await sidecar.stop('SIGKILL');
     rmSync(out, { recursive: true, force: true });

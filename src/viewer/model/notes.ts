@@ -1,5 +1,6 @@
 import type { RankState, Waste } from '../../protocol/state.js';
 import { processList } from '../../model/process-list.js';
+import { fixValue, fixValueText } from '../../model/fix-value.js';
 import type { Part } from './rows.js';
 
 /**
@@ -17,6 +18,10 @@ export interface Notes {
   gpuOthers: string[];
   /** Per node: "node-a: python3 (pid 4242) 5.1 cores, …", with what could not be seen. */
   cpuOthers: string[];
+  /** "MFU rank 0 31% (bf16 peak 989 TFLOP/s, H100 SXM), rank 1 …"; null where no hook gave a FLOP count. */
+  mfu?: string | null;
+  /** "fix contention: → 1.57× as fast; …": what fixing the job's first cause would buy; null without one. */
+  fix?: string | null;
 }
 
 const GIB = 1024 ** 3;
@@ -99,9 +104,26 @@ function cpuOthers(part: Part, prefix: string): string | null {
   return `${prefix}${names}${caveats.length ? ` (${caveats.join('; ')})` : ''}`;
 }
 
+function mfuLine(ranks: readonly RankState[]): string | null {
+  const measured = ranks.filter((r) => r.mfu);
+  if (measured.length === 0) return null;
+  return `MFU ${measured.map((r) => `rank ${r.rank} ${r.mfu!.text.replace(/^MFU not measured: /, 'not measured: ').replace(/% MFU /, '% ')}`).join(', ')}`;
+}
+
+function fixLine(parts: readonly Part[]): string | null {
+  const fix = parts.map((p) => p.job.verdict?.causes[0]).find((c) => c !== undefined);
+  const ranks = parts.reduce((n, p) => n + p.job.ranks.length, 0);
+  const waste = parts.map((p) => p.job.waste).find((w) => w != null) ?? null;
+  if (!fix) return null;
+  const text = fixValueText(fixValue(fix, waste, ranks));
+  return text ? `fixing ${fix.cause ?? fix.limiter}: ${text.replace(/^→ /, '')}` : null;
+}
+
 export function notesOf(parts: readonly Part[], ranks: readonly RankState[]): Notes {
   const multi = parts.length > 1;
   return {
+    mfu: mfuLine(ranks),
+    fix: fixLine(parts),
     memory: memoryLine(ranks),
     waste: wasteLine(parts.flatMap((p) => (p.job.waste ? [p.job.waste] : []))),
     gpuOthers: parts.flatMap((p) => gpuOthers(p, multi ? `${p.label} ` : '')),

@@ -37,14 +37,18 @@ function useStoreClock(store: WatchStore): number {
   return now;
 }
 
-export function App({ store, colour }: { store: WatchStore; colour: boolean }) {
+export function App({ store, colour, onCapture }: { store: WatchStore; colour: boolean; onCapture?: (job: string) => Promise<string> }) {
   const { exit } = useApp();
   const { isRawModeSupported } = useStdin();
   const now = useStoreClock(store);
   const { columns, rows } = useTerminalSize();
   const [showRuns, setShowRuns] = useState(false);
+  const [said, setSaid] = useState<string | null>(null);
   useInput(
     (input, key) => {
+      // A deep capture of the job shown: the answer stays on the footer line until the next.
+      const shown = store.view(Date.now()).job;
+      if ((input === 'c' || input === 'C') && onCapture && shown && !shown.ended) void onCapture(shown.id).then(setSaid, (error: Error) => setSaid(`no capture: ${error.message}`));
       if (input === 'q' || input === 'Q' || key.escape) exit();
       if (key.tab || input === 'n') store.nextJob(Date.now());
       if (input === 'r' || input === 'R') setShowRuns((shown) => !shown);
@@ -98,7 +102,7 @@ export function App({ store, colour }: { store: WatchStore; colour: boolean }) {
           ) : null}
         </Box>
         <Box flexShrink={0} flexDirection="column">
-          <Footer view={view} />
+          <Footer view={view} said={said} capture={onCapture !== undefined} />
         </Box>
       </Box>
     </ColourContext.Provider>

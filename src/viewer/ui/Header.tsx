@@ -44,11 +44,12 @@ function sourceText(source: SourceLine): { text: string; colour: string } {
   }
 }
 
-export function Footer({ view }: { view: WatchView }) {
+export function Footer({ view, said = null, capture = false }: { view: WatchView; said?: string | null; capture?: boolean }) {
   const more = view.jobs.length > 1 ? `  tab next job (${view.jobs.length})` : '';
   return (
     <Text wrap="truncate-end">
-      <Text inverse> q </Text> quit  <Text inverse> r </Text> runs{more}
+      <Text inverse> q </Text> quit  <Text inverse> r </Text> runs{capture ? <Text>  <Text inverse> c </Text> capture</Text> : null}{more}
+      {said ? `  │ ${said}` : ''}
       {view.sources.map((source) => {
         const { text, colour } = sourceText(source);
         return (
