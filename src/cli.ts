@@ -14,9 +14,12 @@ import { DEFAULT_JOURNAL_MAX_BYTES, serve, type ServeOptions } from './serve.js'
 import { STALL_DEFAULTS } from './analysis/stall.js';
 import { runReplay } from './replay-command.js';
 import { registerRunCommand } from './run-command.js';
+import { registerMergeCommand } from './merge-command.js';
+import { registerTopCommand } from './top-command.js';
 import { registerGateCommand } from './gate-command.js';
 import { VERSION } from './server.js';
 import { inertJson, inertText } from './protocol/terminal-text.js';
+import { parseTime } from './prometheus/time-arg.js';
 
 function integer(min: number, max: number) {
   return (value: string): number => {
@@ -211,12 +214,29 @@ program
 
 program
   .command('report')
-  .description('render an end-of-job summary again, as text, Markdown, JSON or a self-contained HTML page')
-  .argument('<summary>', 'a summary.json written by the sidecar, or the --out folder it is in')
+  .description("render an end-of-job summary again, as text, Markdown, JSON or a self-contained HTML page; or, with --prometheus, make a job's across all its pods")
+  .argument('[summary]', 'a summary.json written by the sidecar, or the --out folder it is in')
   .addOption(new Option('--format <format>', 'output format').choices(['text', 'md', 'json']).default('text'))
   .option('--html', 'write the HTML report: charts over the run, the verdict timeline, ranks, GPUs, the comparison and the advice, in one file that opens offline')
-  .option('-o, --output <file>', 'where --html writes (default: report.html beside the summary; - for stdout)')
-  .action(async (target: string, options: { format: 'text' | 'md' | 'json'; html?: boolean; output?: string }) => {
+  .option('-o, --output <file>', 'where --html writes (default: report.html beside the summary, or report-<job>.html here; - for stdout)')
+  .option('--prometheus <url>', "make the job's summary across all its pods from this Prometheus (or Thanos, Mimir) by range queries, with --job")
+  .option('--job <job>', 'the training_job to report on (with --prometheus)')
+  .option('--from <time>', 'start of the range: now, a duration back (6h), RFC 3339 or Unix seconds (with --prometheus)', (v: string) => parseTime(v), undefined)
+  .option('--to <time>', 'end of the range (default now)', (v: string) => parseTime(v), undefined)
+  .option('--step <seconds>', "the timeline's resolution (default: the range in about 300 steps)", seconds(1, 86_400))
+  .option('--window <seconds>', 'the window each step is judged over, as a sidecar\'s --window (default 60; at least two scrapes)', seconds(1, 86_400))
+  .option('--gpu-hour-price <price>', 'what a GPU-hour costs, to price the GPU time lost', price)
+  .option('--write <dir>', 'with --prometheus: also write summary.json, summary.md and report.html there, as a sidecar would')
+  .action(async (target: string | undefined, options: { format: 'text' | 'md' | 'json'; html?: boolean; output?: string; prometheus?: string; job?: string; from?: number; to?: number; step?: number; window?: number; gpuHourPrice?: number; write?: string }) => {
+    if (options.prometheus !== undefined) {
+      if (target !== undefined) throw new InvalidArgumentError('give a summary file or --prometheus, not both');
+      if (options.job === undefined) throw new InvalidArgumentError('--prometheus needs --job: the training_job to report on');
+      const to = options.to ?? Date.now() / 1000;
+      const { reportFromPrometheus } = await import('./report-prometheus.js');
+      await reportFromPrometheus({ ...options, prometheus: options.prometheus, job: options.job, to, from: options.from ?? to - 86_400 });
+      return;
+    }
+    if (target === undefined) throw new InvalidArgumentError('give a summary.json (or its folder), or --prometheus URL --job J');
     const file = await summaryFile(target);
     const summary = await readSummary(file);
     if (!options.html) {
@@ -316,6 +336,8 @@ program
   });
 
 registerRunCommand(program);
+registerMergeCommand(program);
+registerTopCommand(program);
 registerGateCommand(program);
 
 program

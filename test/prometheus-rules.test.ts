@@ -66,7 +66,7 @@ function recordedLabels(): Map<string, Set<string>> {
     // A level:metric:operations name says its labels in the level (training_job_cause: training_job, cause).
     const level = rule.record!.split(':')[0]!;
     const labels = new Set<string>();
-    for (const known of ['training_job', 'rank', 'verdict', 'cause']) if (level.includes(known)) labels.add(known);
+    for (const known of ['training_job', 'rank', 'verdict', 'cause', 'phase']) if (level.includes(known)) labels.add(known);
     recorded.set(rule.record!, labels);
   }
   return recorded;
@@ -229,10 +229,13 @@ describe('promtool', () => {
               ['{training_job="golden",rank="1"}', 4],
             ]),
             // The rank with the most excess is the one the sidecar calls the straggler.
-            // (its excess, in tenths of a ms: 4 ms against the median of 1 ms and 4 ms)
+            // Its excess, in tenths of a ms, is the sidecar's: 4 ms against the other rank's 1 ms.
             at('round(1e4 * topk by (training_job) (1, training_job_rank:stepscope_straggler_excess_seconds:mean5m)) and on (training_job, rank) stepscope_rank_straggler == 1', [
-              ['{training_job="golden",rank="1"}', 15],
+              ['{training_job="golden",rank="1"}', 30],
             ]),
+            at('round(1e4 * training_job_rank:stepscope_straggler_excess_seconds:named5m)', [['{training_job="golden",rank="1"}', 30]]),
+            // The job's verdict across pods is the sidecar's: its straggler's.
+            at('training_job:stepscope_verdict_code:job == on (training_job) stepscope_job_verdict_code', [['{training_job="golden"}', 1]]),
             at('round(training_job:stepscope_samples:rate5m)', [['{training_job="golden"}', 43]]),
           ],
         },

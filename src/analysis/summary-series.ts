@@ -325,7 +325,7 @@ export class RunSeries {
 }
 
 /** Every rank for a small job; for a big one the straggler, then the slowest and the fastest in turn. */
-function pickRanks(totals: Map<number, { steps: number; durNs: number }>, straggler: number | null): number[] {
+export function pickRanks(totals: Map<number, { steps: number; durNs: number }>, straggler: number | null): number[] {
   const ranks = [...totals.keys()];
   if (ranks.length <= SERIES_MAX_RANKS) return ranks.sort((a, b) => a - b);
   const mean = (rank: number) => totals.get(rank)!.durNs / Math.max(1, totals.get(rank)!.steps);

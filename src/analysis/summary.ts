@@ -113,6 +113,20 @@ export interface Summary {
   mfu?: SummaryMfu;
   /** Deep captures (torch.profiler windows) asked for while the run stepped; the sidecar adds them. Absent where none was. */
   captures?: CaptureRecord[];
+  /** Present where the summary is a job's across its pods (`stepscope merge`, `report --prometheus`): where from, what is missing. */
+  job_wide?: JobWide;
+}
+
+/** A job-wide summary put together from its pods' sidecars, and what it could not see. */
+export interface JobWide {
+  /** `summaries`: the pods' summary files (stepscope merge); `prometheus`: range queries. */
+  from: 'summaries' | 'prometheus';
+  /** Each pod (its summary's folder, or its sidecar's Prometheus instance) and the ranks it reported. */
+  pods: Array<{ pod: string; ranks: number[] }>;
+  /** Ranks below the world size that no pod reported. */
+  missing_ranks: number[];
+  /** Pods that gave nothing for the job (a folder without its summary, a sidecar not scraped), with why. */
+  missing_pods: Array<{ pod: string; why: string }>;
 }
 
 export interface SummaryMfu {
@@ -216,7 +230,7 @@ export function stopSentence(stop: SummaryStop): string {
   return `${head}${stop.text ? `: ${stop.text}` : ''}.`;
 }
 
-function headline(verdict: Verdict, cause: Cause, share: number | null, evidence: Evidence | null, steps: number, limiters: readonly LimiterCost[], stopped = false, mfu: SummaryMfu | null = null): string {
+export function headline(verdict: Verdict, cause: Cause, share: number | null, evidence: Evidence | null, steps: number, limiters: readonly LimiterCost[], stopped = false, mfu: SummaryMfu | null = null): string {
   if (steps === 0) return 'No steps were received.';
   const name = verdict;
   const held = share === null ? '' : ` for ${Math.round(share * 100)}% of ${stopped ? 'its stepping time' : 'the job'}`;

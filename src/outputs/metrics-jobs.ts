@@ -143,6 +143,16 @@ export function registerJobFamilies(registry: Registry, scrape: () => Scrape): v
     },
   });
 
+  // Static for a job and kept like its counters: what a job-wide report (report --prometheus) counts missing ranks against.
+  gaugeFamily(registry, {
+    name: 'stepscope_job_world_size',
+    help: 'Ranks in the job (WORLD_SIZE), over all its pods: a rank no sidecar reports is missing.',
+    labelNames: ['training_job'],
+    *samples() {
+      for (const job of scrape().jobs) yield [{ training_job: job.job }, job.worldSize];
+    },
+  });
+
   gaugeFamily(registry, {
     name: 'stepscope_job_verdict_code',
     help: "The job's verdict as a number (as in stepscope_rank_verdict_code). Running jobs only.",

@@ -57,6 +57,8 @@ export interface RankScrape {
 export interface JobScrape {
   job: string;
   ended: boolean;
+  /** Ranks in the job (WORLD_SIZE), whichever pods they run in. */
+  worldSize: number;
   verdict: VerdictNow | null;
   straggler: Straggler | null;
   ranks: RankScrape[];
@@ -88,6 +90,7 @@ export function readScrape(inputs: MetricsInputs): Scrape {
     (job): JobScrape => ({
       job: job.job,
       ended: job.ended,
+      worldSize: job.world_size,
       verdict: job.ended ? null : verdictNow(job.verdict),
       straggler: job.ended ? null : job.straggler,
       waste: job.waste,

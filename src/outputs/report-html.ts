@@ -1,5 +1,5 @@
 import { leadingStop, type Summary } from '../analysis/summary.js';
-import { stopLines } from './summary-text.js';
+import { jobWideLine, stopLines } from './summary-text.js';
 import type { Verdict } from '../model/verdict.js';
 import { reportCharts, PHASE_COLOUR, type ChartSpec } from './report-html-charts.js';
 import { HEAD_SCRIPT, PAGE_CSS, PAGE_SCRIPT } from './report-html-page.js';
@@ -42,7 +42,13 @@ function header(s: Summary): string {
     s.end_reason ? `ended: ${h(s.end_reason)}` : null,
   ].filter((x): x is string => x !== null);
   return `<header><h1>stepscope: ${h(s.job)}</h1><div class="meta">${facts.join(' · ')}</div>
-<p class="headline" style="--verdict:${VERDICT_COLOUR[s.verdict]}">${h(s.headline)}</p></header>`;
+<p class="headline" style="--verdict:${VERDICT_COLOUR[s.verdict]}">${h(s.headline)}</p>${wide(s)}</header>`;
+}
+
+/** A job-wide summary's pods and what is missing, under the headline. */
+function wide(s: Summary): string {
+  const line = jobWideLine(s);
+  return line ? `<p class="meta" id="job-wide">${h(line)}</p>` : '';
 }
 
 /** Where the run stopped stepping, first thing under the headline: the stop, the culprit's own code, the cost. */

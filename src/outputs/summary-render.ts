@@ -7,7 +7,7 @@ export type SummaryFormat = 'text' | 'md';
 import { fixText } from '../model/costs.js';
 import { fixValue, fixValueText } from '../model/fix-value.js';
 import { mdProse, mdText } from './markdown.js';
-import { limitersLine, nodeLine, num, otherProcessesLine, pct, RANK_COLUMNS, rankCells, stopLines, withCause } from './summary-text.js';
+import { jobWideLine, limitersLine, nodeLine, num, otherProcessesLine, pct, RANK_COLUMNS, rankCells, stopLines, withCause } from './summary-text.js';
 
 function table(format: SummaryFormat, header: string[], rows: string[][]): string[] {
   if (format === 'md') {
@@ -37,6 +37,9 @@ export function renderSummary(summary: Summary, format: SummaryFormat = 'text'):
   const lost = summary.waste ? wasteSentence(summary.waste) : null;
   if (lost) out.push(md ? `**${prose(lost)}**` : lost);
   out.push(md ? `**${prose(summary.headline)}**` : summary.headline);
+  // Pod names come from folders and Prometheus labels: inert in Markdown.
+  const wide = jobWideLine(summary);
+  if (wide) out.push(prose(wide));
   out.push('');
   const b = summary.breakdown;
   out.push(

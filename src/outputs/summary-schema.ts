@@ -87,6 +87,16 @@ const GpuSummarySchema = Type.Object({
   ),
 });
 
+const JobWideSchema = Type.Object(
+  {
+    from: Type.Union([Type.Literal('summaries'), Type.Literal('prometheus')], { description: 'summaries: stepscope merge; prometheus: report --prometheus' }),
+    pods: Type.Array(Type.Object({ pod: Str('its folder, or its sidecar\'s instance'), ranks: Type.Array(Count('a rank')) })),
+    missing_ranks: Type.Array(Count('a rank'), { description: 'ranks below the world size no pod reported' }),
+    missing_pods: Type.Array(Type.Object({ pod: Str('the pod'), why: Str('why it gave nothing') })),
+  },
+  { description: "a job's summary across its pods, and what it could not see" },
+);
+
 export const SummaryFileSchema = Type.Object({
   schema: Type.Literal(SUMMARY_SCHEMA),
   job: Str('the job'),
@@ -134,6 +144,7 @@ export const SummaryFileSchema = Type.Object({
     ),
   ),
   captures: Type.Optional(Type.Array(CaptureRecordSchema, { description: 'deep captures (torch.profiler windows) asked for while the run stepped; absent where none was' })),
+  job_wide: Type.Optional(JobWideSchema),
 });
 
 export type SummaryFile = Static<typeof SummaryFileSchema>;

@@ -3,6 +3,7 @@ import { stopSentence, type GpuSummary, type NodeSummary, type RankSummary, type
 import { limiterText } from '../model/costs.js';
 import { framesText } from '../protocol/capture.js';
 import type { SummaryStop } from '../protocol/stall-state.js';
+import { rankList } from '../model/stall.js';
 
 /** The words and figures a summary is shown with, one set for the text, Markdown and HTML renderings. */
 
@@ -69,4 +70,17 @@ export function stopLines(stop: SummaryStop): string[] {
 export function limitersLine(summary: Pick<Summary, 'limiters'>): string | null {
   if (!summary.limiters?.length) return null;
   return `Limiters (at least 5% of the time): ${summary.limiters.map(limiterText).join(', ')}.`;
+}
+
+/** "Across 3 pods (a: ranks 0, 1; b: ranks 2, 3; …). Missing: ranks 6, 7; pod c (no summary of the job)." Null for one sidecar's summary. */
+export function jobWideLine(s: Summary): string | null {
+  const wide = s.job_wide;
+  if (!wide) return null;
+  const from = wide.from === 'prometheus' ? 'from Prometheus' : 'from their summaries';
+  const pods = wide.pods.map((p) => `${p.pod}: rank${p.ranks.length === 1 ? '' : 's'} ${rankList(p.ranks)}`).join('; ');
+  const missing = [
+    ...(wide.missing_ranks.length ? [`rank${wide.missing_ranks.length === 1 ? '' : 's'} ${rankList(wide.missing_ranks)} of ${s.world_size}`] : []),
+    ...wide.missing_pods.map((p) => `pod ${p.pod} (${p.why})`),
+  ];
+  return `The job across ${wide.pods.length} pod${wide.pods.length === 1 ? '' : 's'}, ${from} (${pods}). ${missing.length ? `Missing: ${missing.join('; ')}.` : 'None missing.'}`;
 }
