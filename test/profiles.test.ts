@@ -83,7 +83,7 @@ describe('deep capture, the sidecar side', () => {
     expect(await askCapture([address.streamUrl], 'nobody', undefined)).toBe('no capture: no sidecar runs nobody');
   });
 
-  it('asks by itself when the run is in a regression, once within --capture-every', async () => {
+  it('asks by itself when the run falls into a regression, once for it, however long it lasts', async () => {
     const { side, captures, hook, later } = await setup('job-r');
     const snapshot = await side.tick();
     captures.onSnapshot(snapshot);
@@ -95,6 +95,32 @@ describe('deep capture, the sidecar side', () => {
     later(60_000);
     captures.onSnapshot(regressed);
     expect(captures.of('job-r')).toHaveLength(1);
+    // Past --capture-every, the same regression is not captured again: once an episode, not once every 10 min.
+    later(600_000);
+    captures.onSnapshot(regressed);
+    expect(captures.of('job-r')).toHaveLength(1);
+    // Cleared, then back: a new episode, captured.
+    captures.onSnapshot(snapshot);
+    captures.onSnapshot(regressed);
+    expect(captures.of('job-r').map((c) => c.reason)).toEqual(['regression', 'regression']);
+  });
+
+  it('asks by itself once for each time a non-healthy verdict sets in, however long it holds', async () => {
+    const { side, captures, later } = await setup('job-v');
+    const snapshot = await side.tick();
+    const holding = (since: number) => ({
+      ...snapshot,
+      jobs: snapshot.jobs.map((job) => ({ ...job, verdict: { ...job.verdict!, verdict: 'input-bound' as const, since: new Date(since).toISOString() } })),
+    });
+    const setIn = Date.now() - 5_000;
+    captures.onSnapshot(holding(setIn));
+    expect(captures.of('job-v')).toMatchObject([{ reason: 'verdict', status: 'requested' }]);
+    later(7 * 24 * 3600 * 1000);
+    captures.onSnapshot(holding(setIn));
+    expect(captures.of('job-v')).toHaveLength(1);
+    // It set in again (another since): a new episode.
+    captures.onSnapshot(holding(setIn + 7 * 24 * 3600 * 1000 - 60_000));
+    expect(captures.of('job-v')).toHaveLength(2);
   });
 
   it('refuses bad K, an unknown job or rank, and a hook that cannot capture, saying why', async () => {

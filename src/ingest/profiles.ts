@@ -1,7 +1,7 @@
 import { mkdir, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { gunzip } from 'node:zlib';
-import { promisify } from 'node:util';
+import { Readable } from 'node:stream';
+import { createGunzip } from 'node:zlib';
 import type { EngineSnapshot, JobState } from '../engine/snapshot.js';
 import type { Logger } from '../log/log.js';
 import { fileSafeName } from '../model/names.js';
@@ -21,7 +21,32 @@ import type { Ingest } from './ingest.js';
  * journaled: a replay has no hooks to ask, and the trace is a file beside the journal.
  */
 
-const gunzipAsync = promisify(gunzip);
+/** How much of the unzipped trace is looked at for its opening: torch's export puts a few fields (devices, distributed info) before traceEvents. */
+const TRACE_HEAD_BYTES = 1024 * 1024;
+
+/**
+ * Whether gzipped `gz` opens as Chrome trace JSON (an object whose traceEvents come near its start, or
+ * an array of events) and unzips whole within the bound. Streamed, never held whole: a real CUDA trace
+ * can be hundreds of MB of JSON, which parsed on the event loop would stall every rank's acks and could
+ * take the sidecar's heap.
+ */
+async function checkTrace(gz: Buffer): Promise<void> {
+  const head: Buffer[] = [];
+  let headBytes = 0;
+  let total = 0;
+  for await (const chunk of Readable.from([gz]).pipe(createGunzip()) as AsyncIterable<Buffer>) {
+    total += chunk.length;
+    if (total > PROFILE_LIMITS.maxJsonBytes) throw new Error(`over ${PROFILE_LIMITS.maxJsonBytes} bytes unzipped`);
+    if (headBytes < TRACE_HEAD_BYTES) {
+      head.push(chunk);
+      headBytes += chunk.length;
+    }
+  }
+  const opening = Buffer.concat(head).subarray(0, TRACE_HEAD_BYTES).toString('utf8').trimStart();
+  if (opening.startsWith('[')) return;
+  if (!opening.startsWith('{')) throw new Error('not JSON: a Chrome trace is an object or an array');
+  if (!/"traceEvents"\s*:\s*\[/.test(opening)) throw new Error('no traceEvents: not a Chrome trace');
+}
 
 export interface CaptureOptions {
   /** Where traces go (the sidecar's --out); null: captures cannot be stored, so none is asked for. */
@@ -55,6 +80,9 @@ interface Incoming {
 export class ProfileCaptures {
   private readonly byJob = new Map<string, CaptureRecord[]>();
   private readonly lastAsked = new Map<string, number>();
+  /** The verdict episode (verdict@since) each job was last captured for on its own, and the jobs captured for their current regression. */
+  private readonly episodeCaptured = new Map<string, string>();
+  private readonly regressionCaptured = new Set<string>();
   private readonly incoming = new Map<number, Incoming>();
   private nextId = 1;
 
@@ -124,11 +152,17 @@ export class ProfileCaptures {
       const verdict = job.verdict;
       const held = verdict !== null && !HEALTHY.has(verdict.verdict) && !isStop(verdict.verdict) && now - Date.parse(verdict.since) >= this.options.afterMs;
       const regressed = snapshot.regressions?.some((r) => r.job === job.job && r.regressed) === true;
+      if (!regressed) this.regressionCaptured.delete(job.job);
       if (!held && !regressed) continue;
+      // Once per episode: a verdict that holds for a week gets one window, not one every --capture-every.
+      const episode = held ? `${verdict!.verdict}@${verdict!.since}` : null;
+      if (held ? this.episodeCaptured.get(job.job) === episode : this.regressionCaptured.has(job.job)) continue;
       const last = this.lastAsked.get(job.job);
       if (last !== undefined && now - last < this.options.everyMs) continue;
       const result = this.request(snapshot, job.job, null, this.options.steps, held ? 'verdict' : 'regression');
       if (!result.ok) this.lastAsked.set(job.job, now);
+      else if (episode !== null) this.episodeCaptured.set(job.job, episode);
+      else this.regressionCaptured.add(job.job);
     }
   }
 
@@ -162,10 +196,7 @@ export class ProfileCaptures {
     this.incoming.delete(frame.id);
     const gz = Buffer.concat(incoming.chunks);
     try {
-      const json = await gunzipAsync(gz, { maxOutputLength: PROFILE_LIMITS.maxJsonBytes });
-      const trace: unknown = JSON.parse(json.toString('utf8'));
-      const events = Array.isArray(trace) ? trace : (trace as { traceEvents?: unknown } | null)?.traceEvents;
-      if (!Array.isArray(events)) throw new Error('no traceEvents: not a Chrome trace');
+      await checkTrace(gz);
     } catch (error) {
       return fail(`the trace does not read as gzipped Chrome trace JSON: ${(error as Error).message.slice(0, 200)}`);
     }
