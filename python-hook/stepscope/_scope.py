@@ -403,6 +403,8 @@ class Scope:
             self._start = t
             if self._profiling is not None:
                 self._profile_step()
+                # The profiler's start and stop (a device sync, an export on older torch) are not the next step's.
+                self._start = _now()
             if len(queue) == _WAKE_AT:
                 self._wake.set()
         except Exception:
@@ -567,6 +569,12 @@ class Scope:
                 self._end_step(_now(), None)
             self._poll_stack(True)  # the final state, whatever the interval: what the summary keeps
             sender = self._sender
+            window, self._profiling = self._profiling, None
+            if window is not None:
+                # Training ended inside a window: stop the profiler (it would record on, unbounded) and say why.
+                window.fail(RuntimeError("the scope closed before the window's steps were done"))
+                if sender is not None:
+                    sender.profile_done(window)
             if sender is not None:
                 sender.close(reason, timeout)
             result = self._close_result = self._result(sender, timeout)

@@ -68,6 +68,29 @@ class ProfileTest(ProfileCase):
         self.assertTrue(scope.close(2.0))
 
 
+    def test_closing_inside_a_window_stops_the_profiler_and_says_why(self):
+        import torch
+
+        server = self.server()
+        scope = self.init(url=server.url)
+        self.assertTrue(wait_until(lambda: scope.stats()["connected"]))
+        server.send_all(request(9, steps=1000))
+        model = torch.nn.Linear(8, 8)
+
+        def step():
+            model(torch.randn(2, 8)).sum().backward()
+            scope.step()
+
+        started = lambda: scope._profiling is not None and scope._profiling.prof is not None  # noqa: E731
+        self.assertTrue(wait_until(lambda: step() or started(), timeout=30.0), "the window never started")
+        window = scope._profiling
+        self.assertTrue(scope.close(5.0))
+        self.assertIsNone(scope._profiling)
+        self.assertIsNone(window.prof)  # stopped: torch.profiler records nothing more
+        self.assertTrue(wait_until(lambda: bool(self.answers(server, 9))), "no answer to the request")
+        self.assertRegex(self.answers(server, 9)[0]["error"], "closed before the window")
+
+
 class ProfileRefusalTest(ProfileCase):
     def test_bad_k_and_a_second_request_while_one_records_are_refused(self):
         server = self.server()
