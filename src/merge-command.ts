@@ -29,6 +29,9 @@ async function summaryIn(dir: string, job: string | undefined): Promise<string |
 export async function readPodSummaries(targets: readonly string[], job: string | undefined): Promise<{ parts: PodSummary[]; missing: JobWide['missing_pods'] }> {
   const parts: PodSummary[] = [];
   const missing: JobWide['missing_pods'] = [];
+  // A summary given twice (the same file by two paths, or a copy of it) counts once: its steps, waste and
+  // throughput would otherwise be added twice.
+  const seen = new Set<string>();
   for (const target of targets) {
     const info = await stat(target).catch((error: Error) => {
       throw new Error(`${target}: ${error.message}`);
@@ -45,6 +48,9 @@ export async function readPodSummaries(targets: readonly string[], job: string |
       missing.push({ pod, why: `its summary is of job ${summary.job}` });
       continue;
     }
+    const key = `${summary.job}\0${summary.started_at}\0${summary.ranks.map((r) => r.rank).join(',')}`;
+    if (seen.has(key)) continue;
+    seen.add(key);
     parts.push({ pod, summary });
   }
   return { parts, missing };

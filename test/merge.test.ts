@@ -32,6 +32,9 @@ describe('stepscope merge', () => {
     await Promise.all(pods.map((summary, i) => writeSummaryFiles(dirs[i]!, summary)));
     const { parts, missing } = await readPodSummaries(dirs, 'ddp-slow-loader');
     const merged = mergeSummaries(parts, missing);
+    // A pod given twice (a second path to it, and its summary file by name) counts once.
+    const twice = await readPodSummaries([...dirs, `${dirs[0]}/`, path.join(dirs[1]!, 'summary.json')], 'ddp-slow-loader');
+    expect(mergeSummaries(twice.parts, twice.missing)).toEqual(merged);
 
     expect(merged.straggler).toMatchObject({ rank: whole!.straggler!.rank, reason: whole!.straggler!.reason });
     expect(Math.abs(merged.straggler!.excess_ms - whole!.straggler!.excess_ms) / whole!.straggler!.excess_ms).toBeLessThan(0.05);
