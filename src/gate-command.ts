@@ -68,9 +68,16 @@ export async function runGate(target: string, options: GateCommandOptions, out: 
     err.write(`stepscope gate: cannot judge: ${inertText((error as Error).message)}\n`);
     return GATE_EXIT['cannot-judge'];
   }
-  if (options.junit) await writeAtomically(options.junit, junitXml([result]));
-  if (options.markdown) await writeAtomically(options.markdown, gateMarkdown([result]));
   const { comparison: _comparison, ...shown } = result;
+  try {
+    if (options.junit) await writeAtomically(options.junit, junitXml([result]));
+    if (options.markdown) await writeAtomically(options.markdown, gateMarkdown([result]));
+  } catch (error) {
+    // Not a regression: a pipeline must not read a full disk or a bad path as "slower".
+    out.write(options.json ? inertJson(JSON.stringify(shown, null, 2)) + '\n' : inertText(result.text) + '\n');
+    err.write(`stepscope gate: cannot write its report: ${inertText((error as Error).message)}\n`);
+    return GATE_EXIT['cannot-judge'];
+  }
   out.write(options.json ? inertJson(JSON.stringify(shown, null, 2)) + '\n' : inertText(result.text) + '\n');
   return GATE_EXIT[result.outcome];
 }

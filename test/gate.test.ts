@@ -148,6 +148,10 @@ describe('stepscope gate', () => {
     const junit = path.join(dir, 'gate.xml');
     expect((await inProcess(SHORT, { ...defaults, baseline: SHORT_BASE, junit })).status).toBe(2);
     expect(checkJunit(junit)).toMatchObject({ tests: 1, failures: 0, skipped: 1 });
+    // A report it cannot write is not a regression: a regressed run still exits 2 then, saying why.
+    const unwritable = await inProcess(REGRESSED, { ...defaults, baseline: HEALTHY, junit: path.join(dir, 'no-such-dir', 'gate.xml') });
+    expect(unwritable.status).toBe(2);
+    expect(unwritable.stderr).toMatch(/cannot write its report: .*ENOENT/);
   });
 
   it('keeps JUnit well-formed whatever the job is called', () => {

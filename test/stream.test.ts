@@ -224,7 +224,9 @@ describe('ws /v1/stream with a viewer that stops reading', () => {
     const behind = await sidecar.waitForLog((line) => line.msg === 'viewer behind; sending it the newest state once it catches up', 30_000);
     const closing = await sidecar.waitForLog((line) => line.msg === 'closing viewer', 15_000);
     const closedAt = closing.time as number;
-    expect(closing).toMatchObject({ code: 4008, reason: expect.stringMatching(/^viewer too slow: nothing taken for [34] s$/) });
+    // Closed past its 3 s stall limit: how far past is the machine's (a late tick reads 5 s or more).
+    expect(closing).toMatchObject({ code: 4008, reason: expect.stringMatching(/^viewer too slow: nothing taken for \d+ s$/) });
+    expect(Number(/for (\d+) s$/.exec(closing.reason as string)![1])).toBeGreaterThanOrEqual(3);
     const coalesced = closing.coalesced as number;
     expect(coalesced).toBeGreaterThan(0);
     expect(closedAt - (behind.time as number)).toBeGreaterThanOrEqual(2_500);
