@@ -83,6 +83,27 @@ class HookTimerTest(unittest.TestCase):
         evals = [row[8] for row in self.scope._queue]
         self.assertEqual(evals, [0, 20 * MS, 0])
 
+    @unittest.skipUnless(HAS_TRANSFORMERS, "the Trainer's callback runs with STEPSCOPE_TEST_FRAMEWORKS=1 where transformers is installed")
+    def test_the_trainers_evaluation_is_evaluation_though_its_metrics_are_logged_first(self):
+        from stepscope.integrations.transformers import StepscopeCallback
+
+        callback = StepscopeCallback(scope=self.scope)
+        callback._timer = self.timer
+        self.timer.epoch_start()
+        self.batch(1, 5)
+        # Trainer._maybe_log_save_evaluate: the training logs, then evaluate(): prediction steps, its
+        # metrics logged (self.log, on_log), and only then on_evaluate.
+        self.clock.advance(2 * MS)
+        callback.on_log(None, None, None)
+        for _ in range(4):
+            self.clock.advance(5 * MS)
+            callback.on_prediction_step(None, None, None)
+        self.clock.advance(MS)
+        callback.on_log(None, None, None)
+        callback.on_evaluate(None, None, None)
+        self.batch(1, 5)
+        self.assertEqual([row[8] for row in self.scope._queue], [0, 21 * MS])
+
     def test_backward_without_optimizer_ends_the_step_and_force_always_does(self):
         self.timer.start(has_optimizer=False)  # manual optimization without an optimizer
         self.timer.epoch_start()

@@ -35,6 +35,9 @@ class StepscopeCallback(TrainerCallback):
     def __init__(self, scope=None, close_at_end=None):
         self._timer = HookTimer("transformers", scope=scope, close_at_end=close_at_end)
         self._samples = None
+        # Inside Trainer.evaluate(): its metrics are logged (on_log) before on_evaluate, so a log must
+        # not end the span there, or the evaluation would count as nearly nothing.
+        self._evaluating = False
 
     @property
     def scope(self):
@@ -59,10 +62,15 @@ class StepscopeCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         self._timer.batch_end(force=True)
 
+    def on_prediction_step(self, args, state, control, **kwargs):
+        self._evaluating = True
+
     def on_log(self, args, state, control, **kwargs):
-        self._timer.resume()
+        if not self._evaluating:
+            self._timer.resume()
 
     def on_evaluate(self, args, state, control, **kwargs):
+        self._evaluating = False
         self._timer.resume(evaluation=True)
 
     def on_save(self, args, state, control, **kwargs):
