@@ -29,7 +29,7 @@ describe.skipIf(!ALL_E2E || !plain.python)('gate on real canary runs', { timeout
 
   /** One canary run to its end: resolves with its summary file, once the sidecar has written it. */
   async function canary(run: number, args: string[]): Promise<string> {
-    const result = await runPython(plain.python!, LOOP, ['--seconds', '4', ...args], { STEPSCOPE_URL: sidecar!.ingestUrl, STEPSCOPE_JOB: JOB, RANK: '0', WORLD_SIZE: '1', LOCAL_RANK: '0' }, 60_000);
+    const result = await runPython(plain.python!, LOOP, ['--steps', '200', ...args], { STEPSCOPE_URL: sidecar!.ingestUrl, STEPSCOPE_JOB: JOB, RANK: '0', WORLD_SIZE: '1', LOCAL_RANK: '0' }, 60_000);
     expect(result.code, result.stderr).toBe(0);
     const file = path.join(out, run === 1 ? `summary-${JOB}.json` : `summary-${JOB}.${run}.json`);
     await waitFor(() => existsSync(file), 30_000);
