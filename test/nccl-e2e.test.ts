@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { findPython } from './support/python.js';
 import { fixture, runPython } from './support/run-python.js';
-import { expectScenario, RECORDING, recordings, recordScenario, slugOf, type ScenarioMeta } from './support/scenarios.js';
+import { ALL_E2E, expectScenario, RECORDING, recordings, recordScenario, slugOf, type ScenarioMeta } from './support/scenarios.js';
 import { runWithSidecar } from './support/torch-runs.js';
 
 /**
@@ -19,7 +19,7 @@ import { runWithSidecar } from './support/torch-runs.js';
  */
 
 const python = findPython();
-const LIVE = RECORDING || process.env.STEPSCOPE_E2E === 'all' || !!process.env.STEPSCOPE_TEST_FRAMEWORKS;
+const LIVE = ALL_E2E || !!process.env.STEPSCOPE_TEST_FRAMEWORKS;
 const TIMEOUT = 90_000;
 const STEPS = 60;
 
