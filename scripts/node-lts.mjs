@@ -10,13 +10,8 @@
 // Progress goes to stderr; stdout has the path only.
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync } from 'node:fs';
-import { homedir } from 'node:os';
 import path from 'node:path';
-
-function cacheRoot() {
-  if (process.env.STEPSCOPE_VENV_CACHE) return process.env.STEPSCOPE_VENV_CACHE;
-  return path.join(process.env.XDG_CACHE_HOME || path.join(homedir(), '.cache'), 'stepscope');
-}
+import { cacheRoot } from './python-venv.mjs';
 
 function run(command, args, options = {}) {
   const result = spawnSync(command, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', process.stderr], ...options });

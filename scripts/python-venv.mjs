@@ -23,7 +23,8 @@ export const REQUIREMENTS = path.join(ROOT, 'python-hook', 'requirements-test.tx
 const DONE = '.stepscope-complete';
 const LOCK_STALE_MS = 2 * 60 * 60 * 1000;
 
-function cacheRoot() {
+/** The machine's cache for the test environments (this venv, scripts/node-lts.mjs's Node). */
+export function cacheRoot() {
   if (process.env.STEPSCOPE_VENV_CACHE) return process.env.STEPSCOPE_VENV_CACHE;
   return path.join(process.env.XDG_CACHE_HOME || path.join(homedir(), '.cache'), 'stepscope');
 }
