@@ -1,9 +1,10 @@
 #!/usr/bin/env node
-// Rewrites the summary.json of recorded scenarios (test/fixtures/journals, test/fixtures/hangs) from
+// Rewrites the summary.json of recorded scenarios (test/fixtures/journals, hangs, fix-checks) from
 // their journals, replayed by the current engine (npm run build first). For a change to the analysis
 // that legitimately changes what a summary says: the journals (what the real jobs did) stay as they
 // were recorded; look at the diff of the summaries before committing it, and say why in the commit.
-//   node scripts/resummarize.mjs [folder...]     (default: both fixture folders)
+//   node scripts/resummarize.mjs [folder...]     (default: the three fixture folders)
+// A recording without a meta.json (fix-checks: not a scenario test's) must end exactly one run.
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync, copyFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -16,13 +17,13 @@ const { summaryJson } = await import(path.join(ROOT, 'dist', 'outputs', 'summary
 const SEGMENT = /^wal-\d{8}\.log$/;
 const CHECKPOINT = /^checkpoint-\d{8}\.json$/;
 
-const roots = process.argv.slice(2).length ? process.argv.slice(2) : ['test/fixtures/journals', 'test/fixtures/hangs'].map((p) => path.join(ROOT, p));
+const roots = process.argv.slice(2).length ? process.argv.slice(2) : ['test/fixtures/journals', 'test/fixtures/hangs', 'test/fixtures/fix-checks'].map((p) => path.join(ROOT, p));
 let changed = 0;
 for (const root of roots) {
   for (const slug of readdirSync(root).sort()) {
     const fixture = path.join(root, slug);
-    if (!existsSync(path.join(fixture, 'meta.json'))) continue;
-    const meta = JSON.parse(readFileSync(path.join(fixture, 'meta.json'), 'utf8'));
+    if (!existsSync(path.join(fixture, 'summary.json'))) continue;
+    const meta = existsSync(path.join(fixture, 'meta.json')) ? JSON.parse(readFileSync(path.join(fixture, 'meta.json'), 'utf8')) : null;
     const dir = mkdtempSync(path.join(os.tmpdir(), 'stepscope-resummarize-'));
     try {
       for (const name of readdirSync(fixture)) {
@@ -33,8 +34,8 @@ for (const root of roots) {
       const ended = [];
       const { report } = await replayJournal(dir, { publishTicks: true, onEntry: (entry, engine) => entry.t === 'tick' && ended.push(...engine.snapshot().ended) });
       if (report.problems || report.skipped) throw new Error(`${slug}: the journal does not replay whole`);
-      const run = ended.find((r) => r.job === meta.job);
-      if (!run) throw new Error(`${slug}: no ended run of job ${meta.job}`);
+      const run = meta ? ended.find((r) => r.job === meta.job) : ended.length === 1 ? ended[0] : undefined;
+      if (!run) throw new Error(`${slug}: no ended run of job ${meta?.job ?? '(the only one)'}`);
       const text = summaryJson(JSON.parse(JSON.stringify(run.summary)));
       const file = path.join(fixture, 'summary.json');
       if (readFileSync(file, 'utf8') !== text) {

@@ -153,7 +153,8 @@ export function gate(current: Summary, reference: GateReference | null, options:
   const comparison = compareTo(reference.reference, current);
   const phase = comparison.grew_most === null ? null : { name: comparison.grew_most, delta_ms: comparison.delta_ms[comparison.grew_most]! };
   const drift = comparison.env_changes.slice(0, 3).map((d) => `${d.key}: ${d.baseline ?? 'none'} → ${d.current ?? 'none'}${d.effect ? ` (${d.effect})` : ''}`);
-  const cause = current.causes?.[0]?.cause ?? current.cause;
+  // The run's verdict's own first cause (the summary lists every verdict's, folded over its time).
+  const cause = current.causes?.find((c) => (c.verdict ?? current.verdict) === current.verdict)?.cause ?? current.cause;
   const outcome: GateOutcome = change > limit ? 'regression' : 'pass';
   const head =
     outcome === 'regression'

@@ -1,3 +1,4 @@
+import { FixFold, type FixFoldDump } from './fix-fold.js';
 import { findStraggler, type Straggler } from '../model/straggler.js';
 import { isStop, type StopVerdict } from '../model/verdict.js';
 import type { CodeFrame } from '../protocol/capture.js';
@@ -6,6 +7,7 @@ import { RunSeries, type SeriesDump } from './summary-series.js';
 import { loadedJudgement, VerdictTracker, type TrackerDump, type VerdictChange } from './tracker.js';
 import { judge, LIMITER_BARS, VERDICTS, type Cause, type Judgement, type RankContext, type Verdict } from './verdict.js';
 import type { LimiterCost } from './limiters.js';
+import type { FoldedFix } from '../protocol/state.js';
 import { WasteLedger, type Waste, type WasteDump } from './waste.js';
 import type { RankWindow } from './window.js';
 
@@ -79,6 +81,8 @@ export interface AnalysisDump {
   series?: SeriesDump;
   /** The run's stops (absent before they existed). */
   stops?: StopEpisode[];
+  /** Each cause's fix estimate folded over its verdict's time (absent before the fold: it starts again from the checkpoint). */
+  fixes?: FixFoldDump;
 }
 
 /** Verdict changes kept per timeline (the job's, each rank's); a job that flaps for days keeps its latest. */
@@ -112,6 +116,7 @@ export class JobAnalysis {
   private lastAt: number | null = null;
   private waste = new WasteLedger();
   private stops: StopEpisode[] = [];
+  private fixes = new FixFold();
   /** Each rank's stall as judged at the latest tick (not checkpointed: the next tick makes it again). */
   private stallsNow = new Map<number, RankStall>();
   /** The stall rule's settings (--stall-steps, --stall-floor). */
@@ -152,6 +157,7 @@ export class JobAnalysis {
       waste: this.waste.dump(),
       ...(this.series ? { series: this.series.dump() } : {}),
       ...(this.stops.length ? { stops: this.stops } : {}),
+      fixes: this.fixes.dump(),
     };
   }
 
@@ -167,6 +173,7 @@ export class JobAnalysis {
     analysis.lastAt = dump.lastAt;
     analysis.waste = WasteLedger.load(dump.waste);
     analysis.stops = dump.stops ?? [];
+    analysis.fixes = FixFold.load(dump.fixes);
     const series = dump.series === undefined ? null : RunSeries.load(dump.series);
     analysis.series = series && series.run === dump.run ? series : null;
     return analysis;
@@ -217,6 +224,7 @@ export class JobAnalysis {
       const seconds = (this.stragglerSeconds.get(rank)?.seconds ?? 0) + (at - this.lastAt) / 1000;
       this.stragglerSeconds.set(rank, { seconds, latest: this.stragglerNow });
     }
+    const sinceLast = this.lastAt === null ? 0 : (at - this.lastAt) / 1000;
     this.lastAt = at;
     const stop = this.stallsNow.size ? jobStop([...this.stallsNow.values()].map((s) => s.stop)) : null;
     if (stop === 'pending') return events;
@@ -237,6 +245,7 @@ export class JobAnalysis {
     }
     if (jobJudgement) {
       this.lastOf.set(jobJudgement.verdict, jobJudgement);
+      if (ACTIVE(jobJudgement.verdict)) this.fixes.add(sinceLast, jobJudgement.verdict, jobJudgement.causes);
       const heldJob = this.job.current?.judgement.verdict ?? null;
       const change = this.job.update(jobJudgement, at, since !== undefined && heldJob !== jobJudgement.verdict ? { since } : {});
       if (change) {
@@ -344,6 +353,11 @@ export class JobAnalysis {
   /** The limiters that cost the job at least 5% of its time so far, with their levels. */
   limiters(): LimiterCost[] {
     return this.waste.limiters(LIMITER_BARS);
+  }
+
+  /** Each cause's fix estimate folded over the time its verdict held, `first`'s causes first, then the longest-held verdict's. */
+  foldedFixes(first: Verdict | null): FoldedFix[] {
+    return this.fixes.folded(first);
   }
 
   /** GPU time lost so far, by cause, priced at `pricePerGpuHour` when given. */

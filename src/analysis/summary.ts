@@ -17,7 +17,7 @@ import type { Cause, Evidence, Verdict } from './verdict.js';
 import type { SummaryStop } from '../protocol/stall-state.js';
 import { rankList } from '../model/stall.js';
 import { isStop } from '../model/verdict.js';
-import type { FixEstimate } from './fix-estimate.js';
+import type { FoldedFix } from '../protocol/state.js';
 import type { LimiterCost } from './limiters.js';
 import { mfuOf, pctText, type Mfu } from './mfu.js';
 import type { CaptureRecord } from '../protocol/profile.js';
@@ -107,8 +107,8 @@ export interface Summary {
   stops?: SummaryStop[];
   /** Every limiter that cost the job at least 5% of its time, with its level, most costly first. Absent in summaries before it. */
   limiters?: LimiterCost[];
-  /** The verdict's causes, by what fixing each would buy (from its evidence). Absent in summaries before it. */
-  causes?: FixEstimate[];
+  /** Each cause of the run's verdicts, its estimate folded over the time its verdict held: the summary's verdict's first. Absent in summaries before it. */
+  causes?: FoldedFix[];
   /** MFU, where a hook gave the FLOPs of a step: the ranks' mean and each rank's. Absent where none did. */
   mfu?: SummaryMfu;
   /** Deep captures (torch.profiler windows) asked for while the run stepped; the sidecar adds them. Absent where none was. */
@@ -334,7 +334,7 @@ export function buildSummary({ job, views, analysis, gpus, at, gpuHourPrice = nu
     waste: analysis.wasted(gpuHourPrice),
     ...(stops.length ? { stops } : {}),
     limiters,
-    causes: (dominant?.judgement ?? current)?.causes ?? [],
+    causes: analysis.foldedFixes(verdict),
     ...(mfu ? { mfu } : {}),
   };
 }

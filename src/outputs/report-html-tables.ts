@@ -14,12 +14,13 @@ export function costs(s: Summary): string {
   const costRows = limiters.map((l) => [h(LIMITER_WORDS[l.limiter]), pct(l.share), h(l.level)]);
   const fixRows = causes.map((c) => [
     h(c.cause ?? LIMITER_WORDS[c.limiter]),
+    c.verdict ? `${h(c.verdict)}, ${c.seconds} s` : '',
     c.gain === null ? `up to ${pct(c.upto)}: unknown, ${h(c.unknown ?? '')}` : pct(c.gain),
     h(fixValueText(fixValue(c, s.waste ?? null, s.world_size)).replace(/^→ /, '') || 'n/a'),
     h(c.basis),
   ]);
   return `<section id="costs"><h2>What costs time</h2>${costRows.length ? table(['limiter', 'share of step time', 'level'], costRows, [1]) : ''}${
-    fixRows.length ? `<h3 style="margin-top:12px">What fixing each cause buys</h3>${table(['cause', 'step time back', 'what it buys', 'rests on'], fixRows)}` : ''
+    fixRows.length ? `<h3 style="margin-top:12px">What fixing each cause buys</h3>${table(['cause', 'while (folded over)', 'step time back', 'what it buys', 'rests on'], fixRows)}` : ''
   }</section>`;
 }
 

@@ -153,7 +153,9 @@ export function renderSummary(summary: Summary, format: SummaryFormat = 'text'):
   if (summary.causes?.length) {
     out.push('');
     out.push(heading('What fixing each cause buys'));
+    // Each folded over the time its verdict held: a line for each verdict (summaries before the fold have none).
     summary.causes.forEach((c, i) => {
+      if (c.verdict && c.verdict !== summary.causes![i - 1]?.verdict) out.push(`While ${c.verdict} (${c.seconds} s):`);
       const value = fixValueText(fixValue(c, summary.waste ?? null, summary.world_size));
       out.push(`${i + 1}. ${fixText(c)}${value ? ` ${value}` : ''}.`);
     });

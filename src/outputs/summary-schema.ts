@@ -6,7 +6,7 @@ import { RunRecordSchema } from '../protocol/runs.js';
 import { CaptureRecordSchema } from '../protocol/profile.js';
 import { SummaryStopSchema } from '../protocol/stall-state.js';
 import { Bool, Count, Keys, Nullable, Num, NumOrNull, OptionalKeys, Str, StrOrNull, Time } from '../protocol/schema.js';
-import { NodeInventorySchema, BreakdownSchema, CauseSchema, ComparisonSchema, EvidenceSchema, FixEstimateSchema, LimiterCostSchema, MfuSchema, PHASES, RecommendationSchema, StragglerSchema, TimelineSegmentSchema, VerdictSchema, WasteSchema } from '../protocol/state.js';
+import { NodeInventorySchema, BreakdownSchema, CauseSchema, ComparisonSchema, EvidenceSchema, FoldedFixSchema, LimiterCostSchema, MfuSchema, PHASES, RecommendationSchema, StragglerSchema, TimelineSegmentSchema, VerdictSchema, WasteSchema } from '../protocol/state.js';
 
 /**
  * summary.json as read back (`stepscope report`, `compare`, `--baseline`, the run history): one
@@ -132,7 +132,7 @@ export const SummaryFileSchema = Type.Object({
   node: Type.Optional(NodeInventorySchema),
   stops: Type.Optional(Type.Array(SummaryStopSchema, { description: 'where the run stopped stepping (it hung, a rank stalled or went), oldest first' })),
   limiters: Type.Optional(Type.Array(LimiterCostSchema, { description: "every limiter that cost the job at least 5% of its time, most costly first (its bound: the time-weighted mean of the windows' bounds)" })),
-  causes: Type.Optional(Type.Array(FixEstimateSchema, { description: "the verdict's causes, by what fixing each would buy, most first" })),
+  causes: Type.Optional(Type.Array(FoldedFixSchema, { description: "each cause of the run's verdicts with what fixing it would buy, folded over the time its verdict held: the summary's verdict's causes first, then the other verdicts' by how long each held; within a verdict, most first" })),
   mfu: Type.Optional(
     Type.Object(
       {

@@ -413,6 +413,20 @@ export const FixEstimateSchema = Type.Object(
   { description: 'a cause with what fixing it would buy' },
 );
 
+export const FoldedFixSchema = Type.Composite(
+  [
+    FixEstimateSchema,
+    Type.Object({
+      verdict: Type.Optional(VerdictSchema),
+      seconds: Type.Optional(Num('how long its verdict held over the run, s: the time its estimate is folded over')),
+    }),
+  ],
+  {
+    description:
+      "a cause with what fixing it would buy, folded over the whole time its verdict held: gain and upto are time-weighted means over that time (0 while the cause was not present), gain null where it was unknown for half the cause's time or more; basis and unknown as last judged. verdict and seconds are absent in summaries written before the fold",
+  },
+);
+
 export const VerdictStateSchema = Type.Object(
   {
     verdict: VerdictSchema,
@@ -655,6 +669,7 @@ export type Evidence = Static<typeof EvidenceSchema>;
 export type VerdictState = Static<typeof VerdictStateSchema>;
 export type LimiterCost = Static<typeof LimiterCostSchema>;
 export type FixEstimate = Static<typeof FixEstimateSchema>;
+export type FoldedFix = Static<typeof FoldedFixSchema>;
 export type WindowLost = Static<typeof WindowLostSchema>;
 export type Straggler = Static<typeof StragglerSchema>;
 export type TimelineSegment = Static<typeof TimelineSegmentSchema>;
