@@ -9,7 +9,8 @@ import sys
 import time
 import uuid
 
-from . import _log
+from . import _log, _stack
+from ._scalar import put
 
 __all__ = ["identity", "default_job", "fingerprint", "gpu_fingerprint", "loader_fingerprint", "looks_like_dataloader"]
 
@@ -183,8 +184,6 @@ def fingerprint(version: str) -> dict:
         env.update(_torch_versions(torch))
         env.update(gpu_fingerprint(torch))
         try:
-            from . import _stack
-
             nccl = _stack.nccl_version(torch)
             if nccl is not None:
                 env["nccl"] = nccl
@@ -198,9 +197,9 @@ def fingerprint(version: str) -> dict:
 
 def _torch_versions(torch) -> dict:
     env = {}
-    _put(env, "torch", lambda: str(torch.__version__))
-    _put(env, "cuda", lambda: torch.version.cuda)
-    _put(env, "cudnn", lambda: torch.backends.cudnn.version())
+    put(env, "torch", lambda: str(torch.__version__))
+    put(env, "cuda", lambda: torch.version.cuda)
+    put(env, "cudnn", lambda: torch.backends.cudnn.version())
     return env
 
 
@@ -217,8 +216,8 @@ def gpu_fingerprint(torch) -> dict:
     except Exception:
         return env
     env["gpu_index"] = int(index)
-    _put(env, "gpu_name", lambda: torch.cuda.get_device_name(index))
-    _put(env, "gpu_uuid", lambda: format_gpu_uuid(getattr(torch.cuda.get_device_properties(index), "uuid", None)))
+    put(env, "gpu_name", lambda: torch.cuda.get_device_name(index))
+    put(env, "gpu_uuid", lambda: format_gpu_uuid(getattr(torch.cuda.get_device_properties(index), "uuid", None)))
     return env
 
 
@@ -250,23 +249,5 @@ def looks_like_dataloader(obj) -> bool:
 def loader_fingerprint(loader) -> dict:
     env = {}
     for name in ("batch_size", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers"):
-        _put(env, name, lambda: getattr(loader, name))
+        put(env, name, lambda: getattr(loader, name))
     return env
-
-
-def _put(env: dict, key: str, get) -> None:
-    """Store ``get()`` under ``key`` if it succeeds and is a plain scalar (None is left out)."""
-    try:
-        value = get()
-    except Exception:
-        return
-    if value is None:
-        return
-    if isinstance(value, bool):
-        env[key] = value
-    elif isinstance(value, int):
-        env[key] = int(value)
-    elif isinstance(value, float):
-        env[key] = float(value)
-    else:
-        env[key] = str(value)

@@ -7,6 +7,7 @@ import re
 import struct
 
 from . import _msgpack
+from ._record import COMPUTE_NS, DATA_NS, DUR_NS, END_NS, EVAL_NS, GPU, H2D_NS, SAMPLES, SEQ
 
 VERSION = 1
 
@@ -142,6 +143,35 @@ _U8 = struct.Struct(">BB").pack
 _U16 = struct.Struct(">BH").pack
 _U32 = struct.Struct(">BI").pack
 _U64 = struct.Struct(">BQ").pack
+
+
+def encode_record(record: tuple, origin: int, comm_times: tuple) -> bytes:
+    """A step record (laid out as _record says) as a row: its end on the hook clock whose zero is
+    ``origin``, its GPU times once resolved, and ``comm_times`` (comm_ns, comm_wait_ns, comm_bytes)."""
+    seq = record[SEQ]
+    gpu = record[GPU]
+    if gpu is None:
+        gpu_h2d_ns = gpu_compute_ns = gpu_idle_ns = None
+    else:
+        gpu_h2d_ns, gpu_compute_ns, gpu_idle_ns = gpu.h2d_ns, gpu.compute_ns, gpu.idle_ns
+    comm_ns, comm_wait_ns, comm_bytes = comm_times
+    return encode_row(
+        seq,
+        seq - 1,
+        record[END_NS] - origin,
+        record[DUR_NS],
+        record[DATA_NS],
+        record[H2D_NS],
+        record[COMPUTE_NS],
+        record[SAMPLES],
+        gpu_h2d_ns,
+        gpu_compute_ns,
+        gpu_idle_ns,
+        comm_ns,
+        comm_wait_ns,
+        comm_bytes,
+        record[EVAL_NS],
+    )
 
 
 def encode_row(

@@ -372,7 +372,7 @@ class Scope:
         self._data.total = self._h2d.total = self._compute.total = self._eval.total = 0
 
     def _end_step(self, t, samples):
-        # The hot path of every step: one tuple appended, in the layout the sender unpacks.
+        # The hot path of every step: one tuple appended, its fields in _record's order.
         try:
             data = self._data
             h2d = self._h2d
@@ -384,15 +384,15 @@ class Scope:
             queue = self._queue
             queue.append(
                 (
-                    seq,
-                    t,
-                    t - self._start,
-                    data.total,
-                    h2d.total,
-                    compute.total,
-                    samples,
-                    None if gpu is None else gpu.end_step(seq),
-                    evaluation.total if self._eval_on else None,
+                    seq,  # SEQ
+                    t,  # END_NS
+                    t - self._start,  # DUR_NS
+                    data.total,  # DATA_NS
+                    h2d.total,  # H2D_NS
+                    compute.total,  # COMPUTE_NS
+                    samples,  # SAMPLES
+                    None if gpu is None else gpu.end_step(seq),  # GPU
+                    evaluation.total if self._eval_on else None,  # EVAL_NS
                 )
             )
             if gpu is not None:

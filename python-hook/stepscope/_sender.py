@@ -1,6 +1,6 @@
 """The background thread: turns step records into `steps` frames and delivers them.
 
-Delivery is at-least-once. Records stay in ``_unacked`` until the sidecar acknowledges
+Delivery is at-least-once. Records stay in the delivery window (_window.py) until the sidecar acknowledges
 them; after a reconnect, `hello` is sent again and everything above ``welcome.ack`` is
 resent in order. The training thread only ever appends to ``queue`` (and ``env`` updates).
 
@@ -13,12 +13,13 @@ the training thread's stack (see _where.py).
 from __future__ import annotations
 
 import collections
-import itertools
 import random
 import threading
 import time
 
 from . import _profile, _log, _protocol, _where
+from ._record import DUR_NS, END_NS, GPU, SEQ
+from ._window import Window
 from ._counters import CounterSchedule
 from ._protocol import ProtocolError
 from ._ws import OP_BINARY, BadURL, ConnectionClosed, HandshakeError, ResolveError, WebSocket, WebSocketError, redact_url
@@ -69,7 +70,6 @@ class Sender:
         self._env_updates = collections.deque()
         self._headers = dict(headers or {})
         self._batch_interval = batch_interval
-        self._max_unacked = max(1, max_unacked)
         self._connect_timeout = connect_timeout
         self._welcome_timeout = welcome_timeout
         self._io_timeout = io_timeout
@@ -93,10 +93,8 @@ class Sender:
         self._next_prune = time.monotonic() + _PRUNE_EVERY_S
 
         self._pending = collections.deque()  # records waiting for their GPU times
-        self._unacked = collections.deque()  # (seq, encoded row), seq increasing
-        self._unsent = 0  # the newest `_unsent` entries of _unacked are not on this connection yet
+        self._window = Window(max_unacked)  # encoded rows until the sidecar acknowledges them
         self._next_seq = 1
-        self._max_sent_seq = 0
         self._rows_per_frame = _protocol.MAX_ROWS_PER_FRAME
         self._last_frame_rows = 0
 
@@ -157,7 +155,7 @@ class Sender:
             self._wake.set()
             if thread is not threading.current_thread():
                 thread.join(timeout + self._io_timeout + 0.5)
-            self._result = self._end_acked and not self._unacked and self.disabled is None
+            self._result = self._end_acked and not self._window and self.disabled is None
             return self._result
 
     @property
@@ -190,7 +188,7 @@ class Sender:
             "ack_seq": self.ack_seq,
             "dropped": self.dropped,
             "resent": self.resent,
-            "pending": len(self._queue) + len(self._pending) + len(self._unacked),
+            "pending": len(self._queue) + len(self._pending) + len(self._window),
             "connected": self._ws is not None,
             "connects": self.connects,
             "reconnects": max(0, self.connects - 1),
@@ -289,12 +287,12 @@ class Sender:
                 record = queue.popleft()
             except IndexError:
                 break
-            seq = record[0]
+            seq = record[SEQ]
             if seq > expected:
                 self.dropped += seq - expected  # the queue was full: its oldest records fell off
             expected = seq + 1
             pending.append(record)
-            self._last_end_ns = record[1]
+            self._last_end_ns = record[END_NS]
             self._last_record_at = time.monotonic()
         self._next_seq = expected
 
@@ -302,38 +300,28 @@ class Sender:
         if gpu is not None and gpu.pending:
             gpu.resolve(give_up=self._closing and time.monotonic() >= self._gpu_give_up_at)
 
-        unacked = self._unacked
+        window = self._window
         origin = self._mono_origin
-        encode = _protocol.encode_row
+        encode = _protocol.encode_record
         comm = self.comm
         comm_times = _NO_COMM
         while pending:
-            seq, end_ns, dur_ns, data_ns, h2d_ns, compute_ns, samples, gpu_step, eval_ns = pending[0]
-            if gpu_step is None:
-                gpu_times = (None, None, None)
-            elif gpu_step.done:
-                gpu_times = (gpu_step.h2d_ns, gpu_step.compute_ns, gpu_step.idle_ns)
-            else:
+            record = pending[0]
+            gpu_step = record[GPU]
+            if gpu_step is not None and not gpu_step.done:
                 break
             if comm is not None:
                 give_up = self._closing and time.monotonic() >= self._gpu_give_up_at
-                comm_times = comm.step_columns(end_ns - dur_ns, end_ns, self._closing, give_up)
+                comm_times = comm.step_columns(record[END_NS] - record[DUR_NS], record[END_NS], self._closing, give_up)
                 if comm_times is None:
                     break  # a collective of the step has yet to report its completion
             pending.popleft()
-            row = encode(seq, seq - 1, end_ns - origin, dur_ns, data_ns, h2d_ns, compute_ns, samples, *gpu_times, *comm_times, eval_ns)
-            unacked.append((seq, row))
-            self._unsent += 1
+            window.add(record[SEQ], encode(record, origin, comm_times))
 
-        overflow = len(pending) + len(unacked) - self._max_unacked
-        if overflow > 0:
-            from_unacked = min(overflow, len(unacked))
-            for _ in range(from_unacked):
-                unacked.popleft()
-            for _ in range(overflow - from_unacked):
-                pending.popleft()
-            self.dropped += overflow
-            self._unsent = min(self._unsent, len(unacked))
+        from_rows, from_pending = window.shed(len(pending))
+        for _ in range(from_pending):
+            pending.popleft()
+        self.dropped += from_rows + from_pending
 
     def _merge_env_updates(self) -> dict:
         update = {}
@@ -375,7 +363,7 @@ class Sender:
         if welcome.get("resume") is not None:
             self._resume = welcome["resume"]
         self._apply_ack(welcome["ack"])
-        self._unsent = len(self._unacked)  # resend everything the sidecar does not hold
+        self._window.rewind()  # resend everything the sidecar does not hold
         self._counters.configure(welcome.get("counters"), time.monotonic())
         beat = welcome.get("heartbeat_ms")
         self._heartbeat_s = beat / 1000.0 if isinstance(beat, int) else None
@@ -474,27 +462,17 @@ class Sender:
     def _apply_ack(self, ack: int) -> None:
         if ack > self.ack_seq:
             self.ack_seq = ack
-        unacked = self._unacked
-        while unacked and unacked[0][0] <= ack:
-            unacked.popleft()
-            self.acked += 1
-        if self._unsent > len(unacked):
-            self._unsent = len(unacked)
+        self.acked += self._window.ack(ack)
 
     def _send_rows(self, ws: WebSocket) -> None:
-        unacked = self._unacked
-        while self._unsent:
-            count = min(self._unsent, self._rows_per_frame)
-            start = len(unacked) - self._unsent
-            chunk = list(itertools.islice(unacked, start, start + count))
-            self._last_frame_rows = count
-            ws.send_binary(_protocol.steps([row for _, row in chunk], self.dropped))
+        window = self._window
+        while window.unsent:
+            frame = window.next_frame(self._rows_per_frame)
+            self._last_frame_rows = len(frame)
+            ws.send_binary(_protocol.steps([row for _, row in frame], self.dropped))
             self._last_sent = time.monotonic()
-            self._unsent -= count
-            self.sent += count
-            if chunk[0][0] <= self._max_sent_seq:
-                self.resent += sum(1 for seq, _ in chunk if seq <= self._max_sent_seq)
-            self._max_sent_seq = max(self._max_sent_seq, chunk[-1][0])
+            self.resent += window.sent(frame)
+            self.sent += len(frame)
 
     def _send_stack(self, ws: WebSocket) -> None:
         """Answer the `capture` request: where the training thread is (never raises for its own faults)."""
@@ -606,9 +584,8 @@ class Sender:
         _log.warn_once(_log.SIDECAR + ":stopped", "%s; not retrying: %s" % (reason, _NOT_SENT))
         self._drop_connection()
         # Nothing will be sent: let go of what was kept for it (close() counts it as undelivered).
-        self._unacked.clear()
+        self._window.clear()
         self._pending.clear()
-        self._unsent = 0
         self._wake.set()
 
     def _drop_connection(self) -> None:

@@ -23,7 +23,7 @@ import os
 import sys
 import threading
 
-from ._env import _put
+from ._scalar import put
 
 __all__ = ["install", "uninstall", "settings", "nccl_version", "compile_totals", "Watcher", "INTERVAL_S"]
 
@@ -145,14 +145,14 @@ def amp_in_use(steps_seen: bool, compiled: bool):
 def settings(torch) -> dict:
     """The ``stack`` group's global settings: a few C calls, safe from any thread, no CUDA init."""
     stack = {}
-    _put(stack, "matmul_precision", lambda: torch.get_float32_matmul_precision())
-    _put(stack, "cudnn_tf32", lambda: bool(torch.backends.cudnn.allow_tf32))
-    _put(stack, "cudnn_benchmark", lambda: bool(torch.backends.cudnn.benchmark))
-    _put(stack, "cudnn_deterministic", lambda: bool(torch.backends.cudnn.deterministic))
-    _put(stack, "deterministic_algorithms", lambda: bool(torch.are_deterministic_algorithms_enabled()))
-    _put(stack, "cuda_in_use", lambda: bool(torch.cuda.is_initialized()))
-    _put(stack, "cpu_affinity", lambda: len(os.sched_getaffinity(0)))
-    _put(stack, "local_world_size", lambda: int(os.environ["LOCAL_WORLD_SIZE"]))
+    put(stack, "matmul_precision", lambda: torch.get_float32_matmul_precision())
+    put(stack, "cudnn_tf32", lambda: bool(torch.backends.cudnn.allow_tf32))
+    put(stack, "cudnn_benchmark", lambda: bool(torch.backends.cudnn.benchmark))
+    put(stack, "cudnn_deterministic", lambda: bool(torch.backends.cudnn.deterministic))
+    put(stack, "deterministic_algorithms", lambda: bool(torch.are_deterministic_algorithms_enabled()))
+    put(stack, "cuda_in_use", lambda: bool(torch.cuda.is_initialized()))
+    put(stack, "cpu_affinity", lambda: len(os.sched_getaffinity(0)))
+    put(stack, "local_world_size", lambda: int(os.environ["LOCAL_WORLD_SIZE"]))
     return stack
 
 

@@ -9,6 +9,7 @@ from unittest import mock
 import stepscope
 from stepscope import _log, _msgpack, _protocol
 from stepscope._cuda import GpuTimer
+from stepscope._record import GPU
 from stepscope._scope import Scope
 from stepscope._sender import Sender
 
@@ -243,11 +244,11 @@ class OrderedEmissionTest(GpuCase):
         for event in (e for pair in step2 for e in pair):
             self.gpu.complete(event, 9000)
         sender._collect()
-        self.assertEqual(list(sender._unacked), [])
+        self.assertEqual(len(sender._window), 0)
         for i, event in enumerate(e for pair in step0 for e in pair):
             self.gpu.complete(event, 100 * (i + 1))
         sender._collect()
-        rows = [_msgpack.unpackb(row) for _, row in sender._unacked]
+        rows = [_msgpack.unpackb(row) for _, row in sender._window.next_frame(10)]
         self.assertEqual([row[0] for row in rows], [1, 2, 3])
         gpu_columns = [row[8:11] for row in rows]
         self.assertEqual(gpu_columns, [[100, 100, None], [None, None, None], [0, 0, None]])
@@ -359,7 +360,7 @@ class FakeTorchTest(unittest.TestCase):
         scope.phase("h2d")  # re-decides: GPU timing on while "compute" is open
         phase.__exit__(None, None, None)
         scope.step()
-        self.assertIsNone(scope._queue[-1][7])
+        self.assertIsNone(scope._queue[-1][GPU])
         self.assertEqual(self.gpu.recorded, [])
 
 

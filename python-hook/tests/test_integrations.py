@@ -12,6 +12,7 @@ from unittest import mock
 import stepscope
 from stepscope import _auto, _log
 from stepscope._scope import Scope
+from stepscope._record import EVAL_NS, GPU
 from stepscope.integrations import _timer
 
 from .test_steps import FakeClock
@@ -39,7 +40,7 @@ class HookTimerTest(unittest.TestCase):
         self.timer.start(has_optimizer=True)
 
     def rows(self):
-        return [row[:7] for row in self.scope._queue]
+        return [row[:GPU] for row in self.scope._queue]
 
     def batch(self, data_ms, compute_ms, samples=8, optimizer=True, end=True):
         self.clock.advance(data_ms * MS)
@@ -80,7 +81,7 @@ class HookTimerTest(unittest.TestCase):
         self.clock.advance(3 * MS)  # a log
         self.timer.resume()
         self.batch(1, 5)
-        evals = [row[8] for row in self.scope._queue]
+        evals = [row[EVAL_NS] for row in self.scope._queue]
         self.assertEqual(evals, [0, 20 * MS, 0])
 
     @unittest.skipUnless(HAS_TRANSFORMERS, "the Trainer's callback runs with STEPSCOPE_TEST_FRAMEWORKS=1 where transformers is installed")
@@ -102,7 +103,7 @@ class HookTimerTest(unittest.TestCase):
         callback.on_log(None, None, None)
         callback.on_evaluate(None, None, None)
         self.batch(1, 5)
-        self.assertEqual([row[8] for row in self.scope._queue], [0, 21 * MS])
+        self.assertEqual([row[EVAL_NS] for row in self.scope._queue], [0, 21 * MS])
 
     def test_backward_without_optimizer_ends_the_step_and_force_always_does(self):
         self.timer.start(has_optimizer=False)  # manual optimization without an optimizer

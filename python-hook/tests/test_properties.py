@@ -20,6 +20,7 @@ from unittest import mock
 
 from stepscope import _env, _log, _msgpack, _protocol, _scope
 from stepscope._protocol import MAX_DURATION_NS, ProtocolError
+from stepscope._record import DUR_NS
 from stepscope._scope import Scope
 
 from .fake_sidecar import FakeSidecar
@@ -428,7 +429,7 @@ class ApiPropertyTest(unittest.TestCase):
             self.assertIsNotNone(scope.close_result)
             records = list(scope._queue)
             for record in records:
-                self.assertGreaterEqual(record[2], 0, "seed %d: negative raw duration" % seed)
+                self.assertGreaterEqual(record[DUR_NS], 0, "seed %d: negative raw duration" % seed)
             self.check_rows(sent_rows(records), seed)
             self.assertEqual(len(records), scope.stats()["records"])
 

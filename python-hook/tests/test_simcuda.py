@@ -12,6 +12,7 @@ from unittest import mock
 
 from stepscope import _auto, _cuda, _log
 from stepscope._scope import Scope
+from stepscope._record import GPU
 from stepscope.integrations import _timer
 
 from .quiet import Quiet
@@ -116,7 +117,7 @@ class MarkerCase(Quiet):
     def gpu_rows(self):
         self.assertIsNotNone(self.scope._gpu)
         self.scope._gpu.resolve()
-        return [None if r[7] is None else (r[7].h2d_ns, r[7].compute_ns, r[7].idle_ns) for r in self.scope._queue]
+        return [None if r[GPU] is None else (r[GPU].h2d_ns, r[GPU].compute_ns, r[GPU].idle_ns) for r in self.scope._queue]
 
     def tearDown(self):
         self.assertEqual(self.sim.host_syncs, 0, "the hook synchronized the device")
@@ -193,7 +194,7 @@ class CallbackMarksTest(MarkerCase):
         timer.optimizer_step()
         timer.batch_end()
         self.assertEqual(self.sim.recorded, [])
-        self.assertIsNone(self.scope._queue[0][7])
+        self.assertIsNone(self.scope._queue[0][GPU])
 
 
 class MarkerTest(MarkerCase):
@@ -229,7 +230,7 @@ class MarkerTest(MarkerCase):
         marker.open()
         marker.flush()
         self.scope.step()
-        self.assertIsNone(self.scope._queue[0][7])
+        self.assertIsNone(self.scope._queue[0][GPU])
         self.assertEqual(len(self.scope._gpu.pool._free), self.scope._gpu.pool._created)
 
 
@@ -280,7 +281,7 @@ class ZeroCodeOnSimulatedCudaTest(Quiet):
         gpu = self.scope._gpu
         self.assertIsNotNone(gpu, "CUDA timing did not turn on")
         gpu.resolve()
-        return [None if r[7] is None else (r[7].h2d_ns, r[7].compute_ns, r[7].idle_ns) for r in self.scope._queue]
+        return [None if r[GPU] is None else (r[GPU].h2d_ns, r[GPU].compute_ns, r[GPU].idle_ns) for r in self.scope._queue]
 
     def copy_ns(self, nbytes):
         from .simcuda import H2D_BYTES_PER_NS

@@ -5,8 +5,13 @@ import sys
 import unittest
 from unittest import mock
 
-from stepscope import _log, _scope
+from stepscope import _log, _record, _scope
+from stepscope._record import SEQ
 from stepscope._scope import Scope
+
+# The record's fields by the names these tests read them by.
+FIELDS = {name: getattr(_record, name.upper()) for name in ("seq", "end_ns", "dur_ns", "data_ns", "h2d_ns", "compute_ns", "samples", "gpu")}
+FIELDS["eval"] = _record.EVAL_NS
 
 
 class FakeClock:
@@ -40,7 +45,6 @@ class SlowLoader:
         return self.n
 
 
-FIELDS = ("seq", "end_ns", "dur_ns", "data_ns", "h2d_ns", "compute_ns", "samples", "gpu", "eval")
 
 
 class StepCase(unittest.TestCase):
@@ -58,7 +62,7 @@ class StepCase(unittest.TestCase):
         self.scope = Scope(None)
 
     def records(self):
-        return [dict(zip(FIELDS, record)) for record in self.scope._queue]
+        return [{name: record[index] for name, index in FIELDS.items()} for record in self.scope._queue]
 
     def work(self, name, ns):
         with self.scope.phase(name):
@@ -256,7 +260,7 @@ class BufferTest(StepCase):
         scope = Scope(None, buffer_size=4)
         for _ in range(10):
             scope.step()
-        self.assertEqual([r[0] for r in scope._queue], [7, 8, 9, 10])
+        self.assertEqual([r[SEQ] for r in scope._queue], [7, 8, 9, 10])
 
     def test_sender_is_woken_at_256_queued(self):
         for _ in range(255):
