@@ -3,7 +3,7 @@ import { stat } from 'node:fs/promises';
 import path from 'node:path';
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import { medianReference, referenceOf } from './analysis/compare.js';
-import type { Summary } from './analysis/summary.js';
+import type { Summary } from './protocol/summary.js';
 import { GATE_DEFAULTS, GATE_EXIT, gate, type GateReference, type GateResult } from './gate.js';
 import { gateMarkdown, junitXml } from './gate-report.js';
 import { fingerprintOf, REFERENCE_RUNS } from './outputs/history.js';

@@ -2,7 +2,7 @@ import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { Option, type Command } from 'commander';
 import { mergeSummaries, type PodSummary } from './analysis/merge-summaries.js';
-import type { JobWide } from './analysis/summary.js';
+import type { JobWide } from './protocol/summary.js';
 import { fileSafeName } from './model/names.js';
 import { emitSummary, type EmitOptions } from './outputs/summary-emit.js';
 import { readSummary } from './outputs/summary-files.js';

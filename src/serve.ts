@@ -6,7 +6,7 @@ import { CAPTURE_DEFAULTS, ProfileCaptures } from './ingest/profiles.js';
 import { PROFILE_LIMITS } from './protocol/profile.js';
 import { StackDumps } from './outputs/stack-dumps.js';
 import type { FastifyInstance, FastifyServerFactory } from 'fastify';
-import type { Summary } from './analysis/summary.js';
+import type { Summary } from './protocol/summary.js';
 import type { ComputeApp } from './counters/compute-apps.js';
 import { DcgmCollector } from './counters/dcgm.js';
 import { HostCollector } from './counters/host.js';

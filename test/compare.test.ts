@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { compare } from '../src/analysis/compare.js';
-import type { Summary } from '../src/analysis/summary.js';
+import type { Summary } from '../src/protocol/summary.js';
 import { CLI, ROOT } from './support/sidecar.js';
 
 const fixture = (name: string) => path.join(ROOT, 'test', 'fixtures', 'summaries', name);

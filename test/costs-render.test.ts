@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { Summary } from '../src/analysis/summary.js';
+import type { Summary } from '../src/protocol/summary.js';
 import { renderSummary } from '../src/outputs/summary-render.js';
 import { renderReport } from '../src/outputs/report-html.js';
 import type { VerdictState } from '../src/protocol/state.js';

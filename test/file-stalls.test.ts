@@ -3,7 +3,7 @@ import { closeSync, constants, mkdirSync, openSync, readFileSync, writeFileSync 
 import { open, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { Summary } from '../src/analysis/summary.js';
+import type { Summary } from '../src/protocol/summary.js';
 import { IoLimiter, IoTimeoutError } from '../src/io/bounded-read.js';
 import { nodeWalFs, type WalFs } from '../src/journal/wal-fs.js';
 import { Wal } from '../src/journal/wal.js';

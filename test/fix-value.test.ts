@@ -2,7 +2,7 @@ import path from 'node:path';
 import { readFileSync, rmSync } from 'node:fs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { fixValue, fixValueText, speedupOf } from '../src/model/fix-value.js';
-import type { Summary } from '../src/analysis/summary.js';
+import type { Summary } from '../src/protocol/summary.js';
 import { Engine } from '../src/engine/engine.js';
 import type { EndedRun } from '../src/engine/snapshot.js';
 import { replayJournal } from '../src/journal/replay.js';

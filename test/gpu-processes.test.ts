@@ -1,7 +1,8 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { withOtherProcesses, type GpuSummary } from '../src/analysis/summary.js';
+import { withOtherProcesses } from '../src/analysis/summary.js';
+import type { SummaryGpu } from '../src/protocol/summary.js';
 import { otherProcesses, rankWindow } from '../src/analysis/window.js';
 import { computeAppFields, parseComputeApp, parseComputeApps, type ComputeApp } from '../src/counters/compute-apps.js';
 import { CounterStore } from '../src/counters/counter-store.js';
@@ -113,7 +114,7 @@ describe('other processes over a run', () => {
     expect(summarised.other_processes).toEqual([{ pid: 11345, name: './gpu_burn', used_mib_max: 15690 }]);
     expect(otherProcessesLine(summarised)).toBe('Other processes on GPU 0: ./gpu_burn (pid 11345) 15690 MiB.');
     const { processes: _, ...unmeasured } = gpu;
-    expect(withOtherProcesses(unmeasured as GpuSummary, new Set())).not.toHaveProperty('other_processes');
-    expect(otherProcessesLine(withOtherProcesses(unmeasured as GpuSummary, new Set()))).toBeNull();
+    expect(withOtherProcesses(unmeasured as SummaryGpu, new Set())).not.toHaveProperty('other_processes');
+    expect(otherProcessesLine(withOtherProcesses(unmeasured as SummaryGpu, new Set()))).toBeNull();
   });
 });

@@ -1,7 +1,7 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { Summary } from '../src/analysis/summary.js';
+import type { Summary } from '../src/protocol/summary.js';
 import { parseInput } from '../src/protocol/parse.js';
 import { RunsResponseSchema } from '../src/protocol/runs.js';
 import { cleanupList } from './support/cleanup-list.js';

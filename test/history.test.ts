@@ -2,7 +2,7 @@ import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { compare, compareTo, medianReference } from '../src/analysis/compare.js';
-import type { Summary } from '../src/analysis/summary.js';
+import type { Summary } from '../src/protocol/summary.js';
 import type { EngineSnapshot, JobState } from '../src/engine/snapshot.js';
 import { chooseReference, fingerprintOf, historyEntry, judgeRun, runRecord } from '../src/outputs/history.js';
 import { LiveComparisons } from '../src/outputs/history-live.js';

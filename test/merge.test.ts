@@ -6,7 +6,7 @@ import { mergeSummaries } from '../src/analysis/merge-summaries.js';
 import { readPodSummaries } from '../src/merge-command.js';
 import { writeSummaryFiles } from '../src/outputs/summary-files.js';
 import { renderSummary } from '../src/outputs/summary-render.js';
-import { SummaryFileSchema } from '../src/outputs/summary-schema.js';
+import { SummarySchema } from '../src/protocol/summary.js';
 import { parseInput } from '../src/protocol/parse.js';
 import { replayAsPods } from './support/pod-replay.js';
 import { unpackJournal } from './support/scenarios.js';
@@ -42,7 +42,7 @@ describe('stepscope merge', () => {
     expect(merged.ranks.map((r) => [r.rank, r.verdict, r.straggler])).toEqual(whole!.ranks.map((r) => [r.rank, r.verdict, r.straggler]));
     expect(merged).toMatchObject({ job: whole!.job, world_size: 2, steps: whole!.steps });
     expect(merged.step_ms.mean!).toBeCloseTo(whole!.step_ms.mean!, 0);
-    expect(parseInput(SummaryFileSchema, merged, 'summary')).toEqual(merged);
+    expect(parseInput(SummarySchema, merged, 'summary')).toEqual(merged);
     expect(merged.job_wide).toEqual({ from: 'summaries', pods: [{ pod: 'pod-a', ranks: [0] }, { pod: 'pod-b', ranks: [1] }], missing_ranks: [], missing_pods: [] });
     // The charts' series: the pods' steps add up to the one sidecar's, each rank's own line kept.
     const total = (xs: number[]) => xs.reduce((a, b) => a + b, 0);

@@ -8,7 +8,7 @@ import { Engine } from '../src/engine/engine.js';
 import { parseEntry, type JournalEntry } from '../src/engine/entries.js';
 import { emptyGpuSample } from '../src/counters/types.js';
 import { parseInput } from '../src/protocol/parse.js';
-import { SummaryFileSchema } from '../src/outputs/summary-schema.js';
+import { SummarySchema } from '../src/protocol/summary.js';
 import { renderSummary } from '../src/outputs/summary-render.js';
 import { environment } from '../src/outputs/report-html-tables.js';
 import { hello, run, T0 } from './support/entries.js';
@@ -96,7 +96,7 @@ describe('the node inventory in the journal, the state and the summary', () => {
     expect(summary.node).toEqual({ ...H100_NODE, cores_per_gpu: 224 });
     // No GPU matched to the job: cores per GPU is not known.
     expect(withNode({ ...summary, gpus: [] }, H100_NODE).node!.cores_per_gpu).toBeNull();
-    expect(parseInput(SummaryFileSchema, JSON.parse(JSON.stringify(summary)), 'summary')).toMatchObject({ node: { cores_logical: 224 } });
+    expect(parseInput(SummarySchema, JSON.parse(JSON.stringify(summary)), 'summary')).toMatchObject({ node: { cores_logical: 224 } });
   });
 
   it('is one line of the text, Markdown and HTML summaries', () => {
@@ -111,7 +111,7 @@ describe('the node inventory in the journal, the state and the summary', () => {
   it('is left out of summaries of recordings before it, which still read', () => {
     const { summary } = summaryOf(job(null));
     expect(summary).not.toHaveProperty('node');
-    expect(() => parseInput(SummaryFileSchema, JSON.parse(JSON.stringify(summary)), 'summary')).not.toThrow();
+    expect(() => parseInput(SummarySchema, JSON.parse(JSON.stringify(summary)), 'summary')).not.toThrow();
   });
 
   it('survives a checkpoint', () => {

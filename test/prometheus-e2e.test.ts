@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { Summary } from '../src/analysis/summary.js';
+import type { Summary } from '../src/protocol/summary.js';
 import { VERDICT_CODES } from '../src/outputs/metrics-verdicts.js';
 import { cleanupList } from './support/cleanup-list.js';
 import { freePort } from './support/listening.js';

@@ -3,7 +3,7 @@ import { PassThrough } from 'node:stream';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Summary } from '../src/analysis/summary.js';
+import type { Summary } from '../src/protocol/summary.js';
 import { fleetWaste, type FleetJob } from '../src/prometheus/fleet.js';
 import { PrometheusClient } from '../src/prometheus/client.js';
 import { reportFromPrometheus } from '../src/report-prometheus.js';
@@ -14,7 +14,7 @@ import { PROMTOOL } from './support/promql.js';
 import { CLI, ROOT } from './support/sidecar.js';
 import { renderSummary } from '../src/outputs/summary-render.js';
 import { reportCharts } from '../src/outputs/report-html-charts.js';
-import { SummaryFileSchema } from '../src/outputs/summary-schema.js';
+import { SummarySchema } from '../src/protocol/summary.js';
 import { parseInput } from '../src/protocol/parse.js';
 import { useTempDirs } from './support/temp-dirs.js';
 
@@ -190,7 +190,7 @@ describe.skipIf(!!why)(`the fleet and a job across pods, from a real Prometheus$
     expect([summary.series!.step_ms[late], summary.series!.phase_ms.data[late], summary.series!.steps[late]]).toEqual([500, 100, 4 * 2 * 12]);
     expect(reportCharts(summary).length).toBeGreaterThan(0);
     // It reads back as any summary file does (stepscope report, compare, --baseline).
-    expect(parseInput(SummaryFileSchema, summary, 'summary')).toEqual(summary);
+    expect(parseInput(SummarySchema, summary, 'summary')).toEqual(summary);
     expect(renderSummary(summary)).toContain('Missing: rank 4 of 5; pod p5 (Prometheus could not scrape its sidecar for part of the range).');
   });
 

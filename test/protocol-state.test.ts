@@ -6,7 +6,7 @@ import { Value } from '@sinclair/typebox/value';
 import { describe, expect, it } from 'vitest';
 import WebSocket, { WebSocketServer } from 'ws';
 import { compare } from '../src/analysis/compare.js';
-import type { Summary } from '../src/analysis/summary.js';
+import type { Summary } from '../src/protocol/summary.js';
 import { emptyGpuSample, ThrottleReason } from '../src/counters/types.js';
 import { emptyHostSample, type HostSample } from '../src/counters/host.js';
 import type { Env, Hello, StepRecord } from '../src/protocol/messages.js';

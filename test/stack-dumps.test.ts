@@ -6,7 +6,7 @@ import type { EngineSnapshot } from '../src/engine/snapshot.js';
 import { StackDumps } from '../src/outputs/stack-dumps.js';
 import { parseInput } from '../src/protocol/parse.js';
 import { StackDumpSchema } from '../src/protocol/stall-state.js';
-import { SummaryFileSchema } from '../src/outputs/summary-schema.js';
+import { SummarySchema } from '../src/protocol/summary.js';
 import { T0 } from './support/entries.js';
 import { HANG_CONFIG, hangScript } from './support/hang-script.js';
 import { tempDir } from './support/sidecar.js';
@@ -46,7 +46,7 @@ describe('--stack-dumps', () => {
       [1, 'stalled', 'wait_for_it'],
     ]);
     expect(dumps[1]).toMatchObject({ job: 'train', run: 1, hung_since: new Date(T0 + 3_000).toISOString(), why_no_capture: null });
-    const summary = parseInput(SummaryFileSchema, JSON.parse(JSON.stringify(last.ended[0]!.summary)), 'summary');
+    const summary = parseInput(SummarySchema, JSON.parse(JSON.stringify(last.ended[0]!.summary)), 'summary');
     expect(summary.stops![0]!.dumps).toEqual(['stacks-train-1/rank-0.json', 'stacks-train-1/rank-1.json']);
   });
 

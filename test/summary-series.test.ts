@@ -4,7 +4,7 @@ import { emptyGpuSample, ThrottleReason } from '../src/counters/types.js';
 import { Engine } from '../src/engine/engine.js';
 import type { JournalEntry } from '../src/engine/entries.js';
 import type { EngineSnapshot } from '../src/engine/snapshot.js';
-import { SummaryFileSchema } from '../src/outputs/summary-schema.js';
+import { SummarySchema } from '../src/protocol/summary.js';
 import { parseInput } from '../src/protocol/parse.js';
 import { hello, rows, run, T0 } from './support/entries.js';
 
@@ -74,7 +74,7 @@ describe("the summary's series", () => {
     expect(g.sm_clock_pct[15]).toBeCloseTo(62.8, 1);
     expect(g.temp_c_max[15]).toBe(90);
     // As written, it reads back through the summary's schema.
-    expect(() => parseInput(SummaryFileSchema, JSON.parse(JSON.stringify(summary)), 'summary')).not.toThrow();
+    expect(() => parseInput(SummarySchema, JSON.parse(JSON.stringify(summary)), 'summary')).not.toThrow();
   });
 
   it('is the same when the journal is replayed, and after a restart from a checkpoint', () => {

@@ -1,5 +1,5 @@
 import { envDrifts, nodeDrifts, rankDrifts, type Drift } from './stack.js';
-import type { Summary } from './summary.js';
+import type { Summary } from '../protocol/summary.js';
 
 /**
  * "Is it really slower, and where?": a run's summary against a reference — a baseline run's

@@ -2,10 +2,12 @@ import { LIMITERS, type Limiter } from '../model/verdict.js';
 import { round } from '../model/round.js';
 import { findStraggler } from '../model/straggler.js';
 import { listLimiters, type LimiterCost } from './limiters.js';
-import { headline, type GpuSummary, type JobWide, type RankSummary, type StepMs, type Summary } from './summary.js';
+import { headline } from './summary.js';
+import type { SummaryGpu, JobWide, RankSummary, StepMs, Summary } from '../protocol/summary.js';
 import { LIMITER_BARS, VERDICTS, type Cause, type Verdict } from './verdict.js';
 import type { TimelineSegment } from './job-analysis.js';
-import { pickRanks, type SummarySeries } from './summary-series.js';
+import { pickRanks } from './summary-series.js';
+import type { SummarySeries } from '../protocol/summary.js';
 import type { Waste, WasteEntry } from './waste.js';
 
 /**
@@ -160,7 +162,7 @@ function mergeSeries(parts: readonly PodSummary[], ranks: readonly RankSummary[]
 
 /** Each rank's GPU clock share, from the GPUs its pod matched it to (null where none was). */
 function clockOf(part: PodSummary, rank: number): number | null {
-  return part.summary.gpus.find((g: GpuSummary) => g.ranks.includes(rank))?.sm_clock_frac_mean ?? null;
+  return part.summary.gpus.find((g: SummaryGpu) => g.ranks.includes(rank))?.sm_clock_frac_mean ?? null;
 }
 
 const VERDICT_LIMITER: Partial<Record<Verdict, Limiter>> = { 'input-bound': 'input', 'transfer-bound': 'transfer', 'host-bound': 'host', 'communication-bound': 'communication', throttled: 'throttle' };

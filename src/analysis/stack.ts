@@ -1,4 +1,4 @@
-import type { NodeSummary } from './summary.js';
+import type { NodeSummary } from '../protocol/summary.js';
 import type { RankWindow } from './window.js';
 
 /**

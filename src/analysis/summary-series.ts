@@ -6,6 +6,7 @@ import type { RankView } from '../store/job-store.js';
 import { emptySums, mergeSums, type StepSums } from '../store/step-buckets.js';
 import { addGpuSample, describeGpuSlice, emptyGpuSlice, mergeGpuSlice, type GpuSlice } from './series-gpu.js';
 import { sig3 } from './series-round.js';
+import type { SummarySeries } from '../protocol/summary.js';
 
 export { sig3 };
 
@@ -23,9 +24,6 @@ const FIRST_SLICE_MS = 1000;
 /** A step is counted once it ended this long ago: the hooks send steps in batches, a little late. */
 export const SERIES_LAG_MS = 2000;
 
-const PHASES = ['data', 'h2d', 'compute', 'other'] as const;
-type Phase = (typeof PHASES)[number];
-
 interface Slice {
   sums: StepSums;
   ranks: Map<number, { steps: number; durNs: number }>;
@@ -35,34 +33,6 @@ interface Slice {
 /** A GPU of the run, as the series names it. */
 export type SeriesGpu = Pick<KnownGpu, 'key' | 'index' | 'uuid' | 'name'>;
 
-export interface SummarySeries {
-  /** Start of the first slice. */
-  from: string;
-  slice_s: number;
-  /** Steps that ended in each slice, all ranks. */
-  steps: number[];
-  /** Mean step time of those steps, ms; null where none ended. */
-  step_ms: Array<number | null>;
-  /** Mean ms a step in each phase. */
-  phase_ms: Record<Phase, Array<number | null>>;
-  /** Samples a second, all ranks; null where the loop does not count samples. */
-  samples_per_s: Array<number | null>;
-  /** Ranks with their own mean step time: all of them, or for a big job the straggler, the slowest and the fastest. */
-  ranks: Array<{ rank: number; step_ms: Array<number | null> }>;
-  ranks_total: number;
-  gpus: Array<{
-    index: number;
-    uuid: string | null;
-    name: string | null;
-    util_pct: Array<number | null>;
-    sm_clock_pct: Array<number | null>;
-    power_w: Array<number | null>;
-    temp_c_max: Array<number | null>;
-    mem_used_mib_max: Array<number | null>;
-    /** Share of samples (0..1) with a thermal, power or hardware slowdown reason active; null where not reported. */
-    throttled: Array<number | null>;
-  }>;
-}
 
 const emptySlice = (): Slice => ({ sums: emptySums(), ranks: new Map(), gpus: new Map() });
 

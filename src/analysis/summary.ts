@@ -1,143 +1,30 @@
 import { WASTE_WORDS, type Waste } from './waste.js';
 import { alsoCosting } from '../model/costs.js';
-import type { GpuOverJob, GpuProcessPeak } from '../counters/gpu-aggregate.js';
+import type { GpuProcessPeak } from '../counters/gpu-aggregate.js';
+import { SUMMARY_SCHEMA, type RankSummary, type StepMs, type Summary, type SummaryGpu, type SummaryMfu } from '../protocol/summary.js';
 import { coresPerGpu, type NodeInventory } from '../counters/inventory-parse.js';
 import type { Env } from '../protocol/messages.js';
 import { LogHistogram } from '../store/histogram.js';
-import { breakdownOf, roundBreakdown, type Breakdown, type JobSnapshot, type RankView } from '../store/job-store.js';
+import { breakdownOf, roundBreakdown, type JobSnapshot, type RankView } from '../store/job-store.js';
 import { emptySums, mergeSums } from '../store/step-buckets.js';
-import type { Comparison } from './compare.js';
-import type { RunRecord } from '../protocol/runs.js';
-import type { SummarySeries } from './summary-series.js';
-import type { JobAnalysis, TimelineSegment } from './job-analysis.js';
+import type { JobAnalysis } from './job-analysis.js';
 import type { Recommendation } from './recommendations.js';
 import { round } from '../model/round.js';
-import type { Straggler } from '../model/straggler.js';
 import type { Cause, Evidence, Verdict } from './verdict.js';
 import type { SummaryStop } from '../protocol/stall-state.js';
 import { rankList } from '../model/stall.js';
 import { isStop } from '../model/verdict.js';
-import type { FoldedFix } from '../protocol/state.js';
 import type { LimiterCost } from './limiters.js';
-import { mfuOf, pctText, type Mfu } from './mfu.js';
-import type { CaptureRecord } from '../protocol/profile.js';
-
-export const SUMMARY_SCHEMA = 'stepscope.summary/v1';
-
-export interface StepMs {
-  mean: number | null;
-  p50: number | null;
-  p90: number | null;
-  p99: number | null;
-}
-
-export interface RankSummary {
-  rank: number;
-  local_rank: number;
-  host: string;
-  steps: number;
-  breakdown: Breakdown;
-  step_ms: StepMs;
-  verdict: Verdict;
-  cause: Cause;
-  straggler: boolean;
-}
-
-export interface GpuSummary extends Omit<GpuOverJob, 'processes'> {
-  index: number;
-  uuid: string | null;
-  name: string | null;
-  ranks: number[];
-  /**
-   * Compute processes that shared the GPU (its physical GPU, for a MIG instance) during the run and
-   * are not the job's ranks, the largest first, with the most memory each held. Absent where none
-   * were measured (DCGM, the hook, summaries before it): absent is "not measured", [] is "none".
-   */
-  other_processes?: GpuProcessPeak[];
-}
+import { mfuOf, pctText } from './mfu.js';
 
 /** The GPU's processes over the run, less the job's own pids; `processes` (all of them) is not kept. */
-export function withOtherProcesses(gpu: GpuSummary & { processes?: GpuProcessPeak[] }, jobPids: ReadonlySet<number>): GpuSummary {
+export function withOtherProcesses(gpu: SummaryGpu & { processes?: GpuProcessPeak[] }, jobPids: ReadonlySet<number>): SummaryGpu {
   const { processes, ...rest } = gpu;
   return processes ? { ...rest, other_processes: processes.filter((p) => !jobPids.has(p.pid)) } : rest;
 }
 
-export interface Summary {
-  schema: typeof SUMMARY_SCHEMA;
-  job: string;
-  started_at: string;
-  ended_at: string;
-  end_reason: string | null;
-  headline: string;
-  verdict: Verdict;
-  cause: Cause;
-  /** Share of the job's time (after warm-up) the verdict held. */
-  verdict_share: number | null;
-  steps: number;
-  lost: number;
-  duplicates: number;
-  duration_s: number;
-  world_size: number;
-  breakdown: Breakdown;
-  /** CUDA path only: GPU-side phase times and the idle gap, as shares of step time. */
-  gpu_breakdown: { h2d: number; compute: number; idle: number } | null;
-  step_ms: StepMs;
-  samples_per_s: number | null;
-  ranks: RankSummary[];
-  straggler: (Straggler & { seconds: number }) | null;
-  timeline: TimelineSegment[];
-  gpus: GpuSummary[];
-  env: Env;
-  recommendations: Recommendation[];
-  evidence: Evidence | null;
-  baseline?: Comparison;
-  /** Samples one rank's step takes, where the hook counts them; null where it does not. Absent in summaries before it. */
-  samples_per_step?: number | null;
-  /** The run over time, for charts (bounded: see summary-series.ts). */
-  series?: SummarySeries;
-  /** Present when the run was slower per sample than its reference by the threshold or more. */
-  regression?: Regression;
-  /** The job's runs before this one, newest first, as the history held them when this one ended. */
-  history?: RunRecord[];
-  /** GPU time lost, by cause (the waste ledger). Absent in summaries before it. */
-  waste?: Waste;
-  /** The node the run ran on, read once at the sidecar's start. Absent where it was not (summaries and recordings before it). */
-  node?: NodeSummary;
-  /** Where the run stopped stepping (it hung, a rank stalled or went), oldest first; absent where it never did. */
-  stops?: SummaryStop[];
-  /** Every limiter that cost the job at least 5% of its time, with its level, most costly first. Absent in summaries before it. */
-  limiters?: LimiterCost[];
-  /** Each cause of the run's verdicts, its estimate folded over the time its verdict held: the summary's verdict's first. Absent in summaries before it. */
-  causes?: FoldedFix[];
-  /** MFU, where a hook gave the FLOPs of a step: the ranks' mean and each rank's. Absent where none did. */
-  mfu?: SummaryMfu;
-  /** Deep captures (torch.profiler windows) asked for while the run stepped; the sidecar adds them. Absent where none was. */
-  captures?: CaptureRecord[];
-  /** Present where the summary is a job's across its pods (`stepscope merge`, `report --prometheus`): where from, what is missing. */
-  job_wide?: JobWide;
-}
-
-/** A job-wide summary put together from its pods' sidecars, and what it could not see. */
-export interface JobWide {
-  /** `summaries`: the pods' summary files (stepscope merge); `prometheus`: range queries. */
-  from: 'summaries' | 'prometheus';
-  /** Each pod (its summary's folder, or its sidecar's Prometheus instance) and the ranks it reported. */
-  pods: Array<{ pod: string; ranks: number[] }>;
-  /** Ranks below the world size that no pod reported. */
-  missing_ranks: number[];
-  /** Pods that gave nothing for the job (a folder without its summary, a sidecar not scraped), with why. */
-  missing_pods: Array<{ pod: string; why: string }>;
-}
-
-export interface SummaryMfu {
-  /** The mean over the ranks it was measured on; null: not measured (text says why). */
-  mfu: number | null;
-  text: string;
-  ranks: Array<Mfu & { rank: number }>;
-}
-
 /** Each rank's MFU over its median step, on the GPU it ran on; null where no hook gave FLOPs. */
-function summaryMfu(job: JobSnapshot, ranks: readonly RankSummary[], gpus: readonly GpuSummary[]): SummaryMfu | null {
+function summaryMfu(job: JobSnapshot, ranks: readonly RankSummary[], gpus: readonly SummaryGpu[]): SummaryMfu | null {
   const measured = ranks.flatMap((rank) => {
     const env = job.ranks.find((r) => r.rank === rank.rank)?.env ?? {};
     const mfu = mfuOf(env, gpus.find((g) => g.ranks.includes(rank.rank))?.name ?? null, rank.step_ms.p50);
@@ -152,25 +39,10 @@ function summaryMfu(job: JobSnapshot, ranks: readonly RankSummary[], gpus: reado
   return { mfu: mean, text: `${pctText(mean)} MFU (${first.dtype} peak ${first.peak_tflops} TFLOP/s, ${first.gpu})${over}`, ranks: measured };
 }
 
-/** `cores_per_gpu`: the node's logical cores over the GPUs the job's ranks ran on; null where either is unknown. */
-export type NodeSummary = NodeInventory & { cores_per_gpu: number | null };
-
 /** The summary with the node it ran on; as it was where the inventory is not known, so older recordings replay to what they wrote. */
 export function withNode(summary: Summary, node: NodeInventory | null): Summary {
   if (node === null) return summary;
   return { ...summary, node: { ...node, cores_per_gpu: coresPerGpu(node, summary.gpus.length || null) } };
-}
-
-export interface Regression {
-  /** Per-sample time against the reference, percent. */
-  change_pct: number;
-  threshold_pct: number;
-  /** The reference, in words. */
-  against: string;
-  /** When the live comparison passed the threshold and held there, s from the run's start; null if only the final figures did. */
-  since_s: number | null;
-  /** The comparison's first line. */
-  text: string;
 }
 
 const roundOrNull = (x: number | null, digits = 3) => (x === null ? null : round(x, digits));
@@ -189,7 +61,7 @@ export interface SummaryInput {
   job: JobSnapshot;
   views: RankView[];
   analysis: JobAnalysis;
-  gpus: GpuSummary[];
+  gpus: SummaryGpu[];
   at: number;
   /** --gpu-hour-price, to price the lost time; null: not priced. */
   gpuHourPrice?: number | null;

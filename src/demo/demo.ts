@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Summary } from '../analysis/summary.js';
+import type { Summary } from '../protocol/summary.js';
 import { readSummary } from '../outputs/summary-files.js';
 import { renderSummary } from '../outputs/summary-render.js';
 import { startWatch } from '../viewer/watch.js';

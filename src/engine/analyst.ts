@@ -1,6 +1,7 @@
 import { deviceHint, matchGpu } from '../analysis/gpu-match.js';
 import { JobAnalysis, type RankInput, type VerdictEvent } from '../analysis/job-analysis.js';
-import { buildSummary, type GpuSummary, type Summary } from '../analysis/summary.js';
+import { buildSummary } from '../analysis/summary.js';
+import type { SummaryGpu, Summary } from '../protocol/summary.js';
 import { compare } from '../analysis/compare.js';
 import { RunSeries, SERIES_LAG_MS, type SeriesGpu } from '../analysis/summary-series.js';
 import type { RankWindow } from '../analysis/window.js';
@@ -118,9 +119,9 @@ export class Analyst {
   }
 
   /** The GPUs the job's ranks ran on, with their figures over the job. */
-  private gpusOf(jobId: string, from: number, to: number): GpuSummary[] {
+  private gpusOf(jobId: string, from: number, to: number): SummaryGpu[] {
     const gpus = this.world.counters.knownGpus();
-    const byKey = new Map<string, GpuSummary>();
+    const byKey = new Map<string, SummaryGpu>();
     for (const view of this.world.jobs.rankViews(jobId)) {
       const match = matchGpu(deviceHint(view.env, view.localRank), gpus);
       if (!match) continue;

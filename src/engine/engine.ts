@@ -1,4 +1,5 @@
-import { withNode, type Summary } from '../analysis/summary.js';
+import { withNode } from '../analysis/summary.js';
+import type { Summary } from '../protocol/summary.js';
 import type { NodeInventory } from '../counters/inventory-parse.js';
 import { deviceHint, matchGpu } from '../analysis/gpu-match.js';
 import { compare } from '../analysis/compare.js';

@@ -2,7 +2,7 @@ import { deviceHint, matchGpu, type GpuMatch } from '../analysis/gpu-match.js';
 import type { TimelineSegment, VerdictEvent } from '../analysis/job-analysis.js';
 import type { Straggler } from '../model/straggler.js';
 import { round } from '../model/round.js';
-import type { Summary } from '../analysis/summary.js';
+import type { Summary } from '../protocol/summary.js';
 import type { Judgement } from '../analysis/verdict.js';
 import { rankWindow, type RankWindow } from '../analysis/window.js';
 import type { Waste } from '../analysis/waste.js';

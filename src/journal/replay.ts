@@ -1,4 +1,4 @@
-import type { Summary } from '../analysis/summary.js';
+import type { Summary } from '../protocol/summary.js';
 import { Engine, type EngineLimits } from '../engine/engine.js';
 import { parseEntry, type JournalEntry } from '../engine/entries.js';
 import { readWal } from './wal-read.js';

@@ -1,5 +1,5 @@
 import type { Comparison, Reference } from '../analysis/compare.js';
-import type { Regression, Summary } from '../analysis/summary.js';
+import type { Regression, Summary } from '../protocol/summary.js';
 import { freeze, type EngineSnapshot, type JobState } from '../engine/snapshot.js';
 import { judgeRun } from './history.js';
 

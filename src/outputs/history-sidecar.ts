@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import type { Summary } from '../analysis/summary.js';
+import type { Summary } from '../protocol/summary.js';
 import type { Engine } from '../engine/engine.js';
 import type { EndedRun, EngineSnapshot } from '../engine/snapshot.js';
 import type { Logger } from '../log/log.js';

@@ -1,6 +1,6 @@
 import { mkdir, unlink } from 'node:fs/promises';
 import path from 'node:path';
-import type { Summary } from '../analysis/summary.js';
+import type { Summary } from '../protocol/summary.js';
 import { IoLimiter, IoTimeoutError, readFolder, readRegularFile } from '../io/bounded-read.js';
 import { fileSafeName } from '../model/names.js';
 import { parseInput } from '../protocol/parse.js';

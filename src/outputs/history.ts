@@ -1,9 +1,9 @@
 import { createHash } from 'node:crypto';
 import { Type, type Static } from '@sinclair/typebox';
 import { compareTo, medianReference, msPerSample, referenceOf, type Comparison, type Reference } from '../analysis/compare.js';
-import type { Regression, Summary } from '../analysis/summary.js';
+import type { Regression, Summary } from '../protocol/summary.js';
 import { RunRecordSchema, type RunRecord, type RunsReference } from '../protocol/runs.js';
-import { SummaryFileSchema } from './summary-schema.js';
+import { SummarySchema } from '../protocol/summary.js';
 
 /**
  * A job's run history, pure: what makes runs comparable (the fingerprint), the line kept for each
@@ -16,7 +16,7 @@ export const HISTORY_SCHEMA = 'stepscope.history/v1' as const;
 export const HistoryEntrySchema = Type.Object({
   schema: Type.Literal(HISTORY_SCHEMA),
   record: RunRecordSchema,
-  summary: SummaryFileSchema,
+  summary: SummarySchema,
 });
 export type HistoryEntry = Static<typeof HistoryEntrySchema>;
 

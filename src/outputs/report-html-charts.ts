@@ -1,5 +1,5 @@
-import type { Summary } from '../analysis/summary.js';
-import type { SummarySeries } from '../analysis/summary-series.js';
+import type { Summary } from '../protocol/summary.js';
+import type { SummarySeries } from '../protocol/summary.js';
 
 /**
  * What the report's charts draw, made from a summary's series: plain data for the page's script

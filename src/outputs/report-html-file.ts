@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
-import type { Summary } from '../analysis/summary.js';
+import type { Summary } from '../protocol/summary.js';
 import { renderReport, type ReportAssets } from './report-html.js';
 
 /** uPlot as npm installed it: read once, inlined into every report. */

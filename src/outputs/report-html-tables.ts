@@ -1,4 +1,4 @@
-import type { Summary } from '../analysis/summary.js';
+import type { Summary } from '../protocol/summary.js';
 import { h, num, pct, table, withCause } from './report-html-text.js';
 import { nodeLine, otherProcessesLine, RANK_COLUMNS, rankCells } from './summary-text.js';
 import { LIMITER_WORDS } from '../model/costs.js';

@@ -1,4 +1,5 @@
-import { leadingStop, type Summary } from '../analysis/summary.js';
+import { leadingStop } from '../analysis/summary.js';
+import type { Summary } from '../protocol/summary.js';
 import { jobWideLine, stopLines } from './summary-text.js';
 import type { Verdict } from '../model/verdict.js';
 import { reportCharts, PHASE_COLOUR, type ChartSpec } from './report-html-charts.js';

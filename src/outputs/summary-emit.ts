@@ -1,5 +1,5 @@
 import path from 'node:path';
-import type { Summary } from '../analysis/summary.js';
+import type { Summary } from '../protocol/summary.js';
 import { inertJson, inertText } from '../protocol/terminal-text.js';
 import { htmlReport } from './report-html-file.js';
 import { reportBase, writeAtomically, writeSummaryFiles } from './summary-files.js';

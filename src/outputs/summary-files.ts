@@ -1,9 +1,9 @@
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { SUMMARY_SCHEMA, type Summary } from '../analysis/summary.js';
+import { SUMMARY_SCHEMA, type Summary } from '../protocol/summary.js';
 import { fileSafeName } from '../model/names.js';
 import { parseInput } from '../protocol/parse.js';
-import { SummaryFileSchema } from './summary-schema.js';
+import { SummarySchema } from '../protocol/summary.js';
 import { htmlReport } from './report-html-file.js';
 import { renderSummary } from './summary-render.js';
 
@@ -64,7 +64,7 @@ export async function readSummary(file: string): Promise<Summary> {
   }
   if ((value as { schema?: unknown } | null)?.schema !== SUMMARY_SCHEMA) throw new Error(`${file}: not a stepscope summary (expected schema ${SUMMARY_SCHEMA})`);
   try {
-    return parseInput(SummaryFileSchema, value, 'summary');
+    return parseInput(SummarySchema, value, 'summary');
   } catch (error) {
     throw new Error(`${file}: ${(error as Error).message}`);
   }

@@ -1,4 +1,5 @@
-import { leadingStop, wasteSentence, type Summary } from '../analysis/summary.js';
+import { leadingStop, wasteSentence } from '../analysis/summary.js';
+import type { Summary } from '../protocol/summary.js';
 
 /** The end-of-job summary for a person: verdict first, then timeline, ranks, GPUs, what to do. */
 

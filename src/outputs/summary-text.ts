@@ -1,5 +1,6 @@
 import { processList } from '../model/process-list.js';
-import { stopSentence, type GpuSummary, type NodeSummary, type RankSummary, type Summary } from '../analysis/summary.js';
+import { stopSentence } from '../analysis/summary.js';
+import type { SummaryGpu, NodeSummary, RankSummary, Summary } from '../protocol/summary.js';
 import { limiterText } from '../model/costs.js';
 import { framesText } from '../protocol/capture.js';
 import type { SummaryStop } from '../protocol/stall-state.js';
@@ -31,7 +32,7 @@ export function rankCells(r: RankSummary, straggler: string): string[] {
 }
 
 /** The sentence under a summary's GPU table for a GPU others shared; null where none did or none were measured. */
-export function otherProcessesLine(g: GpuSummary): string | null {
+export function otherProcessesLine(g: SummaryGpu): string | null {
   if (!g.other_processes?.length) return null;
   const list = processList(g.other_processes.map((p) => ({ pid: p.pid, name: p.name, figure: p.used_mib_max === null ? null : `${p.used_mib_max} MiB` })));
   return `Other processes on GPU ${g.index}: ${list}.`;

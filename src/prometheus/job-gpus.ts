@@ -1,4 +1,4 @@
-import type { GpuSummary } from '../analysis/summary.js';
+import type { SummaryGpu } from '../protocol/summary.js';
 import { round } from '../model/round.js';
 import { THROTTLE_REASON_NAMES, type ThrottleReasonName } from '../model/gpu.js';
 import { promString, value, type PrometheusClient, type Vector } from './client.js';
@@ -13,7 +13,7 @@ const GPU_LABELS = ['instance', 'pod', 'gpu', 'gpu_uuid', 'gpu_instance'];
 const idOf = (m: Record<string, string>) => GPU_LABELS.map((l) => m[l] ?? '').join('\u0000');
 const MIB = 1024 * 1024;
 
-export async function fetchJobGpus(client: PrometheusClient, job: string, from: number, to: number): Promise<GpuSummary[]> {
+export async function fetchJobGpus(client: PrometheusClient, job: string, from: number, to: number): Promise<SummaryGpu[]> {
   const range = `${Math.max(1, Math.ceil(to - from))}s`;
   const by = GPU_LABELS.join(', ');
   const owners = await client.query(`max by (${by}, rank) (last_over_time(stepscope_rank_gpu_info{training_job=${promString(job)}}[${range}]))`, to);
@@ -44,7 +44,7 @@ export async function fetchJobGpus(client: PrometheusClient, job: string, from: 
     gpus.set(id, gpu);
   }
   const num = (map: Map<string, number>, id: string) => (map.has(id) && Number.isFinite(map.get(id)) ? map.get(id)! : null);
-  return [...gpus.entries()].map(([id, { metric, ranks }]): GpuSummary => {
+  return [...gpus.entries()].map(([id, { metric, ranks }]): SummaryGpu => {
     const share: Partial<Record<ThrottleReasonName, number>> = {};
     for (const s of throttle) {
       const reason = s.metric.reason as ThrottleReasonName;

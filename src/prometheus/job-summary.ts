@@ -1,11 +1,13 @@
 import { jobVerdictOf, mergeWaste } from '../analysis/merge-summaries.js';
-import { headline, SUMMARY_SCHEMA, type GpuSummary, type RankSummary, type StepMs, type Summary } from '../analysis/summary.js';
+import { headline } from '../analysis/summary.js';
+import { SUMMARY_SCHEMA, type SummaryGpu, type RankSummary, type StepMs, type Summary } from '../protocol/summary.js';
 import type { TimelineSegment } from '../analysis/job-analysis.js';
 import { round } from '../model/round.js';
 import { findStraggler, type Straggler } from '../model/straggler.js';
 import type { Cause, Verdict } from '../analysis/verdict.js';
 import type { JobData, Phase, RankPoint, RankTotals } from './job-data.js';
-import { pickRanks, type SummarySeries } from '../analysis/summary-series.js';
+import { pickRanks } from '../analysis/summary-series.js';
+import type { SummarySeries } from '../protocol/summary.js';
 
 /**
  * The summary a sidecar writes, made for a job across all its pods from what Prometheus holds
@@ -99,7 +101,7 @@ function seriesOf(data: JobData, straggler: number | null): SummarySeries {
   };
 }
 
-export function jobSummary(data: JobData, gpuHourPrice: number | null = null, gpus: GpuSummary[] = []): Summary {
+export function jobSummary(data: JobData, gpuHourPrice: number | null = null, gpus: SummaryGpu[] = []): Summary {
   const { step } = data;
   const start = data.firstAt;
   // At each step of the range: the straggler by the sidecar's finder, the job's verdict by its rule.

@@ -91,7 +91,7 @@ export const JournalHealthSchema = Type.Object(
   { description: 'the journal (--out) and how it fares' },
 );
 
-export const GpuSummarySchema = Type.Object(
+export const GpuReadingSchema = Type.Object(
   {
     index: Num('the GPU index as its source numbers it'),
     uuid: StrOrNull('GPU (or MIG instance) UUID'),
@@ -131,7 +131,7 @@ function GpuProcessSchema() {
   });
 }
 
-export const HostSummarySchema = Type.Object(
+export const HostReadingSchema = Type.Object(
   {
     at: Time('when this reading was taken'),
     cpu_pct: NumOrNull('CPU busy, percent 0..100 of all CPUs (iowait counts as idle)'),
@@ -161,8 +161,8 @@ export const CountersStateSchema = Type.Object(
         "the GPU collector's health; where the hooks' readings were taken because the DCGM exporter given by --dcgm-url gave nothing readable, that exporter's (failing, with what it serves instead); null when no collector runs in the sidecar",
     }),
     host_health: Nullable(CollectorHealthSchema, { description: "the host collector's health; null when none runs" }),
-    gpus: Type.Array(GpuSummarySchema, { description: 'every GPU seen, with its latest reading' }),
-    host: Nullable(HostSummarySchema, { description: "the host's latest reading; null before the first" }),
+    gpus: Type.Array(GpuReadingSchema, { description: 'every GPU seen, with its latest reading' }),
+    host: Nullable(HostReadingSchema, { description: "the host's latest reading; null before the first" }),
   },
   { description: 'GPU and host counters' },
 );
@@ -657,8 +657,9 @@ export type Breakdown = Static<typeof BreakdownSchema>;
 export type CollectorHealth = Static<typeof CollectorHealthSchema>;
 export type IngestStats = Static<typeof IngestStatsSchema>;
 export type JournalHealth = Static<typeof JournalHealthSchema>;
-export type GpuSummary = Static<typeof GpuSummarySchema>;
-export type HostSummary = Static<typeof HostSummarySchema>;
+/** A GPU as last read, in the state (a GPU over a whole run is the summary's SummaryGpu). */
+export type GpuReading = Static<typeof GpuReadingSchema>;
+export type HostReading = Static<typeof HostReadingSchema>;
 export type CountersState = Static<typeof CountersStateSchema>;
 export type GpuWindow = Static<typeof GpuWindowSchema>;
 export type HostWindow = Static<typeof HostWindowSchema>;

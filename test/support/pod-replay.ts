@@ -1,7 +1,7 @@
 import { Engine } from '../../src/engine/engine.js';
 import { parseEntry } from '../../src/engine/entries.js';
 import { readWal } from '../../src/journal/wal-read.js';
-import type { Summary } from '../../src/analysis/summary.js';
+import type { Summary } from '../../src/protocol/summary.js';
 
 /**
  * A recorded journal replayed as if each pod's sidecar had seen only its own ranks: every rank's

@@ -1,5 +1,5 @@
 import type { Cause, Verdict } from '../../model/verdict.js';
-import type { GpuSummary, GpuWindow, JobState, RankState, SidecarState } from '../../protocol/state.js';
+import type { GpuReading, GpuWindow, JobState, RankState, SidecarState } from '../../protocol/state.js';
 import type { HistoryState } from './history.js';
 import type { SourceState } from './source.js';
 
@@ -81,7 +81,7 @@ export function rankRow(part: Part, rank: RankState, straggler: number | null): 
  * GPU's, or one whole GPU's beside MIG slices, as the sidecar matches: a rank on one of several
  * slices is put on none rather than on all.
  */
-export function gpuOfWindow(window: Pick<GpuWindow, 'index' | 'uuid' | 'key'>, gpus: readonly GpuSummary[]): GpuSummary | null {
+export function gpuOfWindow(window: Pick<GpuWindow, 'index' | 'uuid' | 'key'>, gpus: readonly GpuReading[]): GpuReading | null {
   const byKey = window.key === undefined ? undefined : gpus.find((g) => g.key === window.key);
   if (byKey) return byKey;
   const byUuid = window.uuid === null ? undefined : gpus.find((g) => g.uuid === window.uuid);
@@ -94,7 +94,7 @@ export function gpuOfWindow(window: Pick<GpuWindow, 'index' | 'uuid' | 'key'>, g
 
 export function gpuRows(part: Part): GpuRow[] {
   const gpus = part.state.counters.gpus;
-  const onGpu = new Map<GpuSummary, number[]>();
+  const onGpu = new Map<GpuReading, number[]>();
   for (const rank of part.job.ranks) {
     const gpu = rank.window.gpu ? gpuOfWindow(rank.window.gpu, gpus) : null;
     if (gpu) onGpu.set(gpu, [...(onGpu.get(gpu) ?? []), rank.rank]);

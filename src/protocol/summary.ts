@@ -1,23 +1,25 @@
 import { Type, type Static } from '@sinclair/typebox';
-import { SUMMARY_SCHEMA, type Summary } from '../analysis/summary.js';
 import { THROTTLE_REASON_NAMES } from '../model/gpu.js';
-import { EnvSchema } from '../protocol/hook-schema.js';
-import { RunRecordSchema } from '../protocol/runs.js';
-import { CaptureRecordSchema } from '../protocol/profile.js';
-import { SummaryStopSchema } from '../protocol/stall-state.js';
-import { Bool, Count, Keys, Nullable, Num, NumOrNull, OptionalKeys, Str, StrOrNull, Time } from '../protocol/schema.js';
-import { NodeInventorySchema, BreakdownSchema, CauseSchema, ComparisonSchema, EvidenceSchema, FoldedFixSchema, LimiterCostSchema, MfuSchema, PHASES, RecommendationSchema, StragglerSchema, TimelineSegmentSchema, VerdictSchema, WasteSchema } from '../protocol/state.js';
+import { EnvSchema } from './hook-schema.js';
+import { RunRecordSchema } from './runs.js';
+import { CaptureRecordSchema } from './profile.js';
+import { SummaryStopSchema } from './stall-state.js';
+import { Bool, Count, Keys, Nullable, Num, NumOrNull, OptionalKeys, Str, StrOrNull, Time } from './schema.js';
+import { NodeInventorySchema, BreakdownSchema, CauseSchema, ComparisonSchema, EvidenceSchema, FoldedFixSchema, LimiterCostSchema, MfuSchema, PHASES, RecommendationSchema, StragglerSchema, TimelineSegmentSchema, VerdictSchema, WasteSchema } from './state.js';
 
 /**
- * summary.json as read back (`stepscope report`, `compare`, `--baseline`, the run history): one
- * schema, checked whole, whose type is the Summary the sidecar writes (asserted at the bottom).
- * Fields added after the first version are optional, so that older summaries still read.
+ * summary.json: what the sidecar writes at a run's end and reads back (`stepscope report`, `compare`,
+ * `gate`, `--baseline`, the run history). One schema, checked whole on read, whose `Static` is the
+ * Summary type the analysis builds: the schema is the type. Fields added after the first version are
+ * optional, so that older summaries still read.
  */
 
-const StepMsSchema = Type.Object({ mean: NumOrNull('mean, ms'), p50: NumOrNull('median, ms'), p90: NumOrNull('90th percentile, ms'), p99: NumOrNull('99th percentile, ms') });
+export const SUMMARY_SCHEMA = 'stepscope.summary/v1';
+
+export const StepMsSchema = Type.Object({ mean: NumOrNull('mean, ms'), p50: NumOrNull('median, ms'), p90: NumOrNull('90th percentile, ms'), p99: NumOrNull('99th percentile, ms') });
 const Values = (description: string) => Type.Array(Nullable(Type.Number()), { description: `${description}; null where nothing was measured` });
 
-export const SeriesSchema = Type.Object(
+export const SummarySeriesSchema = Type.Object(
   {
     from: Time('start of the first slice'),
     slice_s: Num('length of a slice, s'),
@@ -52,7 +54,7 @@ export const RegressionSchema = Type.Object({
   text: Str("the comparison's first line"),
 });
 
-const RankSummarySchema = Type.Object({
+export const RankSummarySchema = Type.Object({
   rank: Count('rank'),
   local_rank: Count('local rank'),
   host: Str('host'),
@@ -64,7 +66,7 @@ const RankSummarySchema = Type.Object({
   straggler: Bool('the job\'s straggler'),
 });
 
-const GpuSummarySchema = Type.Object({
+export const SummaryGpuSchema = Type.Object({
   index: Num('GPU index'),
   uuid: StrOrNull('GPU UUID'),
   name: StrOrNull('product name'),
@@ -87,7 +89,7 @@ const GpuSummarySchema = Type.Object({
   ),
 });
 
-const JobWideSchema = Type.Object(
+export const JobWideSchema = Type.Object(
   {
     from: Type.Union([Type.Literal('summaries'), Type.Literal('prometheus')], { description: 'summaries: stepscope merge; prometheus: report --prometheus' }),
     pods: Type.Array(Type.Object({ pod: Str('its folder, or its sidecar\'s instance'), ranks: Type.Array(Count('a rank')) })),
@@ -97,7 +99,16 @@ const JobWideSchema = Type.Object(
   { description: "a job's summary across its pods, and what it could not see" },
 );
 
-export const SummaryFileSchema = Type.Object({
+export const SummaryMfuSchema = Type.Object(
+  {
+    mfu: NumOrNull("the ranks' mean MFU (0..1); null: not measured"),
+    text: Str('"31% MFU (bf16 peak 989 TFLOP/s, H100 SXM)", or why it was not measured'),
+    ranks: Type.Array(Type.Composite([MfuSchema, Type.Object({ rank: Count('the rank') })])),
+  },
+  { description: "model FLOPs utilization over each rank's median step, where a hook gave the FLOPs of a step; absent where none did" },
+);
+
+export const SummarySchema = Type.Object({
   schema: Type.Literal(SUMMARY_SCHEMA),
   job: Str('the job'),
   started_at: Time('first step'),
@@ -119,13 +130,13 @@ export const SummaryFileSchema = Type.Object({
   ranks: Type.Array(RankSummarySchema),
   straggler: Nullable(Type.Composite([StragglerSchema, Type.Object({ seconds: Num('seconds it was the straggler') })])),
   timeline: Type.Array(TimelineSegmentSchema),
-  gpus: Type.Array(GpuSummarySchema),
+  gpus: Type.Array(SummaryGpuSchema),
   env: EnvSchema,
   recommendations: Type.Array(RecommendationSchema),
   evidence: Nullable(EvidenceSchema),
   baseline: Type.Optional(ComparisonSchema),
   samples_per_step: Type.Optional(NumOrNull('samples a step')),
-  series: Type.Optional(SeriesSchema),
+  series: Type.Optional(SummarySeriesSchema),
   regression: Type.Optional(RegressionSchema),
   history: Type.Optional(Type.Array(RunRecordSchema)),
   waste: Type.Optional(WasteSchema),
@@ -133,23 +144,18 @@ export const SummaryFileSchema = Type.Object({
   stops: Type.Optional(Type.Array(SummaryStopSchema, { description: 'where the run stopped stepping (it hung, a rank stalled or went), oldest first' })),
   limiters: Type.Optional(Type.Array(LimiterCostSchema, { description: "every limiter that cost the job at least 5% of its time, most costly first (its bound: the time-weighted mean of the windows' bounds)" })),
   causes: Type.Optional(Type.Array(FoldedFixSchema, { description: "each cause of the run's verdicts with what fixing it would buy, folded over the time its verdict held: the summary's verdict's causes first, then the other verdicts' by how long each held; within a verdict, most first" })),
-  mfu: Type.Optional(
-    Type.Object(
-      {
-        mfu: NumOrNull("the ranks' mean MFU (0..1); null: not measured"),
-        text: Str('"31% MFU (bf16 peak 989 TFLOP/s, H100 SXM)", or why it was not measured'),
-        ranks: Type.Array(Type.Composite([MfuSchema, Type.Object({ rank: Count('the rank') })])),
-      },
-      { description: "model FLOPs utilization over each rank's median step, where a hook gave the FLOPs of a step; absent where none did" },
-    ),
-  ),
+  mfu: Type.Optional(SummaryMfuSchema),
   captures: Type.Optional(Type.Array(CaptureRecordSchema, { description: 'deep captures (torch.profiler windows) asked for while the run stepped; absent where none was' })),
   job_wide: Type.Optional(JobWideSchema),
 });
 
-export type SummaryFile = Static<typeof SummaryFileSchema>;
-
-// The schema and the Summary the sidecar writes are one shape: each must be the other.
-type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
-const sameShape: Same<Summary, SummaryFile> = true;
-void sameShape;
+export type Summary = Static<typeof SummarySchema>;
+export type StepMs = Static<typeof StepMsSchema>;
+export type RankSummary = Static<typeof RankSummarySchema>;
+/** A GPU the run used, over the run (not the state's latest reading of a GPU: GpuReading). */
+export type SummaryGpu = Static<typeof SummaryGpuSchema>;
+export type SummarySeries = Static<typeof SummarySeriesSchema>;
+export type Regression = Static<typeof RegressionSchema>;
+export type JobWide = Static<typeof JobWideSchema>;
+export type SummaryMfu = Static<typeof SummaryMfuSchema>;
+export type NodeSummary = Static<typeof NodeInventorySchema>;
