@@ -1,7 +1,8 @@
 import { isStop } from './model/verdict.js';
-import { compareTo, samplesPerStep, type Comparison, type Reference } from './analysis/compare.js';
+import { compareTo, samplesPerStep, type Reference } from './analysis/compare.js';
 import { fingerprintOf } from './outputs/history.js';
 import type { Summary } from './protocol/summary.js';
+import type { Comparison } from './protocol/state.js';
 
 /**
  * `stepscope gate`'s judgement, pure: is this run's steady-state time per sample within the noise

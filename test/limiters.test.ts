@@ -2,10 +2,10 @@ import { describe, expect, it } from 'vitest';
 import { inputFixes, type FixContext } from '../src/analysis/fix-estimate.js';
 import { margin, t95, windowLost } from '../src/analysis/limiters.js';
 import { judge, type RankContext } from '../src/analysis/verdict.js';
-import type { RankWindow } from '../src/analysis/window.js';
 import type { StepRecord } from '../src/protocol/messages.js';
 import { StepBuckets } from '../src/store/step-buckets.js';
 import { window } from './support/rank-window.js';
+import type { RankWindow } from '../src/protocol/state.js';
 
 /**
  * What each limiter costs (src/analysis/limiters.ts) and what fixing each cause would buy

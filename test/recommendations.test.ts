@@ -3,8 +3,8 @@ import { describe, expect, it } from 'vitest';
 import type { Env } from '../src/protocol/messages.js';
 import { RECOMPILE_ADVICE, recommendationsFor } from '../src/analysis/recommendations.js';
 import { CAUSES, VERDICTS, type Cause, type Verdict } from '../src/model/verdict.js';
-import type { ProcessWindow, RankWindow } from '../src/analysis/window.js';
 import { gpu, window as rankWindow } from './support/rank-window.js';
+import type { ProcessWindow, RankWindow } from '../src/protocol/state.js';
 
 /** Advice fitted to the job (src/analysis/recommendations.ts): nothing its setup contradicts, the largest expected gain first. */
 

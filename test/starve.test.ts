@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { judge, workersStarveStep, type RankContext } from '../src/analysis/verdict.js';
-import type { ProcessWindow, RankWindow } from '../src/analysis/window.js';
 import { window } from './support/rank-window.js';
+import type { ProcessWindow, RankWindow } from '../src/protocol/state.js';
 
 /**
  * Loader workers that starve the step (issue 26): under neighbour load the step slowed by 42% while

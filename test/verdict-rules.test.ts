@@ -2,9 +2,9 @@ import { describe, expect, it } from 'vitest';
 import { findStraggler } from '../src/model/straggler.js';
 import { VerdictTracker } from '../src/analysis/tracker.js';
 import { judge, type RankContext } from '../src/analysis/verdict.js';
-import type { GpuWindow, RankWindow } from '../src/analysis/window.js';
 import { gpu, window } from './support/rank-window.js';
 import { WasteLedger } from '../src/analysis/waste.js';
+import type { GpuWindow, RankWindow } from '../src/protocol/state.js';
 
 const context = (over: Partial<RankContext> = {}): RankContext => ({
   totalSteps: 1000,

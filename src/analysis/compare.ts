@@ -1,5 +1,6 @@
 import { envDrifts, nodeDrifts, rankDrifts, type Drift } from './stack.js';
 import type { Summary } from '../protocol/summary.js';
+import type { Comparison } from '../protocol/state.js';
 
 /**
  * "Is it really slower, and where?": a run's summary against a reference — a baseline run's
@@ -21,25 +22,6 @@ const PHASE_WORDS: Record<Phase, string> = { data: 'data wait', h2d: 'host-to-de
  * effect and reason are optional because comparisons kept in summaries written before them lack them.
  */
 export type EnvChange = Pick<Drift, 'key' | 'baseline' | 'current'> & Partial<Pick<Drift, 'effect' | 'direction' | 'reason'>>;
-
-export interface Comparison {
-  step_ms: { baseline: number | null; current: number | null };
-  /** Change of the mean step time (of the time per sample, where both count samples), in percent of the baseline's. */
-  change_pct: number | null;
-  /** ms per step of each phase, current minus baseline. */
-  delta_ms: Record<Phase, number | null>;
-  phase_ms: { baseline: Record<Phase, number | null>; current: Record<Phase, number | null> };
-  /** The phase that grew most. */
-  grew_most: Phase | null;
-  gpu: {
-    util_mean: { baseline: number | null; current: number | null };
-    sm_clock_frac_mean: { baseline: number | null; current: number | null };
-  };
-  verdict: { baseline: string; current: string; baseline_cause: string | null; current_cause: string | null };
-  /** What changed in the environment (and on the node), the change most likely to explain the difference first. */
-  env_changes: EnvChange[];
-  text: string;
-}
 
 /** What a run is compared with: one run's figures, or the median run of several, named for people. */
 export interface Reference {

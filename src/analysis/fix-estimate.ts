@@ -1,18 +1,15 @@
 import type { Cause, InputCause, Limiter } from '../model/verdict.js';
 import { round } from '../model/round.js';
 import type { Env } from '../protocol/messages.js';
-import type { FixEstimate } from '../protocol/state.js';
+import type { FixEstimate, RankWindow } from '../protocol/state.js';
 import { envGroup, num } from './stack.js';
 import { freeCores, workerRoom } from './recommendations.js';
-import type { RankWindow } from './window.js';
 
 /**
  * What fixing each cause would buy: the share of step time it would give back, with the facts the
  * estimate rests on, or "unknown" and why where it depends on something not measured. Causes are
  * ranked by it. Pure. The models and how they can be wrong are in docs/verdicts.md.
  */
-
-export type { FixEstimate };
 
 export interface FixContext {
   window: RankWindow;

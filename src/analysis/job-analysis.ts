@@ -6,10 +6,8 @@ import { jobStop, jobStopJudgement, jobStopParts, rankStall, stackDumpDir, STALL
 import { RunSeries, type SeriesDump } from './summary-series.js';
 import { loadedJudgement, VerdictTracker, type TrackerDump, type VerdictChange } from './tracker.js';
 import { judge, LIMITER_BARS, VERDICTS, type Cause, type Judgement, type RankContext, type Verdict } from './verdict.js';
-import type { LimiterCost } from './limiters.js';
-import type { FoldedFix } from '../protocol/state.js';
-import { WasteLedger, type Waste, type WasteDump } from './waste.js';
-import type { RankWindow } from './window.js';
+import type { FoldedFix, LimiterCost, RankWindow, TimelineSegment, Waste } from '../protocol/state.js';
+import { WasteLedger, type WasteDump } from './waste.js';
 
 /**
  * Live verdicts of one job: each rank judged on its window and held against flapping, the straggler
@@ -53,13 +51,6 @@ export interface VerdictEvent extends VerdictChange {
   job: string;
   /** null for the job's own verdict. */
   rank: number | null;
-}
-
-export interface TimelineSegment {
-  start_s: number;
-  end_s: number;
-  verdict: Verdict;
-  cause: Cause;
 }
 
 export interface AnalysisDump {

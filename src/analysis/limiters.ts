@@ -1,6 +1,6 @@
 import { LIMITERS, type Limiter, type Level } from '../model/verdict.js';
 import { round } from '../model/round.js';
-import type { LimiterCost, WindowLost } from '../protocol/state.js';
+import type { LimiterCost, LostShare, WindowLost } from '../protocol/state.js';
 import { breakdownOf } from '../store/job-snapshot.js';
 import { commStepsNs, type StepSums } from '../store/step-buckets.js';
 
@@ -17,8 +17,6 @@ import { commStepsNs, type StepSums } from '../store/step-buckets.js';
 
 /** The limiters measured from the steps' phases (throttling is measured from the GPU's clocks). */
 export type StepLimiter = Exclude<Limiter, 'throttle'>;
-export type { LimiterCost, WindowLost };
-export type LostShare = WindowLost['input'];
 
 /** A limiter is named beside the verdict from this share; at its verdict bar it is high. */
 export const MODERATE = 0.05;

@@ -1,25 +1,6 @@
 import type { MemoryAt } from '../store/job-records.js';
 import { round } from '../model/round.js';
-
-/** The framework allocator over a rank's window, and where its growth is heading. */
-export interface MemoryWindow {
-  device: number | null;
-  allocated_bytes: number | null;
-  reserved_bytes: number | null;
-  peak_allocated_bytes: number | null;
-  total_bytes: number | null;
-  /** Reserved (held by the allocator) as a share of the device's memory. */
-  reserved_frac: number | null;
-  /** Inactive split blocks as a share of reserved: cached memory too cut up to serve big requests. */
-  fragmentation: number | null;
-  /** Allocation retries (cache flushed and synchronised) and OOMs during the window. */
-  alloc_retries: number | null;
-  ooms: number | null;
-  /** Growth of allocated memory over the last 10 minutes (least squares), bytes a second. */
-  growth_bytes_per_s: number | null;
-  /** At that rate, seconds until the peak reaches the device's memory; null when not growing. */
-  exhausted_in_s: number | null;
-}
+import type { MemoryWindow } from '../protocol/state.js';
 
 /** The trend needs this much history: shorter, a warm-up or one big batch reads as a leak. */
 const TREND_MIN_MS = 120_000;

@@ -1,14 +1,13 @@
 import { LIMITERS, type Limiter } from '../model/verdict.js';
 import { round } from '../model/round.js';
 import { findStraggler } from '../model/straggler.js';
-import { listLimiters, type LimiterCost } from './limiters.js';
+import { listLimiters } from './limiters.js';
 import { headline } from './summary.js';
 import type { SummaryGpu, JobWide, RankSummary, StepMs, Summary } from '../protocol/summary.js';
 import { LIMITER_BARS, VERDICTS, type Cause, type Verdict } from './verdict.js';
-import type { TimelineSegment } from './job-analysis.js';
 import { pickRanks } from './summary-series.js';
 import type { SummarySeries } from '../protocol/summary.js';
-import type { Waste, WasteEntry } from './waste.js';
+import type { LimiterCost, TimelineSegment, Waste, WasteEntry } from '../protocol/state.js';
 
 /**
  * One summary for a job across its pods, from the summaries each pod's sidecar wrote (`stepscope

@@ -11,8 +11,6 @@ import { envGroup, num } from './stack.js';
  * the GPU, its peak or the dtype is unknown it is "not measured", with why — never a guessed peak.
  */
 
-export type { Mfu };
-
 /** The step's FLOPs from the rank's env; null where the hook sent none. */
 export function flopsOf(env: Readonly<Record<string, unknown>>): { flops: number; from: string | null } | null {
   const model = envGroup(env, 'model');

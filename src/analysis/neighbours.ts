@@ -1,5 +1,5 @@
-import type { RankWindow } from './window.js';
 import { processList } from '../model/process-list.js';
+import type { RankWindow } from '../protocol/state.js';
 
 /**
  * What else runs beside a job: other processes on its GPU and the busiest processes on its node.

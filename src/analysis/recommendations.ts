@@ -1,7 +1,7 @@
 import type { Env } from '../protocol/messages.js';
 import type { Cause, Verdict } from './verdict.js';
 import { envGroup, num, REDUCED } from './stack.js';
-import type { RankWindow } from './window.js';
+import type { RankWindow, Recommendation } from '../protocol/state.js';
 
 /**
  * What to do about a verdict: the checklist an experienced engineer works through, fitted to the job.
@@ -16,13 +16,6 @@ import type { RankWindow } from './window.js';
  * medium effect (pinned memory, more workers, compile: 10–50%), then small ones (prefetch depth,
  * workers restarted each epoch: felt once per epoch), and general advice last.
  */
-
-export interface Recommendation {
-  id: string;
-  text: string;
-  /** The fact about this job and its machine the advice rests on: what made it fit (always set here; absent in summaries written before it). */
-  because?: string;
-}
 
 export interface Context {
   window: RankWindow;

@@ -1,5 +1,5 @@
 import type { NodeSummary } from '../protocol/summary.js';
-import type { RankWindow } from './window.js';
+import type { RankWindow } from '../protocol/state.js';
 
 /**
  * The software stack: what changed between two runs' fingerprints (the hooks' `env`, and the node

@@ -1,7 +1,7 @@
 import type { CodeFrame } from '../protocol/capture.js';
 import type { Cause, Verdict } from '../model/verdict.js';
 import { rankList } from '../model/stall.js';
-import type { Recommendation } from './recommendations.js';
+import type { Recommendation } from '../protocol/state.js';
 
 /**
  * What to do about a job that stopped: the culprit's own advice first (its stack, its loader, its

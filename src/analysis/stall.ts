@@ -2,9 +2,9 @@ import { frameText, type Capture, type CodeFrame } from '../protocol/capture.js'
 import type { RankLiveness } from '../store/job-store.js';
 import { jobStop, rankList, type JobStop, type RankStop } from '../model/stall.js';
 import type { Cause, Evidence, Verdict } from '../model/verdict.js';
-import type { Recommendation } from './recommendations.js';
 import { stopAdvice } from './stall-advice.js';
 import { fileSafeName } from '../model/names.js';
+import type { Recommendation } from '../protocol/state.js';
 
 /**
  * When a rank stops stepping: stalled (alive and heard from), unresponsive (its connection open but

@@ -1,4 +1,4 @@
-import { WASTE_WORDS, type Waste } from './waste.js';
+import { WASTE_WORDS } from './waste.js';
 import { alsoCosting } from '../model/costs.js';
 import type { GpuProcessPeak } from '../counters/gpu-aggregate.js';
 import { SUMMARY_SCHEMA, type RankSummary, type StepMs, type Summary, type SummaryGpu, type SummaryMfu } from '../protocol/summary.js';
@@ -8,14 +8,13 @@ import { LogHistogram } from '../store/histogram.js';
 import { breakdownOf, roundBreakdown, type JobSnapshot, type RankView } from '../store/job-store.js';
 import { emptySums, mergeSums } from '../store/step-buckets.js';
 import type { JobAnalysis } from './job-analysis.js';
-import type { Recommendation } from './recommendations.js';
 import { round } from '../model/round.js';
 import type { Cause, Evidence, Verdict } from './verdict.js';
 import type { SummaryStop } from '../protocol/stall-state.js';
 import { rankList } from '../model/stall.js';
 import { isStop } from '../model/verdict.js';
-import type { LimiterCost } from './limiters.js';
 import { mfuOf, pctText } from './mfu.js';
+import type { LimiterCost, Recommendation, Waste } from '../protocol/state.js';
 
 /** The GPU's processes over the run, less the job's own pids; `processes` (all of them) is not kept. */
 export function withOtherProcesses(gpu: SummaryGpu & { processes?: GpuProcessPeak[] }, jobPids: ReadonlySet<number>): SummaryGpu {
@@ -55,7 +54,6 @@ function stepMs(histogram: LogHistogram, meanMs: number | null): StepMs {
     p99: roundOrNull(histogram.quantile(0.99)),
   };
 }
-
 
 export interface SummaryInput {
   job: JobSnapshot;

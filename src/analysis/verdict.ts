@@ -1,13 +1,13 @@
 import type { Env } from '../protocol/messages.js';
 import type { ThrottleReasonName } from '../counters/types.js';
 import { LIMITER_OF, type Cause, type CommCause, type ComputeCause, type Evidence, type InputCause, type Limiter, type MemoryCause, type ThrottleCause, type Verdict } from '../model/verdict.js';
-import { inputFixes, wholeLimiter, type FixEstimate, type PresentCause } from './fix-estimate.js';
-import { listLimiters, MODERATE, type LimiterCost, type LostShare } from './limiters.js';
-import { recommendationsFor, type Recommendation } from './recommendations.js';
+import { inputFixes, wholeLimiter, type PresentCause } from './fix-estimate.js';
+import { listLimiters, MODERATE } from './limiters.js';
+import { recommendationsFor } from './recommendations.js';
 import { gpuSharedCause, topConsumersText } from './neighbours.js';
 import { envGroup, num, recompileCause } from './stack.js';
-import type { RankWindow } from './window.js';
 import { WARMUP, warmupState } from './warmup.js';
+import type { FixEstimate, LimiterCost, LostShare, RankWindow, Recommendation } from '../protocol/state.js';
 
 /**
  * The bottleneck rules: one rank's window in, a verdict with its evidence out. Pure. The rules,

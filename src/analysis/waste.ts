@@ -1,6 +1,7 @@
 import { LIMITERS, type Limiter } from '../model/verdict.js';
-import { listLimiters, type LimiterCost } from './limiters.js';
+import { listLimiters } from './limiters.js';
 import { round } from '../model/round.js';
+import type { LimiterCost, Waste, WasteEntry } from '../protocol/state.js';
 
 /**
  * The waste ledger of a job: GPU time its ranks lost to each limiter, from the lost shares the rules
@@ -8,25 +9,6 @@ import { round } from '../model/round.js';
  * lost), the energy that went with it where power is measured, and its price when one is given.
  * One GPU per rank. Pure: the ticks' times come in.
  */
-
-export interface WasteEntry {
-  cause: Limiter;
-  gpu_seconds: number;
-  /** Share of the job's GPU time, 0..1. */
-  share: number;
-  /** Joules drawn during the lost time, where the rank's GPU power was measured (null where never). */
-  energy_j: number | null;
-}
-
-export interface Waste {
-  gpu_seconds: number;
-  lost_gpu_seconds: number;
-  lost_share: number | null;
-  /** Most costly first. */
-  by_cause: WasteEntry[];
-  price_per_gpu_hour: number | null;
-  lost_cost: number | null;
-}
 
 export interface WasteDump {
   gpuSeconds: number;

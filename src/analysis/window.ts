@@ -1,8 +1,8 @@
 import type { MemoryAt, ProcessAt } from '../store/job-records.js';
-import { memoryWindow, type MemoryWindow } from './memory-window.js';
+import { memoryWindow } from './memory-window.js';
 import { percentile } from '../store/ring.js';
 import { commStepsNs, type StepSums } from '../store/step-buckets.js';
-import { windowLost, type WindowLost } from './limiters.js';
+import { windowLost } from './limiters.js';
 import { breakdownOf, roundBreakdown } from '../store/job-snapshot.js';
 import { throttleReasonNames, ThrottleReason, type GpuSample, type ThrottleReasonName } from '../counters/types.js';
 import type { HostSample } from '../counters/host.js';
@@ -11,6 +11,7 @@ import { appsOn, gpuKey, type HeldGpuSample } from '../counters/counter-store.js
 import { filledText } from '../counters/coverage.js';
 import type { MatchedBy } from './gpu-match.js';
 import { round } from '../model/round.js';
+import type { CommWindow, GpuWindow, HostWindow, ProcessWindow, RankWindow } from '../protocol/state.js';
 
 /**
  * One rank's steps lined up with its GPU's, the host's and its own process's counters over the
@@ -40,56 +41,6 @@ export interface WindowInput {
   memory: MemoryAt[];
 }
 
-/** Collectives during the window's steps (only steps that measured them). */
-export interface CommWindow {
-  steps: number;
-  /** Time inside collectives, as a share of those steps' time (overlaps with compute). */
-  share: number;
-  /** What the training thread waited of it, as a share of step time: what communication costs. */
-  wait_share: number;
-  /** Bytes moved per second spent in collectives: the collectives' effective bandwidth. */
-  bytes_per_s: number | null;
-}
-
-export interface GpuWindow {
-  index: number;
-  uuid: string | null;
-  /** The matched device's key, as the state's counters.gpus[].key: what tells MIG slices apart where DCGM gives them no UUID. */
-  key: string;
-  name: string | null;
-  matched_by: MatchedBy;
-  samples: number;
-  util_mean: number | null;
-  util_min: number | null;
-  sm_clock_mhz_mean: number | null;
-  sm_clock_max_mhz: number | null;
-  sm_clock_frac_mean: number | null;
-  sm_clock_frac_min: number | null;
-  /** Share of the window's samples in which each reason was active. */
-  throttle_share: Partial<Record<ThrottleReasonName, number>>;
-  /** Why throttling cannot be judged from these samples (no clock-event reasons and no maximum clock); null when it can. */
-  throttle_unchecked: string | null;
-  /** Which throttle signals the GPU source lacked and where they were taken from instead ("… from the sidecar's nvidia-smi"); null where none was. */
-  throttle_filled: string | null;
-  power_w_mean: number | null;
-  power_limit_w: number | null;
-  power_frac_mean: number | null;
-  temp_c_max: number | null;
-  mem_used_mib_max: number | null;
-  mem_total_mib: number | null;
-  mem_used_frac: number | null;
-  /** Profiling activities (0..1), where DCGM's exporter or the hooks' NVML GPM readings have them: SM activity, occupancy, tensor pipes, memory interface. */
-  sm_active_mean: number | null;
-  sm_occupancy_mean: number | null;
-  tensor_active_mean: number | null;
-  dram_active_mean: number | null;
-  /** Where the profiling activities the GPU source lacked were taken from ("… from the hooks' NVML GPM readings"); null where none was. */
-  profiling_filled?: string | null;
-  latest: { at: string; util: number | null; sm_clock_mhz: number | null; temp_c: number | null; throttle_reasons: ThrottleReasonName[] };
-  /** Compute processes on this GPU that are not the job's ranks; null where not measured (DCGM and the hook list none). */
-  other_processes: OtherProcesses | null;
-}
-
 export interface OtherProcesses {
   /** `gpu`: listed on this GPU; `physical-gpu`: on the physical GPU of this MIG instance (nvidia-smi does not say which slice). */
   scope: 'gpu' | 'physical-gpu';
@@ -102,20 +53,6 @@ export interface OtherProcesses {
   processes: Array<{ pid: number; name: string; used_mib: number | null }>;
   /** What they hold together, MiB; null where the driver does not say for any. */
   used_mib: number | null;
-}
-
-export interface HostWindow {
-  samples: number;
-  cpu_pct_mean: number | null;
-  iowait_pct_mean: number | null;
-  steal_pct_mean: number | null;
-  load1: number | null;
-  mem_used_frac: number | null;
-  /** PSI "some" over the window, percent of time some task waited for CPU / for memory (null without PSI). */
-  cpu_pressure_pct: number | null;
-  memory_pressure_pct: number | null;
-  /** The busiest processes outside the job's process trees at the window's end; null where the sidecar reads none. */
-  top_consumers: TopConsumers | null;
 }
 
 export interface TopConsumers {
@@ -134,45 +71,6 @@ export interface TopConsumers {
 
 /** Enough to name the culprits; the rest is in `top`. */
 export const TOP_CONSUMERS_KEPT = 5;
-
-export interface ProcessWindow {
-  seconds: number;
-  cpu_main_cores: number | null;
-  cpu_workers_cores: number | null;
-  workers: number | null;
-  rss_bytes: number | null;
-  cgroup_quota_cores: number | null;
-  cgroup_usage_cores: number | null;
-  /** Share of CFS periods in which the container was throttled. */
-  cgroup_throttled_share: number | null;
-  cgroup_throttled_s_per_s: number | null;
-  /** The training thread's CPU (cores) and the share of time it waited for a CPU, over the window's process samples; null unmeasured. */
-  train_cpu_cores?: number | null;
-  train_wait_share?: number | null;
-}
-
-export interface RankWindow {
-  from: string;
-  to: string;
-  seconds: number;
-  steps: number;
-  step_ms_mean: number | null;
-  step_ms_p50: number | null;
-  step_ms_p90: number | null;
-  samples_per_s: number | null;
-  breakdown: { data: number; h2d: number; compute: number; other: number } | null;
-  /** GPU idle gap between steps as a share of step time (CUDA path only). */
-  gpu_idle_share: number | null;
-  /** Evaluation inside the loop as a share of step time (a part of "other"); null where the hook does not measure it. */
-  eval_share: number | null;
-  gpu: GpuWindow | null;
-  host: HostWindow | null;
-  process: ProcessWindow | null;
-  comm: CommWindow | null;
-  memory: MemoryWindow | null;
-  /** What each limiter measured from the steps cost over the window, with the lower bound the rules weigh. */
-  lost: WindowLost | null;
-}
 
 type Num = number | null;
 

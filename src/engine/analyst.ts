@@ -4,7 +4,6 @@ import { buildSummary } from '../analysis/summary.js';
 import type { SummaryGpu, Summary } from '../protocol/summary.js';
 import { compare } from '../analysis/compare.js';
 import { RunSeries, SERIES_LAG_MS, type SeriesGpu } from '../analysis/summary-series.js';
-import type { RankWindow } from '../analysis/window.js';
 import { STALL_DEFAULTS, type StallConfig } from '../analysis/stall.js';
 import { percentile } from '../store/ring.js';
 import type { KnownGpu } from '../counters/counter-store.js';
@@ -12,6 +11,7 @@ import { describeAggregate } from '../counters/gpu-aggregate.js';
 import { jobStart } from '../store/job-snapshot.js';
 import type { World } from './world.js';
 import { WARMUP } from '../analysis/warmup.js';
+import type { RankWindow } from '../protocol/state.js';
 
 export interface AnalystOptions {
   holdMs: number;

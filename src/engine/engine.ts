@@ -13,8 +13,8 @@ import type { EngineConfig, JournalEntry } from './entries.js';
 import { freeze, historySeries, verdictState, windowFor, type EndedRun, type EngineSnapshot, type JobState, type RankTotals } from './snapshot.js';
 import { addPid, applyData, emptyWorld, type World } from './world.js';
 import { jobStopState, rankStallState } from './stops.js';
-import { mfuOf, type Mfu } from '../analysis/mfu.js';
-import type { RankWindow } from '../analysis/window.js';
+import { mfuOf } from '../analysis/mfu.js';
+import type { Mfu, RankWindow } from '../protocol/state.js';
 
 /** A rank's MFU over its window, on the GPU matched to it. */
 function rankMfu(env: Readonly<Record<string, unknown>>, window: RankWindow): { mfu?: Mfu } {

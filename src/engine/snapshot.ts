@@ -1,12 +1,10 @@
 import { deviceHint, matchGpu, type GpuMatch } from '../analysis/gpu-match.js';
-import type { TimelineSegment, VerdictEvent } from '../analysis/job-analysis.js';
+import type { VerdictEvent } from '../analysis/job-analysis.js';
 import type { Straggler } from '../model/straggler.js';
 import { round } from '../model/round.js';
 import type { Summary } from '../protocol/summary.js';
 import type { Judgement } from '../analysis/verdict.js';
-import { rankWindow, type RankWindow } from '../analysis/window.js';
-import type { Waste } from '../analysis/waste.js';
-import type { Comparison } from '../analysis/compare.js';
+import { rankWindow } from '../analysis/window.js';
 import type { CounterStore, KnownGpu } from '../counters/counter-store.js';
 import { largestFirst, type ComputeApp } from '../counters/compute-apps.js';
 import type { NodeInventory } from '../counters/inventory-parse.js';
@@ -16,7 +14,7 @@ import type { DurationCounts } from '../store/duration-counts.js';
 import type { JobSnapshot, RankSnapshot, RankView } from '../store/job-store.js';
 import type { StepSums } from '../store/step-buckets.js';
 import type { JobStopState, RankStallState } from '../protocol/stall-state.js';
-import type { Mfu } from '../protocol/state.js';
+import type { Comparison, Mfu, RankWindow, TimelineSegment, Waste } from '../protocol/state.js';
 import type { CaptureRecord } from '../protocol/profile.js';
 
 /**

@@ -1,7 +1,8 @@
-import type { Comparison, Reference } from '../analysis/compare.js';
+import type { Reference } from '../analysis/compare.js';
 import type { Regression, Summary } from '../protocol/summary.js';
 import { freeze, type EngineSnapshot, type JobState } from '../engine/snapshot.js';
 import { judgeRun } from './history.js';
+import type { Comparison } from '../protocol/state.js';
 
 /**
  * Each running job compared live with its reference (a pinned baseline, or the median of its recent

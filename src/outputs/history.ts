@@ -1,9 +1,10 @@
 import { createHash } from 'node:crypto';
 import { Type, type Static } from '@sinclair/typebox';
-import { compareTo, medianReference, msPerSample, referenceOf, type Comparison, type Reference } from '../analysis/compare.js';
+import { compareTo, medianReference, msPerSample, referenceOf, type Reference } from '../analysis/compare.js';
 import type { Regression, Summary } from '../protocol/summary.js';
 import { RunRecordSchema, type RunRecord, type RunsReference } from '../protocol/runs.js';
 import { SummarySchema } from '../protocol/summary.js';
+import type { Comparison } from '../protocol/state.js';
 
 /**
  * A job's run history, pure: what makes runs comparable (the fingerprint), the line kept for each

@@ -1,4 +1,3 @@
-import type { Waste } from '../analysis/waste.js';
 import type { GpuMatch } from '../analysis/gpu-match.js';
 import type { Straggler } from '../model/straggler.js';
 import type { Cause, Verdict } from '../analysis/verdict.js';
@@ -12,6 +11,7 @@ import type { JournalHealth } from '../journal/health.js';
 import type { DurationCounts } from '../store/duration-counts.js';
 import type { RankSnapshot } from '../store/job-store.js';
 import type { StepSums } from '../store/step-buckets.js';
+import type { Waste } from '../protocol/state.js';
 
 /** What /metrics is made from: the engine's latest snapshot, read once per scrape for every family. */
 

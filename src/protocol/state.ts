@@ -567,20 +567,19 @@ export const RankStateSchema = Type.Object(
   { description: 'one rank of a job' },
 );
 
+export const WasteEntrySchema = Type.Object({
+  cause: Names(LIMITERS, { description: 'what the time was lost to: input (starvation), transfer (copies), host (outside the phases), communication (waiting in collectives), throttle (low clocks)' }),
+  gpu_seconds: Num('GPU-seconds lost to it'),
+  share: Num("as a share of the job's GPU time, 0..1"),
+  energy_j: NumOrNull("joules the GPUs drew during that time; null where power is not measured"),
+});
+
 export const WasteSchema = Type.Object(
   {
     gpu_seconds: Num("GPU-seconds the job's ranks spent stepping (one GPU per rank)"),
     lost_gpu_seconds: Num('GPU-seconds lost to the causes below'),
     lost_share: NumOrNull('lost as a share of the GPU time, 0..1; null before any'),
-    by_cause: Type.Array(
-      Type.Object({
-        cause: Names(LIMITERS, { description: 'what the time was lost to: input (starvation), transfer (copies), host (outside the phases), communication (waiting in collectives), throttle (low clocks)' }),
-        gpu_seconds: Num('GPU-seconds lost to it'),
-        share: Num("as a share of the job's GPU time, 0..1"),
-        energy_j: NumOrNull("joules the GPUs drew during that time; null where power is not measured"),
-      }),
-      { description: 'most costly first' },
-    ),
+    by_cause: Type.Array(WasteEntrySchema, { description: 'most costly first' }),
     price_per_gpu_hour: NumOrNull('--gpu-hour-price; null when not given'),
     lost_cost: NumOrNull('what the lost time cost at that price; null without a price'),
   },
@@ -672,6 +671,10 @@ export type LimiterCost = Static<typeof LimiterCostSchema>;
 export type FixEstimate = Static<typeof FixEstimateSchema>;
 export type FoldedFix = Static<typeof FoldedFixSchema>;
 export type WindowLost = Static<typeof WindowLostSchema>;
+export type LostShare = Static<typeof LostShareSchema>;
+export type CommWindow = Static<typeof CommWindowSchema>;
+export type MemoryWindow = Static<typeof MemoryWindowSchema>;
+export type NodeInventory = Static<typeof NodeInventorySchema>;
 export type Straggler = Static<typeof StragglerSchema>;
 export type TimelineSegment = Static<typeof TimelineSegmentSchema>;
 export type Comparison = Static<typeof ComparisonSchema>;
@@ -679,3 +682,4 @@ export type RankState = Static<typeof RankStateSchema>;
 export type JobState = Static<typeof JobStateSchema>;
 export type SidecarState = Static<typeof SidecarStateSchema>;
 export type Waste = Static<typeof WasteSchema>;
+export type WasteEntry = Static<typeof WasteEntrySchema>;

@@ -1,5 +1,5 @@
 import { lostOf } from '../../src/analysis/limiters.js';
-import type { GpuWindow, RankWindow } from '../../src/analysis/window.js';
+import type { GpuWindow, RankWindow } from '../../src/protocol/state.js';
 
 /**
  * A rank's window as the rules read it, for tests of the rules and the advice: 100 steps of 40 ms on
