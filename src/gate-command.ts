@@ -6,8 +6,8 @@ import { medianReference, referenceOf } from './analysis/compare.js';
 import type { Summary } from './protocol/summary.js';
 import { GATE_DEFAULTS, GATE_EXIT, gate, type GateReference, type GateResult } from './gate.js';
 import { gateMarkdown, junitXml } from './gate-report.js';
-import { fingerprintOf, REFERENCE_RUNS } from './outputs/history.js';
-import { HistoryStore } from './outputs/history-store.js';
+import { fingerprintOf, REFERENCE_RUNS } from './engine/runs.js';
+import { PastRunsStore } from './outputs/runs-store.js';
 import { readSummary, writeAtomically } from './outputs/summary-files.js';
 import { inertJson, inertText } from './protocol/terminal-text.js';
 
@@ -39,7 +39,7 @@ async function summaryPath(target: string): Promise<string> {
 /** The job's earlier comparable runs from its history (the run itself left out), oldest first. */
 async function historyReference(dir: string, current: Summary): Promise<GateReference | null> {
   const skipped: string[] = [];
-  const store = new HistoryStore(dir, 10_000, (s) => skipped.push(`${s.file}: ${s.reason}`));
+  const store = new PastRunsStore(dir, 10_000, (s) => skipped.push(`${s.file}: ${s.reason}`));
   const entries = await store.load(current.job);
   const key = fingerprintOf(current).key;
   const runs = entries

@@ -1,6 +1,6 @@
 import { isStop } from './model/verdict.js';
 import { compareTo, samplesPerStep, type Reference } from './analysis/compare.js';
-import { fingerprintOf } from './outputs/history.js';
+import { fingerprintOf } from './engine/runs.js';
 import type { Summary } from './protocol/summary.js';
 import type { Comparison } from './protocol/state.js';
 

@@ -26,7 +26,7 @@ import { createLogger, type Logger, type LogLevel } from './log/log.js';
 import type { StreamLimits } from './outputs/stream-viewer.js';
 import { renderSummary } from './outputs/summary-render.js';
 import { readSummary, writeSummaryFiles } from './outputs/summary-files.js';
-import { sidecarHistory, type SidecarHistory } from './outputs/history-sidecar.js';
+import { sidecarRuns } from './outputs/runs.js';
 import { buildServer } from './server.js';
 import { isLoopback } from './auth.js';
 import { listenEarly } from './early-server.js';
@@ -112,7 +112,7 @@ async function loadBaseline(file: string | undefined): Promise<Summary | null> {
 }
 
 /** The engine as the journal left it (or a new one), and a recorder that journals from here on. */
-async function openJournal(options: ServeOptions, baseline: Summary | null, log: Logger): Promise<{ engine: Engine; recorder: Recorder }> {
+async function openJournal(options: ServeOptions, log: Logger): Promise<{ engine: Engine; recorder: Recorder }> {
   const recorderOptions = (maxBytes: number) => ({
     checkpointBytes: Math.min(16 * 1024 * 1024, Math.floor(maxBytes / 8)),
     checkpointMs: CHECKPOINT_MS,
@@ -122,12 +122,12 @@ async function openJournal(options: ServeOptions, baseline: Summary | null, log:
   });
   if (!options.out) {
     log.warn('no --out: nothing is journaled, so a restart forgets the job, no summary or report file is written and no run history is kept to compare runs with');
-    const engine = new Engine({ baseline });
+    const engine = new Engine();
     return { engine, recorder: new Recorder(engine, null, recorderOptions(0)) };
   }
   const limits = { ...DEFAULT_LIMITS, ...options.limits };
   const maxCheckpointBytes = checkpointBytesFor(limits);
-  const { engine, report } = await replayJournal(options.out, { baseline, limits, maxCheckpointBytes });
+  const { engine, report } = await replayJournal(options.out, { limits, maxCheckpointBytes });
   if (report.entries + report.skipped + report.problems > 0 || report.checkpoint) {
     const fields = { out: options.out, checkpoint: report.checkpoint, entries: report.entries, skipped: report.skipped, problems: report.problems, ms: report.ms, jobs: engine.world.jobs.jobCount };
     if (report.problems + report.skipped > 0) log.warn({ ...fields, examples: report.examples.slice(0, 5) }, 'resumed from journal; some of it could not be used');
@@ -194,18 +194,20 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
   const early = await listenEarly(listenHost, options.port, options.token);
   const url = `ws://${listenHost.includes(':') ? `[${listenHost}]` : listenHost}:${early.port}`;
   if (options.out) log.info({ url, port: early.port, out: options.out }, 'recovering: listening while the journal is replayed (/readyz 503 until done)');
-  // Comparisons (with --baseline or the run history) are made beside the engine, in `history`.
-  const { engine, recorder } = await openJournal(options, null, log).catch(async (error: Error) => {
+  const { engine, recorder } = await openJournal(options, log).catch(async (error: Error) => {
     await early.close();
     throw error;
   });
   early.doing = 'starting: reading the node and choosing the GPU counter source';
-  const history: SidecarHistory = sidecarHistory({
+  // Each run's references (--baseline, or its past runs) are journaled; the engine compares.
+  const runs = sidecarRuns({
     dir: options.historyDir ?? (options.out ? path.join(options.out, 'history') : null),
     keep: options.historyKeep,
     thresholdPct: options.regressionThresholdPct,
     baseline,
-    engine,
+    record: (entry) => recorder.record(entry),
+    snapshot: () => engine.snapshot(),
+    now: Date.now,
     log,
   });
   const config = {
@@ -216,6 +218,7 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
     ...(options.stallSteps !== undefined ? { stallSteps: options.stallSteps } : {}),
     ...(options.stallFloorS !== undefined ? { stallFloorMs: options.stallFloorS * 1000 } : {}),
     ...(options.stackDumps ? { stackDumps: true } : {}),
+    ...(options.regressionThresholdPct !== undefined ? { regressionThresholdPct: options.regressionThresholdPct } : {}),
   };
   await recorder.record({ t: 'start', at: Date.now(), config }).catch(() => undefined);
   // Journaled, so a replayed summary names the node the live one did.
@@ -235,11 +238,8 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
     now: Date.now,
     log,
   });
-  /** The state as served: the history's comparisons, and each job's deep captures. */
-  const decorate = (engineSnapshot: EngineSnapshot) => {
-    const snapshot = history.decorate(engineSnapshot);
-    return snapshot.jobs.some((job) => captures.of(job.job).length > 0) ? { ...snapshot, jobs: captures.decorate(snapshot.jobs) } : snapshot;
-  };
+  /** The state as served: each job's deep captures beside the engine's. */
+  const decorate = (snapshot: EngineSnapshot) => (snapshot.jobs.some((job) => captures.of(job.job).length > 0) ? { ...snapshot, jobs: captures.decorate(snapshot.jobs) } : snapshot);
   const stalls = new StallWatch(ingest, { now: Date.now, readProcess: (rank) => readRankProcess(rank, { procRoot: options.procRoot, hostname: os.hostname() }) });
   const fail = (what: string) => (error: Error) => log.error({ err: error.message }, `${what} not recorded`);
 
@@ -247,8 +247,8 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
   let endedHere = 0;
   const writeUp = async (ended: EndedRun) => {
     const { job, run } = ended;
-    // The summary is owed whatever the history does: without its comparison if need be.
-    const finished = await history.finish(ended).catch((error: Error) => (log.error({ err: error.message, job, run }, 'run not compared with its history'), ended.summary));
+    // The summary is owed whatever the history does: without its earlier runs if need be.
+    const finished = await runs.finish(ended).catch((error: Error) => (log.error({ err: error.message, job, run }, 'run not kept in its history'), ended.summary));
     // The deep captures asked for while this run stepped.
     const runCaptures = captures.of(job).filter((c) => c.requested_at >= finished.started_at);
     const summary = runCaptures.length ? { ...finished, captures: [...runCaptures] } : finished;
@@ -293,6 +293,7 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
   const published = (engineSnapshot: EngineSnapshot | null) => {
     if (!engineSnapshot) return;
     const snapshot = decorate(engineSnapshot);
+    runs.onSnapshot(snapshot);
     stalls.onSnapshot(snapshot);
     captures.onSnapshot(snapshot);
     if (dumps) void dumps.onSnapshot(snapshot).then((files) => files.length && log.info({ files }, 'job hung: every rank\'s stacks written'), (error: Error) => log.error({ err: error.message }, 'stack dumps not written'));
@@ -330,7 +331,7 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
     stream: { rateHz: options.streamRateHz, limits: options.streamLimits },
     serverFactory: (handler) => ((onRequest = handler), early.server),
   });
-  history.route(app);
+  runs.route(app);
   // Deep capture on demand: `stepscope capture`, the viewer's key.
   captures.route(app, () => engine.snapshot());
   let resolveStopped: (code: number) => void = () => undefined;

@@ -8,9 +8,9 @@ import { IoLimiter, IoTimeoutError } from '../src/io/bounded-read.js';
 import { nodeWalFs, type WalFs } from '../src/journal/wal-fs.js';
 import { Wal } from '../src/journal/wal.js';
 import { createLogger } from '../src/log/log.js';
-import { entryFileName, historyEntry, runRecord } from '../src/outputs/history.js';
-import { HISTORY_CACHE } from '../src/outputs/history-store.js';
-import { sidecarHistory } from '../src/outputs/history-sidecar.js';
+import { entryFileName, pastRunEntry, runRecord } from '../src/outputs/past-runs.js';
+import { HISTORY_CACHE } from '../src/outputs/runs-store.js';
+import { sidecarRuns } from '../src/outputs/runs.js';
 import { cleanupList } from './support/cleanup-list.js';
 import { hello, range, row, steps, TestHook } from './support/hook-client.js';
 import { inProcess } from './support/in-process.js';
@@ -35,7 +35,7 @@ function keepRun(dir: string, job: string): void {
   const summary = { ...fixture, job };
   const record = runRecord(summary, 1, null, null);
   mkdirSync(path.join(dir, job), { recursive: true });
-  writeFileSync(path.join(dir, job, entryFileName(record)), JSON.stringify(historyEntry(summary, record)));
+  writeFileSync(path.join(dir, job, entryFileName(record)), JSON.stringify(pastRunEntry(summary, record)));
 }
 
 /** Opens each FIFO for writing and closes it again: a reader blocked on it (never ours) gets end-of-file and lets its thread go. */
@@ -55,7 +55,7 @@ describe('names asked of /v1/runs', () => {
     const known = Array.from({ length: HISTORY_CACHE.jobs + 20 }, (_, i) => `real-${i}`);
     for (const job of known) keepRun(dir, job);
     const side = await inProcess();
-    const history = sidecarHistory({ dir, engine: side.engine, log: silent, baseline: null });
+    const history = sidecarRuns({ dir, log: silent, baseline: null, record: side.record, snapshot: () => side.engine.snapshot(), now: side.now });
     history.route(side.app);
     const ask = async (job: string) => {
       const response = await side.app.inject({ url: `/v1/runs?job=${encodeURIComponent(job)}` });
@@ -96,7 +96,7 @@ describe('FIFOs and reads that never return', () => {
     cleanups.push(() => release(fifos));
     const wal = await Wal.open({ dir: path.join(out, 'journal'), maxBytes: 64 * 1024 * 1024 });
     const side = await inProcess({ wal, now: Date.now });
-    const history = sidecarHistory({ dir, engine: side.engine, log: silent, baseline: null });
+    const history = sidecarRuns({ dir, log: silent, baseline: null, record: side.record, snapshot: () => side.engine.snapshot(), now: side.now });
     history.route(side.app);
     const address = await listen(side);
     cleanups.push(() => side.app.close());

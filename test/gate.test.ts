@@ -6,8 +6,8 @@ import type { Summary } from '../src/protocol/summary.js';
 import { gate, steadyOf } from '../src/gate.js';
 import { junitXml } from '../src/gate-report.js';
 import { runGate } from '../src/gate-command.js';
-import { runRecord } from '../src/outputs/history.js';
-import { HistoryStore } from '../src/outputs/history-store.js';
+import { runRecord } from '../src/outputs/past-runs.js';
+import { PastRunsStore } from '../src/outputs/runs-store.js';
 import { CLI, ROOT } from './support/sidecar.js';
 import { useTempDirs } from './support/temp-dirs.js';
 
@@ -109,7 +109,7 @@ describe('stepscope gate', () => {
   it("judges against the job's history (the runs before it, on the same GPU model): the bound is the runs' spread", async () => {
     const out = temp();
     const history = path.join(out, 'history');
-    const store = new HistoryStore(history, 20);
+    const store = new PastRunsStore(history, 20);
     const earlier = [HEALTHY, EQUAL_2].map(load);
     // The recorded runs named as one job's runs, as its history would hold them.
     for (const [i, summary] of earlier.entries()) await store.add({ ...summary, job: 'canary' }, runRecord({ ...summary, job: 'canary' }, i + 1, null, null));

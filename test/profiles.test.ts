@@ -88,7 +88,7 @@ describe('deep capture, the sidecar side', () => {
     const snapshot = await side.tick();
     captures.onSnapshot(snapshot);
     expect(captures.of('job-r')).toEqual([]);
-    const regressed = { ...snapshot, regressions: [{ job: 'job-r', regressed: true, change_pct: 25 }] };
+    const regressed = { ...snapshot, regressions: [{ job: 'job-r', run: 1, regressed: true, change_pct: 25, began: null }] };
     captures.onSnapshot(regressed);
     expect(captures.of('job-r')).toMatchObject([{ reason: 'regression', rank: 0, steps: 20, status: 'requested' }]);
     expect(await hook.next((m) => m.type === 'profile')).toMatchObject({ steps: 20 });

@@ -6,7 +6,7 @@ import { compare } from '../src/analysis/compare.js';
 import type { Summary } from '../src/protocol/summary.js';
 import { SERIES_MAX_SLICES } from '../src/analysis/summary-series.js';
 import type { SummarySeries } from '../src/protocol/summary.js';
-import { runRecord } from '../src/outputs/history.js';
+import { runRecord } from '../src/outputs/past-runs.js';
 import { reportCharts } from '../src/outputs/report-html-charts.js';
 import { htmlReport } from '../src/outputs/report-html-file.js';
 import { CHROMIUM, dumpDom } from './support/chromium.js';

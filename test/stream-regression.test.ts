@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import type { VerdictEvent } from '../src/analysis/job-analysis.js';
 import type { EngineSnapshot } from '../src/engine/snapshot.js';
-import type { LiveSnapshot, RegressionChange } from '../src/outputs/history-live.js';
+import type { RegressionChange } from '../src/engine/runs.js';
 import { optedIn } from '../src/outputs/stream-events.js';
 import type { Socket } from 'node:net';
 import { registerStream } from '../src/outputs/stream.js';
@@ -16,8 +16,8 @@ import { RegressionFrameSchema, type RegressionFrame } from '../src/protocol/str
 import { cleanupList } from './support/cleanup-list.js';
 
 /**
- * The `regression` frame of ws /v1/stream: a regression as the live comparisons begin and end it
- * (src/outputs/history-live.ts puts them in the snapshot), to the viewers that ask for it with
+ * The `regression` frame of ws /v1/stream: a regression as the engine begins and ends it
+ * (src/engine/runs.ts puts them in the snapshot), to the viewers that ask for it with
  * `?events=regression` and to no other; one held when a viewer connects comes to it as `ongoing`.
  * The stream's route on a bare server; the test publishes the snapshots, so nothing waits on a clock.
  */
@@ -36,10 +36,10 @@ async function harness(options: { pad?: number; limits?: Partial<StreamLimits> }
   await app.register(websocket, { preClose: (done) => done() });
   const logs: string[] = [];
   const state = { ...STATE, version: 'x'.repeat(options.pad ?? 4) };
-  let listener: ((snapshot: LiveSnapshot) => void) | null = null;
-  let latest: LiveSnapshot;
-  const snapshotAt = (at: number, regressions: Regressions, changes: RegressionChange[] = [], events: VerdictEvent[] = []): LiveSnapshot =>
-    ({ at, events, regressions, ...(changes.length ? { regressionChanges: changes } : {}), history: { from: at - 10_000, sliceMs: 1000, ranks: [], gpus: [] } }) as unknown as LiveSnapshot;
+  let listener: ((snapshot: EngineSnapshot) => void) | null = null;
+  let latest: EngineSnapshot;
+  const snapshotAt = (at: number, regressions: Regressions, changes: RegressionChange[] = [], events: VerdictEvent[] = []): EngineSnapshot =>
+    ({ at, events, regressions, regressionChanges: changes, history: { from: at - 10_000, sliceMs: 1000, ranks: [], gpus: [] } }) as unknown as EngineSnapshot;
   latest = snapshotAt(T, []);
   registerStream(app, {
     state: () => state,
@@ -100,6 +100,9 @@ const change = (over: Partial<RegressionChange>): RegressionChange => ({
   ...over,
 });
 
+/** A job's regression holding, as the snapshot carries it. */
+const holding = (began: RegressionChange, changePct: number) => ({ job: began.job, run: began.run, regressed: true, change_pct: changePct, began });
+
 /** A verdict change: every viewer gets it, after whatever was sent to it before. */
 const marker = (at: number): VerdictEvent =>
   ({
@@ -123,9 +126,9 @@ describe('the regression frame', () => {
     const plain = await viewer(h.url);
     await Promise.all([asked.next((f) => f.type === 'snapshot'), plain.next((f) => f.type === 'snapshot')]);
 
-    h.publish(T + 35_000, [{ job: 'train', regressed: true, change_pct: 14 }], [change({})], [marker(T + 35_000)]);
+    h.publish(T + 35_000, [holding(change({}), 14)], [change({})], [marker(T + 35_000)]);
     const ended = change({ at: T + 70_000, regressed: false, changePct: 1, endedAt: T + 40_000 });
-    h.publish(T + 70_000, [{ job: 'train', regressed: false, change_pct: 1 }], [ended], [marker(T + 70_000)]);
+    h.publish(T + 70_000, [{ job: 'train', run: 3, regressed: false, change_pct: 1, began: null }], [ended], [marker(T + 70_000)]);
     await asked.next((f) => f.type === 'verdict' && f.at === new Date(T + 70_000).toISOString());
     await plain.next((f) => f.type === 'verdict' && f.at === new Date(T + 70_000).toISOString());
 
@@ -157,8 +160,8 @@ describe('the regression frame', () => {
 
   it('comes as `ongoing`, with the latest figure, to a viewer that connects during a regression; not once it is over or its run ended', async () => {
     const h = await harness();
-    h.publish(T + 35_000, [{ job: 'train', regressed: true, change_pct: 14 }], [change({})]);
-    h.publish(T + 50_000, [{ job: 'train', regressed: true, change_pct: 17 }]);
+    h.publish(T + 35_000, [holding(change({}), 14)], [change({})]);
+    h.publish(T + 50_000, [holding(change({}), 17)]);
     const late = await viewer(`${h.url}?events=regression`);
     await late.next((f) => f.type === 'regression');
     expect(regressionFrames(late)).toEqual([expect.objectContaining({ status: 'ongoing', at: '2026-12-01T12:00:50.000Z', change_pct: 17, started_at: '2026-12-01T12:00:05.000Z', ended_at: null })]);
@@ -176,15 +179,15 @@ describe('the regression frame', () => {
   it('starts over at a snapshot: a viewer that fell behind gets, after the newest state, the regressions holding as `ongoing`', async () => {
     // No stall limit: the test's clock runs on with every snapshot, not the viewer's reading.
     const h = await harness({ pad: 64 * 1024, limits: { highWaterBytes: 256 * 1024, maxBufferedBytes: 1 << 30, maxStallMs: 1e12 } });
-    h.publish(T + 35_000, [{ job: 'train', regressed: true, change_pct: 14 }], [change({})]);
+    h.publish(T + 35_000, [holding(change({}), 14)], [change({})]);
     const lagging = await viewer(`${h.url}?events=regression`);
     await lagging.next((f) => f.type === 'regression');
     const tcp = (lagging.socket as unknown as { _socket: Socket })._socket;
     tcp.pause();
     let at = T + 36_000;
-    const regressions: Regressions = [{ job: 'other', regressed: true, change_pct: 25 }];
+    const regressions: Regressions = [holding(change({ job: 'other', run: 1, at, changePct: 25, startedAt: at - 30_000 }), 25)];
     for (let i = 0; i < 5_000 && !h.logs.includes('viewer behind; sending it the newest state once it catches up'); i++) {
-      h.publish((at += 250), [{ job: 'train', regressed: true, change_pct: 14 }]);
+      h.publish((at += 250), [holding(change({}), 14)]);
       await new Promise((resolve) => setImmediate(resolve));
     }
     expect(h.logs).toContain('viewer behind; sending it the newest state once it catches up');

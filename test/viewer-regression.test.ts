@@ -4,10 +4,8 @@ import { createElement, type ReactElement } from 'react';
 import { describe, expect, it } from 'vitest';
 import { WebSocketServer } from 'ws';
 import type { JournalEntry } from '../src/engine/entries.js';
-import type { EngineSnapshot } from '../src/engine/snapshot.js';
-import { createLogger } from '../src/log/log.js';
-import type { RegressionChange } from '../src/outputs/history-live.js';
-import { sidecarHistory } from '../src/outputs/history-sidecar.js';
+import { REFERENCE_ENTRY_VERSION } from '../src/engine/entries.js';
+import type { RegressionChange } from '../src/engine/runs.js';
 import { regressionFrame } from '../src/outputs/stream-events.js';
 import type { RegressionFrame } from '../src/protocol/stream.js';
 import { connectUrl, StreamClient } from '../src/viewer/client.js';
@@ -34,7 +32,7 @@ import { EngineStream } from './support/viewer-stream.js';
  * kept per job and run, shown under the banner while one holds, marked under the verdict strip and
  * among the changes, one plain line each; an ended run keeps the one it ended with. First on a real
  * Engine's frames with regression frames made by the sidecar's own encoder, then from a sidecar
- * assembled in this process, its live comparisons deciding the regression, to the real viewer.
+ * assembled in this process, its engine deciding the regression, to the real viewer.
  */
 
 const cleanups = cleanupList();
@@ -234,28 +232,20 @@ describe('regressions in the viewer model', () => {
 });
 
 describe('a regression from a sidecar assembled in this process, to the real viewer', () => {
-  /** The sidecar, its live comparisons against `baseline` decorating each snapshot as serve.ts has them do. */
+  /** The sidecar, its engine comparing the job's run with a pinned `baseline` journaled for it, as serve.ts has it do. */
   async function sidecarComparing() {
     // The pinned baseline: the same job, twice as fast per sample.
     const base = new EngineStream();
     base.apply([hello('b0'), { t: 'connect', at: T0, session: 'b0' }, ...run('b0', 0, 30, { data: 2, compute: 8 }).entries]);
     const baseline = base.engine.analyst.summary('train', T0 + 30_000, { series: false })!;
-    const side = await inProcess();
+    const side = await inProcess({ config: { windowMs: 4_000, holdMs: 0, endGraceMs: 10_000, regressionThresholdPct: 10, regressionHoldMs: 2_000 } });
     cleanups.push(() => side.app.close());
-    const history = sidecarHistory({ dir: null, baseline, engine: side.engine, log: createLogger('silent'), thresholdPct: 10, live: { holdMs: 2_000, everyMs: 250 } });
-    const decorated = new WeakSet<EngineSnapshot>();
-    const record = side.recorder.record.bind(side.recorder);
-    side.recorder.record = async (entry) => {
-      const snapshot = await record(entry);
-      if (!snapshot || decorated.has(snapshot)) return snapshot;
-      const live = history.decorate(snapshot);
-      decorated.add(live);
-      return live;
-    };
     const feed = async (entries: JournalEntry[]) => {
       for (const entry of entries) {
         side.setTime(entry.at);
         await side.record(entry);
+        // As the sidecar does once the run shows in a snapshot (src/outputs/runs.ts).
+        if (entry.t === 'hello') await side.record({ t: 'reference', at: entry.at, v: REFERENCE_ENTRY_VERSION, job: 'train', pinned: baseline, past: [] });
       }
     };
     return { side, feed, ...(await listen(side)) };

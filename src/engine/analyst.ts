@@ -2,7 +2,6 @@ import { deviceHint, matchGpu } from '../analysis/gpu-match.js';
 import { JobAnalysis, type RankInput, type VerdictEvent } from '../analysis/job-analysis.js';
 import { buildSummary } from '../analysis/summary.js';
 import type { SummaryGpu, Summary } from '../protocol/summary.js';
-import { compare } from '../analysis/compare.js';
 import { RunSeries, SERIES_LAG_MS, type SeriesGpu } from '../analysis/summary-series.js';
 import { STALL_DEFAULTS, type StallConfig } from '../analysis/stall.js';
 import { percentile } from '../store/ring.js';
@@ -15,7 +14,6 @@ import type { RankWindow } from '../protocol/state.js';
 
 export interface AnalystOptions {
   holdMs: number;
-  baseline: Summary | null;
   /** --gpu-hour-price, to price the waste in summaries. */
   gpuHourPrice?: number | null;
   /** --stall-steps and --stall-floor. */
@@ -154,7 +152,6 @@ export class Analyst {
       at: end,
       gpuHourPrice: this.options.gpuHourPrice ?? null,
     });
-    if (this.options.baseline) summary.baseline = compare(this.options.baseline, summary);
     if (options.series !== false) {
       // On a copy, counted to the run's last step: the live series keeps its own pace.
       const series = this.seriesOf(jobId)?.clone();

@@ -1,8 +1,6 @@
 import { withNode } from '../analysis/summary.js';
-import type { Summary } from '../protocol/summary.js';
 import type { NodeInventory } from '../counters/inventory-parse.js';
 import { deviceHint, matchGpu } from '../analysis/gpu-match.js';
-import { compare } from '../analysis/compare.js';
 import { JobAnalysis, type AnalysisDump } from '../analysis/job-analysis.js';
 import { STALL_DEFAULTS, type StallConfig } from '../analysis/stall.js';
 import { appsOn, CounterStore, type CountersDump } from '../counters/counter-store.js';
@@ -13,6 +11,7 @@ import type { EngineConfig, JournalEntry } from './entries.js';
 import { freeze, historySeries, verdictState, windowFor, type EndedRun, type EngineSnapshot, type JobState, type RankTotals } from './snapshot.js';
 import { addPid, applyData, emptyWorld, type World } from './world.js';
 import { jobStopState, rankStallState } from './stops.js';
+import { DEFAULT_REGRESSION_HOLD_MS, DEFAULT_REGRESSION_THRESHOLD_PCT, RunComparisons, type RegressionChange, type RunsConfig, type RunsDump } from './runs.js';
 import { mfuOf } from '../analysis/mfu.js';
 import type { Mfu, RankWindow } from '../protocol/state.js';
 
@@ -38,6 +37,8 @@ export interface EngineCheckpoint {
   pids?: Array<[string, number[]]>;
   /** The node's inventory as journaled (absent before it). */
   node?: NodeInventory | null;
+  /** The runs' references, live comparisons and regressions with their onset (absent before them: none). */
+  runs?: RunsDump;
 }
 
 export interface EngineLimits {
@@ -48,6 +49,12 @@ export interface EngineLimits {
 const NO_PIDS: ReadonlySet<number> = new Set();
 
 export const DEFAULT_CONFIG: EngineConfig = { windowMs: 4_000, holdMs: 2_000, endGraceMs: 10_000 };
+
+/** The regression rule's settings as journaled (the defaults where a journal from before them has none). */
+const runsConfig = (config: EngineConfig): RunsConfig => ({
+  thresholdPct: config.regressionThresholdPct ?? DEFAULT_REGRESSION_THRESHOLD_PCT,
+  holdMs: config.regressionHoldMs ?? DEFAULT_REGRESSION_HOLD_MS,
+});
 
 /** The stall rule's settings as journaled (the defaults where a journal from before them has none). */
 const stallConfig = (config: EngineConfig): StallConfig => ({ steps: config.stallSteps ?? STALL_DEFAULTS.steps, floorMs: config.stallFloorMs ?? STALL_DEFAULTS.floorMs });
@@ -71,6 +78,8 @@ export interface EngineStats {
 export class Engine {
   readonly world: World;
   readonly analyst: Analyst;
+  /** Each run against its reference: comparisons and regressions (src/engine/runs.ts). */
+  readonly runs: RunComparisons;
   config: EngineConfig;
   readonly stats: EngineStats = { applied: 0, skipped: {} };
   /**
@@ -83,11 +92,12 @@ export class Engine {
   private node: NodeInventory | null = null;
   private latest: EngineSnapshot;
 
-  constructor(options: { config?: EngineConfig; baseline?: Summary | null; world?: World; limits?: EngineLimits } = {}) {
+  constructor(options: { config?: EngineConfig; world?: World; limits?: EngineLimits; runs?: RunsDump } = {}) {
     this.config = options.config ?? DEFAULT_CONFIG;
     this.world = options.world ?? emptyWorld();
     this.limit(options.limits ?? null);
-    this.analyst = new Analyst(this.world, { holdMs: this.config.holdMs, baseline: options.baseline ?? null, stall: stallConfig(this.config) });
+    this.analyst = new Analyst(this.world, { holdMs: this.config.holdMs, stall: stallConfig(this.config) });
+    this.runs = RunComparisons.load(options.runs, runsConfig(this.config));
     this.latest = this.publish(0, [], []);
   }
 
@@ -125,18 +135,19 @@ export class Engine {
       stats: this.stats,
       pids: [...this.world.pids].map(([job, pids]) => [job, [...pids]]),
       node: this.node,
+      runs: this.runs.dump(),
     };
   }
 
   /** An engine holding a checkpoint's state; throws if it is not one. */
-  static fromCheckpoint(value: unknown, baseline: Summary | null = null, limits: EngineLimits | null = null): Engine {
+  static fromCheckpoint(value: unknown, limits: EngineLimits | null = null): Engine {
     const checkpoint = value as Partial<EngineCheckpoint> | null;
     if (checkpoint?.format !== CHECKPOINT_FORMAT) throw new Error(`not a checkpoint of this version (expected ${CHECKPOINT_FORMAT})`);
     const jobs = JobStore.load(checkpoint.jobs!);
     const world: World = { jobs, counters: CounterStore.load<HostSample>(checkpoint.counters!), hookGpu: checkpoint.hookGpu === true, pids: new Map() };
     if (checkpoint.pids) for (const [job, pids] of checkpoint.pids) for (const pid of pids) addPid(world.pids, job, pid);
     else for (const job of jobs.snapshot(checkpoint.at ?? 0)) for (const rank of job.ranks) addPid(world.pids, job.job, rank.pid);
-    const engine = new Engine({ config: checkpoint.config!, baseline, world, limits: limits ?? undefined });
+    const engine = new Engine({ config: checkpoint.config!, world, limits: limits ?? undefined, runs: checkpoint.runs });
     engine.source = checkpoint.source ?? null;
     engine.node = checkpoint.node ?? null;
     engine.stats.applied = checkpoint.stats?.applied ?? 0;
@@ -168,6 +179,7 @@ export class Engine {
         this.analyst.options.gpuHourPrice = entry.config.gpuHourPrice ?? null;
         this.analyst.options.stall = stallConfig(entry.config);
         this.analyst.options.stackDumps = entry.config.stackDumps === true;
+        this.runs.config = runsConfig(entry.config);
         this.world.jobs.restarted(entry.at);
         return null;
       case 'node':
@@ -176,6 +188,9 @@ export class Engine {
       case 'source':
         this.source = { gpu: entry.gpu, reason: entry.reason };
         this.world.hookGpu = entry.gpu === 'hook';
+        return null;
+      case 'reference':
+        this.runs.reference({ job: entry.job, pinned: entry.pinned, past: entry.past });
         return null;
       case 'tick':
         return this.tick(entry.at);
@@ -201,12 +216,22 @@ export class Engine {
     const windows = this.windows(at);
     const events = this.analyst.tick(at, windows);
     const ended = this.world.jobs.settle(at, this.config.endGraceMs).flatMap((job) => this.runSummary(job, at));
+    const changes = this.runs.tick({
+      at,
+      live: this.world.jobs.liveJobs(),
+      runOf: (job) => this.world.jobs.runOf(job),
+      judged: (job) => {
+        const verdict = this.analyst.analysisOf(job)?.jobVerdict()?.judgement.verdict;
+        return verdict !== undefined && verdict !== 'warming-up';
+      },
+      summary: (job) => this.analyst.summary(job, at, { series: false }),
+    });
     if (this.replaying) {
       this.replayedAt = at;
       this.replayedEnded.push(...ended);
       return null;
     }
-    this.latest = this.publish(at, events, ended, windows);
+    this.latest = this.publish(at, events, ended, windows, changes);
     return this.latest;
   }
 
@@ -232,11 +257,16 @@ export class Engine {
     return this.latest;
   }
 
-  /** The summary of the job's current run as of `at` (none for a job not held). */
+  /** The summary of the job's current run as of `at` (none for a job not held), compared with its reference. */
   runSummary(job: string, at: number): EndedRun[] {
     const summary = this.analyst.summary(job, at);
     const run = this.world.jobs.runOf(job);
-    return summary && run !== null ? [{ job, run, summary: withNode(summary, this.node) }] : [];
+    if (!summary || run === null) return [];
+    // A run still going (a replay's last word on it) is judged as of now, its live comparison kept going.
+    const running = this.world.jobs.liveJobs().includes(job);
+    const { comparison, regression } = running ? this.runs.judge(run, summary) : this.runs.finish(run, summary);
+    const compared = { ...summary, ...(comparison ? { baseline: comparison } : {}), ...(regression ? { regression } : {}) };
+    return [{ job, run, summary: withNode(compared, this.node) }];
   }
 
   /** Ended runs whose summaries were never written (the sidecar stopped first), to write them now. */
@@ -244,16 +274,14 @@ export class Engine {
     return this.world.jobs.unsummarized().flatMap((job) => this.runSummary(job, at));
   }
 
-  private publish(at: number, events: EngineSnapshot['events'], ended: EndedRun[], windows: Windows = this.windows(at)): EngineSnapshot {
+  private publish(at: number, events: EngineSnapshot['events'], ended: EndedRun[], windows: Windows = this.windows(at), regressionChanges: RegressionChange[] = []): EngineSnapshot {
     const { jobs, counters } = this.world;
     const knownGpus = counters.knownGpus();
     const apps = counters.appsAt(at)?.apps ?? null;
     const views = jobs.rankViews();
-    const baseline = this.analyst.options.baseline;
     const jobStates = jobs.snapshot(at, (job) => this.analyst.analysisOf(job)?.stopped() ?? false).map((job): JobState => {
       const analysis = this.analyst.analysisOf(job.job);
       const straggler = analysis?.straggler() ?? null;
-      const live = baseline && !job.ended ? this.analyst.summary(job.job, at) : null;
       const jobWindows = windows.get(job.job);
       return {
         ...job,
@@ -261,7 +289,7 @@ export class Engine {
         straggler,
         // An ended run's timeline stops at its last step.
         timeline: analysis?.timeline(job.ended ? Date.parse(job.started_at) + job.duration_s * 1000 : at) ?? [],
-        baseline: baseline && live ? compare(baseline, live) : null,
+        baseline: this.runs.comparisonOf(job.job, job.run, job.ended),
         waste: analysis?.wasted(this.config.gpuHourPrice ?? null) ?? null,
         stop: jobStopState(analysis?.stopEpisodes().at(-1), analysis?.stopped() ?? false, job.ended ? 0 : at),
         ranks: job.ranks.map((rank) => ({
@@ -297,6 +325,9 @@ export class Engine {
       events,
       ended,
       entries: { applied: this.stats.applied, skipped: { ...this.stats.skipped } },
+      regressions: this.runs.regressions(),
+      regressionChanges,
+      references: this.runs.referenced(),
     });
   }
 }

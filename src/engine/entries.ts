@@ -6,7 +6,10 @@ import type { GpuSample } from '../counters/types.js';
 import type { CounterBatch } from '../protocol/counters.js';
 import { CaptureSchema, ProcReadingSchema, type Capture, type ProcReading } from '../protocol/capture.js';
 import { EnvSchema, HelloSchema, ResumeSecret } from '../protocol/hook-schema.js';
-import { shortly } from '../protocol/parse.js';
+import { Type, type Static } from '@sinclair/typebox';
+import { InputError, parseInput, shortly } from '../protocol/parse.js';
+import { Nullable } from '../protocol/schema.js';
+import { SummarySchema } from '../protocol/summary.js';
 import type { Env, Hello, StepRecord } from '../protocol/messages.js';
 
 /**
@@ -28,6 +31,10 @@ export interface EngineConfig {
   stallFloorMs?: number;
   /** --stack-dumps: every rank's stacks are written under --out when a job is declared hung. */
   stackDumps?: boolean;
+  /** A run this many percent slower per sample than its reference is a regression (--regression-threshold; absent: the default) ... */
+  regressionThresholdPct?: number;
+  /** ... once it has stayed past it this long, ms (absent: the default). */
+  regressionHoldMs?: number;
 }
 
 export type JournalEntry =
@@ -70,7 +77,28 @@ export type JournalEntry =
   /** The sidecar stopped: every running job ends (a hook that comes back resumes its run). */
   | { t: 'stop'; at: number }
   /** A run's summary files are written: a restart does not write them again. */
-  | { t: 'summarized'; at: number; job: string; run: number };
+  | { t: 'summarized'; at: number; job: string; run: number }
+  | ReferenceEntry;
+
+/** The `reference` entry's version: a journal holding another is refused entry by entry, with the reason. */
+export const REFERENCE_ENTRY_VERSION = 1;
+/** Past runs a `reference` entry holds at most (REFERENCE_RUNS of each fingerprint the job ran on). */
+const MAX_PAST_RUNS = 64;
+
+/**
+ * What the job's runs are compared with from now on, as the sidecar read it when it first held the
+ * job and each time it kept one of its runs: the pinned --baseline, or the job's past runs
+ * (src/engine/runs.ts). The schema is the type.
+ */
+export const ReferenceEntrySchema = Type.Object({
+  t: Type.Literal('reference'),
+  at: Type.Number({ minimum: 0, maximum: 1e15 }),
+  v: Type.Literal(REFERENCE_ENTRY_VERSION, { description: "the entry's version" }),
+  job: Type.String({ minLength: 1, maxLength: 256 }),
+  pinned: Nullable(SummarySchema, { description: '--baseline: every run is compared with it rather than with its past runs' }),
+  past: Type.Array(SummarySchema, { maxItems: MAX_PAST_RUNS, description: "the job's past runs that ended with steps, oldest first" }),
+});
+export type ReferenceEntry = Static<typeof ReferenceEntrySchema>;
 
 export type EntryType = JournalEntry['t'];
 
@@ -116,7 +144,7 @@ const object = { type: 'object' } as const;
 const int = { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER } as const;
 const nullableNumber = { type: ['number', 'null'] } as const;
 
-const ENTRY_SCHEMAS: Record<EntryType, object> = {
+const ENTRY_SCHEMAS: Record<Exclude<EntryType, 'reference'>, object> = {
   start: {
     required: ['config'],
     properties: {
@@ -131,6 +159,8 @@ const ENTRY_SCHEMAS: Record<EntryType, object> = {
           stallSteps: { type: 'number', minimum: 1, maximum: 1000 },
           stallFloorMs: { type: 'number', minimum: 0, maximum: 3.6e6 },
           stackDumps: { type: 'boolean' },
+          regressionThresholdPct: { type: 'number', minimum: 0, maximum: 1e6 },
+          regressionHoldMs: { type: 'number', minimum: 0, maximum: 3.6e6 },
         },
       },
     },
@@ -209,7 +239,7 @@ const validators = Object.fromEntries(
     // `t` and `at` are required of every entry, beside what each kind requires.
     return [t, ajv.compile({ type: 'object', ...schema, required: ['t', 'at', ...(own.required ?? [])], properties: { t: { const: t }, at: time, ...own.properties } })];
   }),
-) as Record<EntryType, ReturnType<Ajv['compile']>>;
+) as Record<Exclude<EntryType, 'reference'>, ReturnType<Ajv['compile']>>;
 
 function describe(t: string, error: ErrorObject | undefined): string {
   const where = error?.instancePath.replace(/^\//, '').replaceAll('/', '.') ?? '';
@@ -220,7 +250,17 @@ function describe(t: string, error: ErrorObject | undefined): string {
 export function parseEntry(value: unknown): JournalEntry | string {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return 'entry: not an object';
   const t = (value as { t?: unknown }).t;
+  if (t === 'reference') return parseReference(value);
   if (typeof t !== 'string' || !Object.hasOwn(validators, t)) return `entry: unknown type ${shortly(t)}`;
-  const validate = validators[t as EntryType];
+  const validate = validators[t as Exclude<EntryType, 'reference'>];
   return validate(value) ? (value as JournalEntry) : describe(t, validate.errors?.[0]);
+}
+
+function parseReference(value: unknown): ReferenceEntry | string {
+  try {
+    return parseInput(ReferenceEntrySchema, value, 'reference');
+  } catch (error) {
+    if (error instanceof InputError) return error.message;
+    throw error;
+  }
 }

@@ -16,6 +16,7 @@ import type { StepSums } from '../store/step-buckets.js';
 import type { JobStopState, RankStallState } from '../protocol/stall-state.js';
 import type { Comparison, Mfu, RankWindow, TimelineSegment, Waste } from '../protocol/state.js';
 import type { CaptureRecord } from '../protocol/profile.js';
+import type { ChosenReference, JobRegression, RegressionChange } from './runs.js';
 
 /**
  * What the engine publishes at each tick: one immutable reading of everything the outputs show.
@@ -98,8 +99,12 @@ export interface EngineSnapshot {
   ended: EndedRun[];
   /** Entries applied, and those the engine could not use, by reason. */
   entries: { applied: number; skipped: Record<string, number> };
-  /** Set beside the engine (src/outputs/history-live.ts), not by it: live jobs compared with a reference, for /metrics. */
-  regressions?: ReadonlyArray<{ job: string; regressed: boolean; change_pct: number | null }>;
+  /** Live jobs compared with their reference, each with the regression holding and its onset (src/engine/runs.ts). */
+  regressions: readonly JobRegression[];
+  /** Regressions that began or ended at this tick. */
+  regressionChanges: readonly RegressionChange[];
+  /** The jobs with their references journaled, each with what its running run was last compared with (`run` and `reference` null before its first comparison). */
+  references: ReadonlyArray<{ job: string; run: number | null; reference: ChosenReference | null }>;
 }
 
 export function verdictState(held: { judgement: Judgement; since: number; pending?: { judgement: Judgement; since: number } | null } | null): VerdictState | null {

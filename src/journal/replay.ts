@@ -1,4 +1,3 @@
-import type { Summary } from '../protocol/summary.js';
 import { Engine, type EngineLimits } from '../engine/engine.js';
 import { parseEntry, type JournalEntry } from '../engine/entries.js';
 import { readWal } from './wal-read.js';
@@ -23,7 +22,6 @@ export interface ReplayReport {
 }
 
 export interface ReplayOptions {
-  baseline?: Summary | null;
   /** The sidecar's --max-jobs and --max-ranks: a journal with more cannot fill the heap. */
   limits?: EngineLimits | null;
   /** Called with each entry applied, and what it published (paced replays print verdicts from it). */
@@ -67,7 +65,7 @@ export async function replayJournal(dir: string, options: ReplayOptions = {}): P
     report.problems += 1;
     if (report.examples.length < MAX_EXAMPLES) report.examples.push({ file, offset, reason });
   };
-  let engine = new Engine({ baseline: options.baseline ?? null, limits: options.limits ?? undefined });
+  let engine = new Engine({ limits: options.limits ?? undefined });
   engine.replaying = !options.publishTicks;
   // Older journals have no ticks, starts or connections: ticks are made up from their entries' times,
   // and each hello counts as connected, as it was.
@@ -85,7 +83,7 @@ export async function replayJournal(dir: string, options: ReplayOptions = {}): P
   for await (const item of readWal(dir, { onBad: (bad) => problem(bad.file, bad.offset, bad.reason), maxCheckpointBytes: options.maxCheckpointBytes })) {
     if (item.kind === 'checkpoint') {
       try {
-        engine = Engine.fromCheckpoint(item.value, options.baseline ?? null, options.limits ?? null);
+        engine = Engine.fromCheckpoint(item.value, options.limits ?? null);
         engine.replaying = !options.publishTicks;
         report.checkpoint = item.file;
         sawStart = true;

@@ -5,7 +5,7 @@ import { registerCounterFamilies } from './metrics-counters.js';
 import { counterFamily, gaugeFamily } from './metrics-family.js';
 import { registerJobFamilies } from './metrics-jobs.js';
 import { registerStallFamilies } from './metrics-stalls.js';
-import { registerRegressionFamilies } from './history-metrics.js';
+import { registerRegressionFamilies } from './metrics-regressions.js';
 import { readScrape, type MetricsInputs, type Scrape } from './metrics-scrape.js';
 import { registerStepDurations } from './metrics-steps.js';
 

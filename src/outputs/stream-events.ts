@@ -1,6 +1,6 @@
 import type { EngineSnapshot } from '../engine/snapshot.js';
 import { STREAM_EVENTS, STREAM_VERSION, type RegressionFrame, type SnapshotFrame, type StreamEvent, type UpdateFrame, type VerdictFrame } from '../protocol/stream.js';
-import type { LiveSnapshot, RegressionChange } from './history-live.js';
+import type { RegressionChange } from '../engine/runs.js';
 import type { StreamViewer } from './stream-viewer.js';
 
 export const encode = (frame: SnapshotFrame | UpdateFrame | VerdictFrame | RegressionFrame) => Buffer.from(JSON.stringify(frame));
@@ -32,33 +32,25 @@ export function regressionFrame(change: RegressionChange, status: RegressionFram
 }
 
 /**
- * Regression frames, to the viewers that asked for them: each change as the live comparisons decide
- * it, and after each snapshot a viewer gets (it connected, or fell behind and missed frames) the
- * regressions holding, as `ongoing` with the latest figure: a viewer starts over at a snapshot.
+ * Regression frames, to the viewers that asked for them: each change as the engine decides it, and
+ * after each snapshot a viewer gets (it connected, or fell behind and missed frames) the regressions
+ * holding, as `ongoing` with the latest figure: a viewer starts over at a snapshot. The regressions
+ * holding are the engine's (with their onset), so a restarted sidecar tells them too.
  */
 export class RegressionEvents {
   readonly viewers = new Set<StreamViewer>();
-  /** The regressions holding now, by job, as they were told when they began. */
-  private readonly holding = new Map<string, RegressionChange>();
 
-  publish(snapshot: LiveSnapshot): void {
-    for (const change of snapshot.regressionChanges ?? []) {
-      if (change.regressed) this.holding.set(change.job, change);
-      else this.holding.delete(change.job);
-      if (this.viewers.size === 0) continue;
+  publish(snapshot: EngineSnapshot): void {
+    if (this.viewers.size === 0) return;
+    for (const change of snapshot.regressionChanges) {
       const frame = encode(regressionFrame(change, change.regressed ? 'started' : 'ended', change.at, change.changePct));
       for (const viewer of this.viewers) viewer.offer(frame, 'event', change.at);
     }
-    // A run that ended, or a job compared no more, takes its regression with it.
-    for (const job of this.holding.keys()) if (!snapshot.regressions?.some((r) => r.job === job && r.regressed)) this.holding.delete(job);
   }
 
   /** Right after a viewer's snapshot: the regressions holding, as `ongoing`, so that it need not have seen them begin. */
   resync(viewer: StreamViewer, at: number, regressions: EngineSnapshot['regressions']): void {
     if (!this.viewers.has(viewer)) return;
-    for (const change of this.holding.values()) {
-      const latest = regressions?.find((r) => r.job === change.job)?.change_pct ?? change.changePct;
-      viewer.offer(encode(regressionFrame(change, 'ongoing', at, latest)), 'event', at);
-    }
+    for (const r of regressions) if (r.began) viewer.offer(encode(regressionFrame(r.began, 'ongoing', at, r.change_pct ?? r.began.changePct)), 'event', at);
   }
 }

@@ -4,7 +4,6 @@ import type { VerdictEvent } from '../analysis/job-analysis.js';
 import type { EngineSnapshot, HistorySeries } from '../engine/snapshot.js';
 import type { SidecarState } from '../protocol/state.js';
 import { STREAM_VERSION, StreamCloseCode, type StreamHistory, type VerdictFrame } from '../protocol/stream.js';
-import type { LiveSnapshot } from './history-live.js';
 import { DEFAULT_STREAM_LIMITS, StreamViewer, type FrameKind, type StreamLimits } from './stream-viewer.js';
 import { encode, optedIn, RegressionEvents } from './stream-events.js';
 
@@ -19,7 +18,7 @@ export interface StreamOptions {
   /** The engine's latest snapshot (its sparkline history and time). */
   snapshot: () => EngineSnapshot;
   /** Each new snapshot: its verdict and regression changes go out at once, and a state frame at most `rateHz` a second. */
-  onSnapshot: Subscribe<LiveSnapshot>;
+  onSnapshot: Subscribe<EngineSnapshot>;
   rateHz?: number;
   limits?: Partial<StreamLimits>;
   log: Logger;

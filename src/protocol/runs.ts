@@ -4,7 +4,7 @@ import { CauseSchema, VerdictSchema } from './state.js';
 
 /**
  * A job's run history as the sidecar serves it (`GET /v1/runs?job=NAME`) and keeps it on disk
- * (src/outputs/history.ts), and as the viewer reads it: the runs of a job that ended, newest first,
+ * (src/outputs/past-runs.ts), and as the viewer reads it: the runs of a job that ended, newest first,
  * each in a line of figures. One schema, the validator and (through `Static`) the type.
  */
 

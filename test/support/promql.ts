@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { collectDefaultMetrics, Registry } from 'prom-client';
-import { registerRegressionFamilies } from '../../src/outputs/history-metrics.js';
+import { registerRegressionFamilies } from '../../src/outputs/metrics-regressions.js';
 import { ROOT } from './sidecar.js';
 
 /**
@@ -27,7 +27,7 @@ export interface Exposed {
 export async function exposed(): Promise<Exposed> {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'stepscope_' });
-  registerRegressionFamilies(registry, () => ({ regressions: [{ job: 'golden', regressed: true, change_pct: 14 }] }));
+  registerRegressionFamilies(registry, () => ({ regressions: [{ job: 'golden', run: 1, regressed: true, change_pct: 14, began: null }] }));
   const text = GOLDEN + (await registry.metrics());
   const names = new Set<string>();
   const labels = new Map<string, Set<string>>();

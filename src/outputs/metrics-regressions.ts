@@ -5,10 +5,10 @@ import { gaugeFamily } from './metrics-family.js';
 /**
  * Per running job compared with a reference (its --baseline, or the median of its recent runs):
  * how much slower per sample it is, and whether that is a regression (past --regression-threshold
- * and held past warm-up). Read from the snapshot the run history decorates (history-live.ts).
+ * and held past warm-up). As the engine compares them (src/engine/runs.ts).
  */
 export function registerRegressionFamilies(registry: Registry, snapshot: () => Pick<EngineSnapshot, 'regressions'>): void {
-  const regressions = () => snapshot().regressions ?? [];
+  const regressions = () => snapshot().regressions;
   gaugeFamily(registry, {
     name: 'stepscope_job_slowdown_ratio',
     help: "Time per sample against the job's reference (its --baseline, or the median of its recent comparable runs), as a ratio: 0.14 is 14% slower, -0.05 5% faster. Absent without a reference.",

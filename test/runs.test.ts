@@ -3,16 +3,16 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { compare, compareTo, medianReference } from '../src/analysis/compare.js';
 import type { Summary } from '../src/protocol/summary.js';
-import type { EngineSnapshot, JobState } from '../src/engine/snapshot.js';
-import { chooseReference, fingerprintOf, historyEntry, judgeRun, runRecord } from '../src/outputs/history.js';
-import { LiveComparisons } from '../src/outputs/history-live.js';
-import { HistoryStore } from '../src/outputs/history-store.js';
+import { chooseReference, fingerprintOf, judgeRun, RunComparisons, type RunsAt } from '../src/engine/runs.js';
+import { pastRunEntry, referencesFor, runRecord } from '../src/outputs/past-runs.js';
+import { PastRunsStore } from '../src/outputs/runs-store.js';
 import { ROOT, tempDir } from './support/sidecar.js';
 
 /**
- * The run history (src/outputs/history*.ts) and the comparison it feeds (src/analysis/compare.ts):
- * per sample, against the median of comparable runs, with what changed; kept on disk bounded, whole,
- * and read back through its schema; a regression live only once it holds past warm-up.
+ * Past runs (src/outputs/past-runs.ts, runs-store.ts), the comparison they feed (src/analysis/compare.ts)
+ * and the engine's comparisons (src/engine/runs.ts): per sample, against the median of comparable
+ * runs, with what changed; kept on disk bounded, whole, and read back through their schema; a
+ * regression only once it holds past warm-up. test/runs-restart.test.ts: the same across a restart.
  */
 
 const fixture = JSON.parse(readFileSync(path.join(ROOT, 'test/fixtures/summaries/a10-baseline.json'), 'utf8')) as Summary;
@@ -67,7 +67,7 @@ describe('comparing per sample', () => {
 });
 
 describe('the run history', () => {
-  const entry = (s: Summary, run: number) => historyEntry(s, runRecord(s, run, null, null));
+  const entry = (s: Summary, run: number) => pastRunEntry(s, runRecord(s, run, null, null));
 
   it('keys runs by GPU model and ranks, not by the software that changed', () => {
     const a = fingerprintOf(summary(1, 100));
@@ -78,7 +78,7 @@ describe('the run history', () => {
   });
 
   it('compares with the last comparable runs only, never with the run itself; a pinned baseline wins', () => {
-    const entries = [entry(summary(1, 50, { worldSize: 8 }), 1), entry(summary(2, 100), 2), entry(summary(3, 104), 3)];
+    const entries = [summary(1, 50, { worldSize: 8 }), summary(2, 100), summary(3, 104)];
     const current = summary(4, 130);
     expect(chooseReference(entries, current, null)!.label).toBe('the median of the last 2 runs (newest 2026-11-03)');
     expect(chooseReference(entries, summary(3, 104), null)!.runs).toBe(1);
@@ -90,9 +90,19 @@ describe('the run history', () => {
     expect(judgeRun(chooseReference(entries, summary(4, 105), null), summary(4, 105), 10, null).regression).toBeNull();
   });
 
+  it('journals the newest comparable runs of each fingerprint for a new run, or the pinned baseline alone', () => {
+    const entries = [...[1, 2, 3, 4, 5, 6, 7].map((day) => entry(summary(day, 100 + day), day)), entry(summary(8, 50, { worldSize: 8 }), 8), entry({ ...summary(9, 100), steps: 0 }, 9)];
+    const references = referencesFor('detector-week1', entries, null);
+    expect(references).toMatchObject({ job: 'detector-week1', pinned: null });
+    expect(references.past.map((s) => s.step_ms.mean)).toEqual([103, 104, 105, 106, 107, 50]);
+    const pinned = referencesFor('detector-week1', entries, { ...summary(1, 10), series: entries[0]!.summary.series });
+    expect(pinned.past).toEqual([]);
+    expect(pinned.pinned!.series).toBeUndefined();
+  });
+
   it('keeps the newest runs of each job on disk, whole, and reads them back through their schema', async () => {
     const dir = tempDir();
-    const store = new HistoryStore(dir, 3);
+    const store = new PastRunsStore(dir, 3);
     for (let day = 1; day <= 5; day++) {
       const s = { ...summary(day, 100 + day), series: { from: '', slice_s: 1, steps: [], step_ms: [], phase_ms: { data: [], h2d: [], compute: [], other: [] }, samples_per_s: [], ranks: [], ranks_total: 0, gpus: [] } };
       await store.add(s, runRecord(s, day, null, null));
@@ -104,9 +114,9 @@ describe('the run history', () => {
     expect(files.some((f) => f.endsWith('.partial'))).toBe(false);
     // The series is the report's: the history keeps the rest.
     expect(JSON.parse(readFileSync(path.join(folder, files[0]!), 'utf8')).summary.series).toBeUndefined();
-    const again = new HistoryStore(dir, 3);
+    const again = new PastRunsStore(dir, 3);
     expect((await again.load('detector-week1')).map((e) => e.record.run)).toEqual([3, 4, 5]);
-    expect(store.entries('detector-week1').map((e) => e.record.run)).toEqual([3, 4, 5]);
+    expect((await store.load('detector-week1')).map((e) => e.record.run)).toEqual([3, 4, 5]);
   });
 
   it('skips a file that does not read or validate, or holds another job, saying which and why', async () => {
@@ -120,7 +130,7 @@ describe('the run history', () => {
     writeFileSync(path.join(folder, '20261104T120000000Z-run4-aaaaaaaaaaaa.json'), JSON.stringify({ ...good, record: { ...good.record, job: 'other' } }));
     writeFileSync(path.join(folder, 'notes.txt'), 'not ours');
     const skipped: string[] = [];
-    const store = new HistoryStore(dir, 20, (s) => skipped.push(`${path.basename(s.file)}: ${s.reason}`));
+    const store = new PastRunsStore(dir, 20, (s) => skipped.push(`${path.basename(s.file)}: ${s.reason}`));
     expect((await store.load('detector-week1')).map((e) => e.record.run)).toEqual([1]);
     expect(skipped).toEqual([
       expect.stringMatching(/^20261102T120000000Z-run2-aaaaaaaaaaaa\.json: .*JSON/),
@@ -131,64 +141,77 @@ describe('the run history', () => {
   });
 });
 
-describe('live comparisons', () => {
+describe('the engine\'s comparisons', () => {
   const T = Date.parse('2026-12-01T12:00:00Z');
-  const reference = summary(1, 100);
-  const job = (over: Partial<JobState>): JobState =>
-    ({ job: 'detector-week1', run: 2, started_at: new Date(T).toISOString(), ended: false, baseline: null, verdict: { verdict: 'input-bound' }, ...over }) as unknown as JobState;
-  const snapshot = (at: number, jobs: JobState[]) => ({ at, jobs }) as unknown as EngineSnapshot;
+  const JOB = 'detector-week1';
+  const past = [summary(1, 100)];
+  /** The job's run 2 at `at`, live, `judged` past warm-up, `stepMs` a step. */
+  const at = (time: number, stepMs: number, judged = true): RunsAt => ({
+    at: time,
+    live: [JOB],
+    runOf: () => 2,
+    judged: () => judged,
+    summary: () => ({ ...summary(2, stepMs), started_at: new Date(T).toISOString() }),
+  });
 
-  it('puts the comparison in the snapshot, calls a regression only once it holds past warm-up, and says when it is over', () => {
-    const live = new LiveComparisons({ has: () => true, choose: () => medianReference([reference]) }, { thresholdPct: 10, holdMs: 30_000, everyMs: 1_000 });
-    let stepMs = 130;
-    const decorate = (at: number, over: Partial<JobState> = {}) => live.decorate(snapshot(at, [job(over)]), () => summary(2, stepMs));
+  it('compares a run with its journaled references, calls a regression only once it holds past warm-up, and says when it is over', () => {
+    const runs = new RunComparisons({ thresholdPct: 10, holdMs: 30_000 });
+    expect(runs.tick(at(T + 1_000, 130))).toEqual([]);
+    expect(runs.regressions()).toEqual([]);
+    runs.reference({ job: JOB, pinned: null, past });
     // Warming up: compared, never a regression.
-    expect(decorate(T + 1_000, { verdict: { verdict: 'warming-up' } as JobState['verdict'] }).changes).toEqual([]);
-    const first = decorate(T + 5_000);
-    expect(first.snapshot.jobs[0]!.baseline!.change_pct).toBe(30);
-    expect(first.changes).toEqual([]);
-    expect(decorate(T + 34_000).changes).toEqual([]);
-    const begun = decorate(T + 35_000).changes;
+    expect(runs.tick(at(T + 2_000, 130, false))).toEqual([]);
+    expect(runs.tick(at(T + 5_000, 130))).toEqual([]);
+    expect(runs.comparisonOf(JOB, 2, false)!.change_pct).toBe(30);
+    expect(runs.tick(at(T + 34_000, 130))).toEqual([]);
+    const begun = runs.tick(at(T + 35_000, 130));
     // It began when the run passed the threshold and stayed past it, 30 s before it was called.
-    expect(begun).toEqual([
-      {
-        job: 'detector-week1',
-        run: 2,
-        at: T + 35_000,
-        regressed: true,
-        changePct: 30,
-        text: expect.stringMatching(/^30% slower per sample/),
-        startedAt: T + 5_000,
-        endedAt: null,
-        reference: { kind: 'history', label: medianReference([reference])!.label },
-        thresholdPct: 10,
-      },
-    ]);
-    expect(decorate(T + 35_000).snapshot.regressionChanges).toBeUndefined();
-    expect(live.regressions()).toEqual([{ job: 'detector-week1', regressed: true, change_pct: 30 }]);
-    expect(decorate(T + 35_500).snapshot.regressions).toEqual(live.regressions());
-    // The run's end keeps when it began.
-    stepMs = 100;
-    expect(decorate(T + 40_000).changes).toEqual([]);
-    const over = decorate(T + 70_000);
-    expect(over.changes).toMatchObject([{ regressed: false, changePct: 0, startedAt: T + 5_000, endedAt: T + 40_000 }]);
-    // The decorated snapshot carries them to the stream (src/outputs/stream-events.ts).
-    expect(over.snapshot.regressionChanges).toEqual(over.changes);
+    const told = {
+      job: JOB,
+      run: 2,
+      at: T + 35_000,
+      regressed: true,
+      changePct: 30,
+      text: expect.stringMatching(/^30% slower per sample/),
+      startedAt: T + 5_000,
+      endedAt: null,
+      reference: { kind: 'history', label: medianReference(past)!.label },
+      thresholdPct: 10,
+    };
+    expect(begun).toEqual([told]);
+    expect(runs.tick(at(T + 35_500, 130))).toEqual([]);
+    expect(runs.regressions()).toEqual([{ job: JOB, run: 2, regressed: true, change_pct: 30, began: told }]);
+    expect(runs.referenced()).toEqual([{ job: JOB, run: 2, reference: { kind: 'history', label: medianReference(past)!.label, runs: 1, ms_per_sample: expect.any(Number) } }]);
+    expect(runs.tick(at(T + 40_000, 100))).toEqual([]);
+    expect(runs.tick(at(T + 70_000, 100))).toMatchObject([{ regressed: false, changePct: 0, startedAt: T + 5_000, endedAt: T + 40_000 }]);
+    expect(runs.regressions()).toMatchObject([{ regressed: false, began: null }]);
   });
 
-  it('gives the final figures at the end, with when the live regression began, and shows them for the ended run', () => {
-    const live = new LiveComparisons({ has: () => true, choose: () => medianReference([reference]) }, { thresholdPct: 10, holdMs: 0, everyMs: 0 });
-    live.decorate(snapshot(T + 60_000, [job({})]), () => summary(2, 130));
-    live.decorate(snapshot(T + 61_000, [job({})]), () => summary(2, 130));
-    const final = live.finish(2, { ...summary(2, 125), started_at: new Date(T).toISOString() });
+  it('gives the final figures at the end, with when the regression began, once, and shows them for the ended run', () => {
+    const runs = new RunComparisons({ thresholdPct: 10, holdMs: 0 });
+    runs.reference({ job: JOB, pinned: null, past });
+    runs.tick(at(T + 60_000, 130));
+    const final = runs.finish(2, { ...summary(2, 125), started_at: new Date(T).toISOString() });
     expect(final.regression).toMatchObject({ change_pct: 25, since_s: 60 });
-    const ended = live.decorate(snapshot(T + 62_000, [job({ ended: true, baseline: null })]), () => null);
-    expect(ended.snapshot.jobs[0]!.baseline).toBe(final.comparison);
+    expect(runs.finish(2, summary(2, 100))).toBe(final);
+    expect(runs.comparisonOf(JOB, 2, true)).toBe(final.comparison);
+    expect(runs.regressions()).toEqual([]);
   });
 
-  it('leaves the snapshot as it is where there is nothing to compare with', () => {
-    const live = new LiveComparisons({ has: () => false, choose: () => null }, { thresholdPct: 10, holdMs: 0, everyMs: 0 });
-    const s = snapshot(T, [job({})]);
-    expect(live.decorate(s, () => summary(2, 130)).snapshot).toBe(s);
+  it('holds it all as plain data: a checkpoint loaded goes on as if never stopped', () => {
+    const runs = new RunComparisons({ thresholdPct: 10, holdMs: 30_000 });
+    runs.reference({ job: JOB, pinned: summary(1, 100), past: [] });
+    runs.tick(at(T + 5_000, 130));
+    const loaded = RunComparisons.load(JSON.parse(JSON.stringify(runs.dump())), runs.config);
+    for (const r of [runs, loaded]) expect(r.tick(at(T + 35_000, 130))).toMatchObject([{ regressed: true, startedAt: T + 5_000, reference: { kind: 'baseline' } }]);
+    expect(loaded.regressions()).toEqual(runs.regressions());
+  });
+
+  it('lets a job the engine lets go take its references and comparisons with it', () => {
+    const runs = new RunComparisons({ thresholdPct: 10, holdMs: 0 });
+    runs.reference({ job: JOB, pinned: null, past });
+    expect(runs.tick(at(T + 5_000, 130))).toMatchObject([{ regressed: true }]);
+    runs.tick({ ...at(T + 6_000, 130), live: [], runOf: () => null });
+    expect(runs.dump()).toEqual({ references: [], tracked: [], finals: [] });
   });
 });

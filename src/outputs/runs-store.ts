@@ -5,11 +5,11 @@ import { IoLimiter, IoTimeoutError, readFolder, readRegularFile } from '../io/bo
 import { fileSafeName } from '../model/names.js';
 import { parseInput } from '../protocol/parse.js';
 import type { RunRecord } from '../protocol/runs.js';
-import { entryFileName, historyEntry, HistoryEntrySchema, type HistoryEntry } from './history.js';
+import { entryFileName, pastRunEntry, PastRunEntrySchema, type PastRunEntry } from './past-runs.js';
 import { writeAtomically } from './summary-files.js';
 
 /**
- * The run history on disk: `<dir>/<job>/<ended>-run<N>-<fingerprint>.json`, one file a run, the
+ * The past runs on disk (the run history): `<dir>/<job>/<ended>-run<N>-<fingerprint>.json`, one file a run, the
  * newest `keep` of each job kept. Each file is written whole (a temporary file renamed) and read
  * back through its schema: a file that does not read or validate is skipped, with the reason.
  *
@@ -42,13 +42,13 @@ const MAX_SKIPPED_PER_JOB = 64;
 const LISTING_MS = 10_000;
 
 interface Held {
-  entries: HistoryEntry[];
+  entries: PastRunEntry[];
   /** The bytes of its files as read (each file's length), what the cache bound counts. */
   bytes: number[];
   skipped: Skipped[];
 }
 
-export class HistoryStore {
+export class PastRunsStore {
   /** Insertion order is recency: a job read or used is moved to the end. */
   private readonly cache = new Map<string, Held>();
   private cachedBytes = 0;
@@ -65,11 +65,6 @@ export class HistoryStore {
     readonly limits: HistoryCacheLimits = HISTORY_CACHE,
   ) {}
 
-  /** The job's runs, oldest first, as held now (empty until `load` has read them, or once the cache let them go). */
-  entries(job: string): readonly HistoryEntry[] {
-    return this.cache.get(job)?.entries ?? [];
-  }
-
   /** Jobs and bytes held now, for the bound's test and /metrics. */
   cached(): { jobs: number; bytes: number } {
     return { jobs: this.cache.size, bytes: this.cachedBytes };
@@ -80,7 +75,7 @@ export class HistoryStore {
    * with nothing on disk (a job the sidecar has, asked about every tick); otherwise such a name is
    * not kept, so names from requests cannot grow memory.
    */
-  async load(job: string, hold = false): Promise<readonly HistoryEntry[]> {
+  async load(job: string, hold = false): Promise<readonly PastRunEntry[]> {
     const held = this.cache.get(job);
     if (held) {
       this.touch(job, held);
@@ -112,7 +107,7 @@ export class HistoryStore {
     await mkdir(folder, { recursive: true });
     this.folders?.names.add(path.basename(folder));
     const file = path.join(folder, entryFileName(record));
-    const entry = historyEntry(summary, record);
+    const entry = pastRunEntry(summary, record);
     const text = JSON.stringify(entry) + '\n';
     await writeAtomically(file, text);
     const held = this.cache.get(summary.job) ?? { entries: [], bytes: [], skipped: [] };
@@ -189,12 +184,12 @@ export class HistoryStore {
       this.skip(held, folder, (error as Error).message);
       return held;
     }
-    const read: Array<{ entry: HistoryEntry; bytes: number }> = [];
+    const read: Array<{ entry: PastRunEntry; bytes: number }> = [];
     for (const name of names.slice(-this.keep)) {
       const file = path.join(folder, name);
       try {
         const bytes = await readRegularFile(file, MAX_ENTRY_BYTES, this.io);
-        const entry = parseInput(HistoryEntrySchema, JSON.parse(bytes.toString('utf8')), 'entry');
+        const entry = parseInput(PastRunEntrySchema, JSON.parse(bytes.toString('utf8')), 'entry');
         if (entry.record.job !== job || entry.summary.job !== job) throw new Error(`holds job ${JSON.stringify(entry.record.job)}, not ${JSON.stringify(job)}`);
         read.push({ entry, bytes: bytes.length });
       } catch (error) {
