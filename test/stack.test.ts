@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { envDrifts, nodeDrifts, rankDrifts, RECOMPILE_THRESHOLDS, recompileCause, stackDrifts, type NodeInventory } from '../src/analysis/stack.js';
+import { envDrifts, nodeDrifts, rankDrifts, RECOMPILE_THRESHOLDS, recompileCause, stackDrifts, type NodeFacts } from '../src/analysis/stack.js';
 
 /** An env as the hook sends it (python-hook/stepscope/_env.py, _stack.py) on an A100 with bf16 and torch.compile. */
 const BASE = {
@@ -142,7 +142,7 @@ describe('what changed in the software stack, ranked by its usual effect on spee
 });
 
 describe('what changed on the node', () => {
-  const node: NodeInventory = { cpu_model: 'AMD EPYC 7763', cores_logical: 128, cores_physical: 64, memory_bytes: 1024 * 2 ** 30, gpu_models: [{ name: 'NVIDIA A100-SXM4-80GB', count: 8 }], gpu_count: 8, driver_version: '550.54.15', cuda_version: '12.4', cores_per_gpu: 16 };
+  const node: NodeFacts = { cpu_model: 'AMD EPYC 7763', cores_logical: 128, cores_physical: 64, memory_bytes: 1024 * 2 ** 30, gpu_models: [{ name: 'NVIDIA A100-SXM4-80GB', count: 8 }], gpu_count: 8, driver_version: '550.54.15', cuda_version: '12.4', cores_per_gpu: 16 };
 
   it('says "8 cores per GPU, the baseline 16", first, as a large slowdown', () => {
     const drifts = nodeDrifts(node, { ...node, cores_logical: 64, cores_per_gpu: 8, driver_version: '560.35.03' }, 'slower');

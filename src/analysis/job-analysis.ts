@@ -1,11 +1,11 @@
 import { FixFold, type FixFoldDump } from './fix-fold.js';
 import { findStraggler, type Straggler } from '../model/straggler.js';
-import { isStop, type StopVerdict } from '../model/verdict.js';
+import { type Cause, isStop, type StopVerdict, type Verdict, VERDICTS } from '../model/verdict.js';
 import type { CodeFrame } from '../protocol/capture.js';
 import { jobStop, jobStopJudgement, jobStopParts, rankStall, stackDumpDir, STALL_DEFAULTS, type RankStall, type StallConfig, type StallInput } from './stall.js';
 import { RunSeries, type SeriesDump } from './summary-series.js';
 import { loadedJudgement, VerdictTracker, type TrackerDump, type VerdictChange } from './tracker.js';
-import { judge, LIMITER_BARS, VERDICTS, type Cause, type Judgement, type RankContext, type Verdict } from './verdict.js';
+import { judge, LIMITER_BARS, type Judgement, type RankContext } from './verdict.js';
 import type { FoldedFix, LimiterCost, RankWindow, TimelineSegment, Waste } from '../protocol/state.js';
 import { WasteLedger, type WasteDump } from './waste.js';
 

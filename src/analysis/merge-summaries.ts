@@ -1,10 +1,10 @@
-import { LIMITERS, type Limiter } from '../model/verdict.js';
+import { type Cause, type Limiter, LIMITERS, type Verdict, VERDICTS } from '../model/verdict.js';
 import { round } from '../model/round.js';
 import { findStraggler } from '../model/straggler.js';
 import { listLimiters } from './limiters.js';
 import { headline } from './summary.js';
 import type { SummaryGpu, JobWide, RankSummary, StepMs, Summary } from '../protocol/summary.js';
-import { LIMITER_BARS, VERDICTS, type Cause, type Verdict } from './verdict.js';
+import { LIMITER_BARS } from './verdict.js';
 import { pickRanks } from './summary-series.js';
 import type { SummarySeries } from '../protocol/summary.js';
 import type { LimiterCost, TimelineSegment, Waste, WasteEntry } from '../protocol/state.js';

@@ -1,5 +1,5 @@
 import type { Env } from '../protocol/messages.js';
-import type { Cause, Verdict } from './verdict.js';
+import type { Cause, Verdict } from '../model/verdict.js';
 import { envGroup, num, REDUCED } from './stack.js';
 import type { RankWindow, Recommendation } from '../protocol/state.js';
 

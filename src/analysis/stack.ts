@@ -1,5 +1,4 @@
-import type { NodeSummary } from '../protocol/summary.js';
-import type { RankWindow } from '../protocol/state.js';
+import type { NodeSummary, RankWindow } from '../protocol/state.js';
 
 /**
  * The software stack: what changed between two runs' fingerprints (the hooks' `env`, and the node
@@ -229,7 +228,7 @@ export function stackDrifts(baseline: Readonly<Record<string, unknown>>, current
 // The node inventory (a summary's `node`): the hardware around the GPUs.
 
 /** A run's node inventory as summaries carry it (`node`), any part of it: drifts are read from what both have. */
-export type NodeInventory = Partial<NodeSummary>;
+export type NodeFacts = Partial<NodeSummary>;
 
 /** "8× NVIDIA H100 80GB HBM3, 1× NVIDIA A10" from the inventory's models and counts. */
 const gpuModels = (v: unknown) =>
@@ -238,7 +237,7 @@ const gpuModels = (v: unknown) =>
 type NodeRule = (before: unknown, after: unknown) => Judged | null;
 const GIB = 2 ** 30;
 
-const NODE_RULES: Record<keyof NodeInventory, NodeRule> = {
+const NODE_RULES: Record<keyof NodeFacts, NodeRule> = {
   gpu_models: (b, a) => j('large', 'either', `other GPU models (${gpuModels(b)} → ${gpuModels(a)})`),
   cores_per_gpu: (b, a) => {
     const before = num(b);
@@ -272,10 +271,10 @@ const NODE_RULES: Record<keyof NodeInventory, NodeRule> = {
 const NODE_ORDER = new Map(Object.keys(NODE_RULES).map((key, i) => [`node.${key}`, ORDER.size + i]));
 
 /** What differs between two node inventories (either may be absent: then nothing is said), most telling first. */
-export function nodeDrifts(baseline: NodeInventory | null | undefined, current: NodeInventory | null | undefined, observed: 'slower' | 'faster' | null = null): Drift[] {
+export function nodeDrifts(baseline: NodeFacts | null | undefined, current: NodeFacts | null | undefined, observed: 'slower' | 'faster' | null = null): Drift[] {
   if (!baseline || !current) return [];
   const drifts: Drift[] = [];
-  for (const [name, rule] of Object.entries(NODE_RULES) as [keyof NodeInventory, NodeRule][]) {
+  for (const [name, rule] of Object.entries(NODE_RULES) as [keyof NodeFacts, NodeRule][]) {
     const b = baseline[name] ?? null;
     const a = current[name] ?? null;
     if (b === null || a === null || JSON.stringify(b) === JSON.stringify(a)) continue;

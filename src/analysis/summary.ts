@@ -9,12 +9,12 @@ import { breakdownOf, roundBreakdown, type JobSnapshot, type RankView } from '..
 import { emptySums, mergeSums } from '../store/step-buckets.js';
 import type { JobAnalysis } from './job-analysis.js';
 import { round } from '../model/round.js';
-import type { Cause, Evidence, Verdict } from './verdict.js';
 import type { SummaryStop } from '../protocol/stall-state.js';
 import { rankList } from '../model/stall.js';
 import { isStop } from '../model/verdict.js';
 import { mfuOf, pctText } from './mfu.js';
 import type { LimiterCost, Recommendation, Waste } from '../protocol/state.js';
+import type { Cause, Evidence, Verdict } from '../model/verdict.js';
 
 /** The GPU's processes over the run, less the job's own pids; `processes` (all of them) is not kept. */
 export function withOtherProcesses(gpu: SummaryGpu & { processes?: GpuProcessPeak[] }, jobPids: ReadonlySet<number>): SummaryGpu {

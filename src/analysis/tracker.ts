@@ -1,4 +1,5 @@
-import type { Cause, Judgement, Verdict } from './verdict.js';
+import type { Judgement } from './verdict.js';
+import type { Cause, Verdict } from '../model/verdict.js';
 
 export interface VerdictChange {
   /** When the new verdict began (it has held since then). */

@@ -15,8 +15,6 @@ import type { FixEstimate, LimiterCost, LostShare, RankWindow, Recommendation } 
  * The verdicts' and causes' names are in src/model/verdict.ts.
  */
 
-export { VERDICTS, type Cause, type Evidence, type HostCause, type InputCause, type ThrottleCause, type Verdict } from '../model/verdict.js';
-
 export interface Judgement {
   verdict: Verdict;
   cause: Cause;

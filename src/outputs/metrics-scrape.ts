@@ -1,6 +1,5 @@
 import type { GpuMatch } from '../analysis/gpu-match.js';
 import type { Straggler } from '../model/straggler.js';
-import type { Cause, Verdict } from '../analysis/verdict.js';
 import type { KnownGpu } from '../counters/counter-store.js';
 import type { HostSample } from '../counters/host.js';
 import type { GpuSample } from '../counters/types.js';
@@ -12,6 +11,7 @@ import type { DurationCounts } from '../store/duration-counts.js';
 import type { RankSnapshot } from '../store/job-store.js';
 import type { StepSums } from '../store/step-buckets.js';
 import type { Waste } from '../protocol/state.js';
+import type { Cause, Verdict } from '../model/verdict.js';
 
 /** What /metrics is made from: the engine's latest snapshot, read once per scrape for every family. */
 

@@ -1,5 +1,5 @@
-import type { Cause, Verdict } from '../analysis/verdict.js';
 import { LIMITERS, type Level, type Limiter } from '../model/verdict.js';
+import type { Cause, Verdict } from '../model/verdict.js';
 
 /**
  * The numbers of stepscope_rank_verdict_code and stepscope_job_verdict_code. Dashboards map them

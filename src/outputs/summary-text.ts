@@ -1,10 +1,11 @@
 import { processList } from '../model/process-list.js';
 import { stopSentence } from '../analysis/summary.js';
-import type { SummaryGpu, NodeSummary, RankSummary, Summary } from '../protocol/summary.js';
+import type { SummaryGpu, RankSummary, Summary } from '../protocol/summary.js';
 import { limiterText } from '../model/costs.js';
 import { framesText } from '../protocol/capture.js';
 import type { SummaryStop } from '../protocol/stall-state.js';
 import { rankList } from '../model/stall.js';
+import type { NodeSummary } from '../protocol/state.js';
 
 /** The words and figures a summary is shown with, one set for the text, Markdown and HTML renderings. */
 

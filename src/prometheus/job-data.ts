@@ -1,6 +1,5 @@
-import type { Cause, Verdict } from '../analysis/verdict.js';
 import { PHASES } from '../protocol/state.js';
-import type { Limiter } from '../model/verdict.js';
+import type { Cause, Limiter, Verdict } from '../model/verdict.js';
 import { PrometheusError, promString, value, type PrometheusClient, type Vector } from './client.js';
 
 /**

@@ -3,11 +3,11 @@ import { headline } from '../analysis/summary.js';
 import { SUMMARY_SCHEMA, type SummaryGpu, type RankSummary, type StepMs, type Summary } from '../protocol/summary.js';
 import { round } from '../model/round.js';
 import { findStraggler, type Straggler } from '../model/straggler.js';
-import type { Cause, Verdict } from '../analysis/verdict.js';
 import type { JobData, Phase, RankPoint, RankTotals } from './job-data.js';
 import { pickRanks } from '../analysis/summary-series.js';
 import type { SummarySeries } from '../protocol/summary.js';
 import type { TimelineSegment } from '../protocol/state.js';
+import type { Cause, Verdict } from '../model/verdict.js';
 
 /**
  * The summary a sidecar writes, made for a job across all its pods from what Prometheus holds

@@ -15,7 +15,7 @@ export const StopCauseSchema = Nullable(Names([...STALL_CAUSES, ...GONE_CAUSES, 
 
 const Where = (description: string) => Type.Array(CodeFrameSchema, { description });
 
-export const RankStallSchema = Type.Object(
+export const RankStallStateSchema = Type.Object(
   {
     state: Names(RANK_STOP_STATES, {
       description:
@@ -47,7 +47,7 @@ export const RankStallSchema = Type.Object(
   { description: 'whether the rank steps, and if it stopped, where it is' },
 );
 
-export const JobStopSchema = Type.Object(
+export const JobStopStateSchema = Type.Object(
   {
     verdict: Names(STOP_VERDICTS, { description: 'hung: no rank steps and one stalled or went; stalled: a rank stalled while others step; gone: a rank went' }),
     cause: StopCauseSchema,
@@ -86,8 +86,8 @@ export const StackDumpSchema = Type.Object(
 );
 export type StackDump = Static<typeof StackDumpSchema>;
 
-export type RankStallState = Static<typeof RankStallSchema>;
-export type JobStopState = Static<typeof JobStopSchema>;
+export type RankStallState = Static<typeof RankStallStateSchema>;
+export type JobStopState = Static<typeof JobStopStateSchema>;
 
 const RecommendationLike = Type.Object({ id: Str('a stable name for the advice'), text: Str('what to do, in words') });
 

@@ -5,7 +5,7 @@ import { CaptureRecordSchema } from './profile.js';
 import { STRAGGLER_REASONS } from '../model/straggler.js';
 import { CAUSES, LEVELS, LIMITERS, VERDICTS } from '../model/verdict.js';
 import { Bool, Count, CountsBy, Keys, Names, Nullable, Num, NumOrNull, OptionalKeys, Str, StrOrNull, Time } from './schema.js';
-import { JobStopSchema, RankStallSchema } from './stall-state.js';
+import { JobStopStateSchema, RankStallStateSchema } from './stall-state.js';
 
 /**
  * The body of `GET /v1/state`, which every `snapshot` and `update` frame of `ws /v1/stream` carries
@@ -561,7 +561,7 @@ export const RankStateSchema = Type.Object(
     window: RankWindowSchema,
     verdict: Nullable(VerdictStateSchema, { description: "the rank's verdict; null before the first or once ended" }),
     straggler: Bool("it is the job's straggler"),
-    stall: Type.Optional(Nullable(RankStallSchema, { description: 'whether it steps, and where it is if it stopped; null where it was not judged (an ended run); absent from older sidecars' })),
+    stall: Type.Optional(Nullable(RankStallStateSchema, { description: 'whether it steps, and where it is if it stopped; null where it was not judged (an ended run); absent from older sidecars' })),
     mfu: Type.Optional(Nullable(MfuSchema, { description: "its MFU over the window; null where its hook gave no FLOP count (scope.set_flops_per_step, scope.count_flops); absent from older sidecars" })),
   },
   { description: 'one rank of a job' },
@@ -606,7 +606,7 @@ export const JobStateSchema = Type.Object(
     baseline: Nullable(ComparisonSchema, { description: 'this run against the --baseline summary; null without --baseline' }),
     waste: Nullable(WasteSchema, { description: 'GPU time lost so far, by cause; null before the first verdict' }),
     captures: Type.Optional(Type.Array(CaptureRecordSchema, { description: 'its deep captures (torch.profiler windows), oldest first; absent where none was asked for' })),
-    stop: Type.Optional(Nullable(JobStopSchema, { description: 'while the job does not step (it hung, a rank stalled or went): on whom it waits; an ended run keeps the stop it ended in; null while it steps; absent from older sidecars' })),
+    stop: Type.Optional(Nullable(JobStopStateSchema, { description: 'while the job does not step (it hung, a rank stalled or went): on whom it waits; an ended run keeps the stop it ended in; null while it steps; absent from older sidecars' })),
   },
   { description: 'a training job' },
 );
@@ -614,7 +614,7 @@ export const JobStateSchema = Type.Object(
 // ---------------------------------------------------------------------------------------------------
 // The node
 
-export const NodeInventorySchema = Type.Object(
+export const NodeSummarySchema = Type.Object(
   {
     cpu_model: StrOrNull('CPU model, as the kernel names it; null where unknown'),
     cores_logical: Nullable(Type.Integer({ minimum: 1 }), { description: 'logical CPUs (hardware threads) of the node' }),
@@ -646,7 +646,7 @@ export const SidecarStateSchema = Type.Object(
     ingest: IngestStatsSchema,
     journal: Nullable(JournalHealthSchema, { description: 'the journal; null without --out' }),
     counters: CountersStateSchema,
-    node: Nullable(NodeInventorySchema, { description: 'the node, read once at start; null before it is read' }),
+    node: Nullable(NodeSummarySchema, { description: 'the node, read once at start; null before it is read' }),
     jobs: Type.Array(JobStateSchema, { description: 'jobs seen, live and ended' }),
   },
   { description: 'the body of GET /v1/state' },
@@ -674,7 +674,8 @@ export type WindowLost = Static<typeof WindowLostSchema>;
 export type LostShare = Static<typeof LostShareSchema>;
 export type CommWindow = Static<typeof CommWindowSchema>;
 export type MemoryWindow = Static<typeof MemoryWindowSchema>;
-export type NodeInventory = Static<typeof NodeInventorySchema>;
+/** The node as the state and a summary report it: its inventory with the cores per GPU. */
+export type NodeSummary = Static<typeof NodeSummarySchema>;
 export type Straggler = Static<typeof StragglerSchema>;
 export type TimelineSegment = Static<typeof TimelineSegmentSchema>;
 export type Comparison = Static<typeof ComparisonSchema>;

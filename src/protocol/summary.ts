@@ -5,7 +5,7 @@ import { RunRecordSchema } from './runs.js';
 import { CaptureRecordSchema } from './profile.js';
 import { SummaryStopSchema } from './stall-state.js';
 import { Bool, Count, Keys, Nullable, Num, NumOrNull, OptionalKeys, Str, StrOrNull, Time } from './schema.js';
-import { NodeInventorySchema, BreakdownSchema, CauseSchema, ComparisonSchema, EvidenceSchema, FoldedFixSchema, LimiterCostSchema, MfuSchema, PHASES, RecommendationSchema, StragglerSchema, TimelineSegmentSchema, VerdictSchema, WasteSchema } from './state.js';
+import { NodeSummarySchema, BreakdownSchema, CauseSchema, ComparisonSchema, EvidenceSchema, FoldedFixSchema, LimiterCostSchema, MfuSchema, PHASES, RecommendationSchema, StragglerSchema, TimelineSegmentSchema, VerdictSchema, WasteSchema } from './state.js';
 
 /**
  * summary.json: what the sidecar writes at a run's end and reads back (`stepscope report`, `compare`,
@@ -140,7 +140,7 @@ export const SummarySchema = Type.Object({
   regression: Type.Optional(RegressionSchema),
   history: Type.Optional(Type.Array(RunRecordSchema)),
   waste: Type.Optional(WasteSchema),
-  node: Type.Optional(NodeInventorySchema),
+  node: Type.Optional(NodeSummarySchema),
   stops: Type.Optional(Type.Array(SummaryStopSchema, { description: 'where the run stopped stepping (it hung, a rank stalled or went), oldest first' })),
   limiters: Type.Optional(Type.Array(LimiterCostSchema, { description: "every limiter that cost the job at least 5% of its time, most costly first (its bound: the time-weighted mean of the windows' bounds)" })),
   causes: Type.Optional(Type.Array(FoldedFixSchema, { description: "each cause of the run's verdicts with what fixing it would buy, folded over the time its verdict held: the summary's verdict's causes first, then the other verdicts' by how long each held; within a verdict, most first" })),
@@ -158,4 +158,3 @@ export type SummarySeries = Static<typeof SummarySeriesSchema>;
 export type Regression = Static<typeof RegressionSchema>;
 export type JobWide = Static<typeof JobWideSchema>;
 export type SummaryMfu = Static<typeof SummaryMfuSchema>;
-export type NodeSummary = Static<typeof NodeInventorySchema>;

@@ -1,15 +1,15 @@
 import type { Straggler } from '../../model/straggler.js';
 import type { Cause, Verdict } from '../../model/verdict.js';
 import type { RunsResponse } from '../../protocol/runs.js';
-import type { JobState, SidecarState, TimelineSegment } from '../../protocol/state.js';
+import type { Breakdown, JobState, SidecarState, TimelineSegment } from '../../protocol/state.js';
 import { frozenKey } from './frozen.js';
 import { banner, type Banner } from './banner.js';
 import { combineVerdicts } from './combine.js';
 import { historyView, type HistoryPart, type HistoryView } from './history-view.js';
 import { notesOf, type Notes } from './notes.js';
-import { holds, regressionsOf, type Regression } from './regressions.js';
+import { holds, regressionsOf, type RegressionEpisode } from './regressions.js';
 import { stopView, type StopView } from './stop.js';
-import { gpuRows, rankRow, uniqueRanks, type Breakdown, type GpuRow, type Part, type RankRow } from './rows.js';
+import { gpuRows, rankRow, uniqueRanks, type GpuRow, type Part, type RankRow } from './rows.js';
 import type { ConnectionStatus, SourceState } from './source.js';
 
 export type { Banner, Breakdown, GpuRow, Notes, RankRow, StopView };
@@ -22,7 +22,7 @@ export type EventRow =
   | { kind: 'regression'; at: string; who: string; status: 'started' | 'ended'; changePct: number | null; thresholdPct: number; text: string };
 
 /** A regression of the job's run, on `node` where the job spans several sidecars. */
-export type RegressionView = Regression & { node: string | null };
+export type RegressionView = RegressionEpisode & { node: string | null };
 
 export interface JobView {
   id: string;

@@ -8,7 +8,7 @@ import type { SidecarState } from '../../protocol/state.js';
  * Pure.
  */
 
-export interface Regression {
+export interface RegressionEpisode {
   job: string;
   run: number;
   /** `ended` once back within the threshold; otherwise it holds (or held when the run ended). */
@@ -24,18 +24,18 @@ export interface Regression {
   at: number;
 }
 
-export type Regressions = ReadonlyMap<string, Regression>;
+export type Regressions = ReadonlyMap<string, RegressionEpisode>;
 
 /** Episodes kept per sidecar; the oldest go first. */
 const KEPT = 32;
 
 const episodeKey = (job: string, run: number, startedAt: number) => `${job}\u0000${run}\u0000${startedAt}`;
 
-export const holds = (r: Regression) => r.status !== 'ended';
+export const holds = (r: RegressionEpisode) => r.status !== 'ended';
 
 /** The episodes after a regression frame. */
 export function applyRegression(held: Regressions, frame: RegressionFrame): Regressions {
-  const regression: Regression = {
+  const regression: RegressionEpisode = {
     job: frame.job,
     run: frame.run,
     status: frame.status,
@@ -62,20 +62,20 @@ export function applyRegression(held: Regressions, frame: RegressionFrame): Regr
  * ended (or is gone) stay as they were when it ended.
  */
 export function afterSnapshot(held: Regressions, state: SidecarState): Regressions {
-  const running = (r: Regression) => state.jobs.some((job) => job.job === r.job && job.run === r.run && !job.ended);
+  const running = (r: RegressionEpisode) => state.jobs.some((job) => job.job === r.job && job.run === r.run && !job.ended);
   const kept = [...held].filter(([, r]) => !(holds(r) && running(r)));
   return kept.length === held.size ? held : new Map(kept);
 }
 
 /** The episodes of `job`'s run `run`, oldest first. */
-export function regressionsOf(held: Regressions, job: string, run: number): Regression[] {
+export function regressionsOf(held: Regressions, job: string, run: number): RegressionEpisode[] {
   return [...held.values()].filter((r) => r.job === job && r.run === run).sort((a, b) => a.startedAt - b.startedAt);
 }
 
 const pct = (x: number) => `${Math.round(Math.abs(x))}% ${x >= 0 ? 'slower' : 'faster'}`;
 
 /** The regression in one line, for the line under the banner: since when, how much slower and why, now. */
-export function regressionHeadline(r: Regression, runEnded: boolean, clock: (at: number) => string): string {
+export function regressionHeadline(r: RegressionEpisode, runEnded: boolean, clock: (at: number) => string): string {
   const when = runEnded ? `held from ${clock(r.startedAt)} until the run ended` : `since ${clock(r.startedAt)}`;
   const figure = r.changePct === null ? '' : `${runEnded ? 'last' : 'now'} ${pct(r.changePct)}; `;
   return `REGRESSION ${when} — ${r.text} (${figure}threshold ${r.thresholdPct}%)`;

@@ -1,11 +1,10 @@
 import type { Cause, Verdict } from '../../model/verdict.js';
-import type { GpuReading, GpuWindow, JobState, RankState, SidecarState } from '../../protocol/state.js';
+import type { Breakdown, GpuReading, GpuWindow, JobState, RankState, SidecarState } from '../../protocol/state.js';
 import type { HistoryState } from './history.js';
 import type { SourceState } from './source.js';
 
 /** A row per rank and per GPU, from what one sidecar sent about one job. Pure. */
 
-export type Breakdown = { data: number; h2d: number; compute: number; other: number };
 
 export interface RankRow {
   key: string;
