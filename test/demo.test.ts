@@ -6,8 +6,13 @@ import { cleanupList } from './support/cleanup-list.js';
 import { findPython } from './support/python.js';
 import { CLI, tempDir as newTempDir } from './support/sidecar.js';
 import { killTree, track } from './support/children.js';
+import { ALL_E2E } from './support/scenarios.js';
 
-/** `stepscope demo` as a newcomer runs it, without a terminal: the whole story, then its summary. */
+/**
+ * `stepscope demo` as a newcomer runs it, without a terminal: the whole story, then its summary.
+ * The story is live (8 s a regime, judged as it runs), which a loaded machine can blur: it runs in
+ * .ci/run's live stage (STEPSCOPE_E2E=all), not in `npm test`.
+ */
 
 const plain = findPython();
 const cleanups = cleanupList();
@@ -19,8 +24,7 @@ function tempDir(): string {
   return dir;
 }
 
-function run(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 55_000): Promise<{ code: number | null; stdout: string; stderr: string; seconds: number }> {
-  const started = Date.now();
+function run(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 120_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const child = track(spawn(process.execPath, [CLI, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] }), 'demo');
   let stdout = '';
   let stderr = '';
@@ -32,7 +36,7 @@ function run(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 55_000): P
   return new Promise((resolve) =>
     child.once('exit', (code) => {
       clearTimeout(timer);
-      resolve({ code, stdout, stderr, seconds: (Date.now() - started) / 1000 });
+      resolve({ code, stdout, stderr });
     }),
   );
 }
@@ -43,11 +47,11 @@ function regimes(timeline: Array<{ verdict: string }>): string[] {
 }
 
 describe('stepscope demo', () => {
-  it.skipIf(!plain.python)(`lives through compute-bound, input-bound and throttled, live, then prints and writes the summary${plain.python ? '' : ` (skipped: ${plain.why})`}`, async () => {
+  const skip = !plain.python ? ` (skipped: ${plain.why})` : !ALL_E2E ? ' (live: STEPSCOPE_E2E=all)' : '';
+  it.skipIf(skip !== '')(`lives through compute-bound, input-bound and throttled, live, then prints and writes the summary${skip}`, async () => {
     const out = path.join(tempDir(), 'demo');
-    const { code, stdout, stderr, seconds } = await run(['demo', '--fast', '--out', out]);
+    const { code, stdout, stderr } = await run(['demo', '--fast', '--out', out]);
     expect(code, stderr).toBe(0);
-    expect(seconds).toBeLessThan(50);
     const lines = stdout.split('\n');
     expect(lines[0]).toBe(`stepscope demo: a 2-rank training loop, 8 s each compute-bound → input-bound → throttled (simulated GPUs); files in ${out}`);
     // Live, without a terminal: plain lines as the verdict moves on, and the changes as events.

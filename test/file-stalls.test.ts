@@ -115,7 +115,7 @@ describe('FIFOs and reads that never return', () => {
       expect(response.json()).toMatchObject({ runs: [expect.anything()], skipped: 1 });
     }
     expect(history.store!.skippedOf('fifo-0')[0]!.reason).toMatch(/not a regular file/);
-  }, 30_000);
+  });
 
   it('are given up on after the timeout, holding no more than their share of the threads, while other file-system calls go on', async () => {
     const fifo = path.join(tempDir(), 'never');

@@ -133,5 +133,5 @@ describe('the real hook against a sidecar whose disk fills up mid-job', () => {
     } finally {
       await s.app.close();
     }
-  }, 60_000);
+  });
 });

@@ -37,7 +37,7 @@ export function tempDir(prefix = 'stepscope-test-'): string {
  * the sidecar and whatever it started are killed before this rejects: a failed start leaves nothing
  * running. Registered with ./children.ts, so that it is killed at the end of the file at the latest.
  */
-export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv = {}, { listenTimeoutMs = 30_000 }: { listenTimeoutMs?: number } = {}): Promise<RunningSidecar> {
+export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv = {}, { listenTimeoutMs = MIN_WAIT_MS }: { listenTimeoutMs?: number } = {}): Promise<RunningSidecar> {
   const child = track(
     spawn(process.execPath, [CLI, 'serve', '--port', '0', ...args], {
       env: { ...process.env, ...env },
@@ -71,8 +71,9 @@ export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv =
   const spawnFailed = new Promise<never>((_resolve, reject) => child.once('error', (error) => reject(new Error(`sidecar could not be started: ${error.message}`))));
   spawnFailed.catch(() => undefined);
 
-  const waitForLog = (predicate: (line: LogLine) => boolean, timeoutMs = 20_000): Promise<LogLine> =>
+  const waitForLog = (predicate: (line: LogLine) => boolean, asked = MIN_WAIT_MS): Promise<LogLine> =>
     new Promise((resolve, reject) => {
+      const timeoutMs = Math.max(asked, MIN_WAIT_MS);
       const check = () => {
         const found = logs.find(predicate);
         if (found) {
@@ -124,7 +125,16 @@ export async function startSidecar(args: string[] = [], env: NodeJS.ProcessEnv =
   };
 }
 
-export async function waitFor<T>(probe: () => Promise<T | undefined | null | false> | T | undefined | null | false, timeoutMs = 20_000, intervalMs = 50): Promise<T> {
+/**
+ * The least time any wait on a wall-clock condition is given, whatever its caller asks: on a loaded
+ * machine (two busy loops on two cores) a sidecar, a hook or a terminal can take tens of seconds for
+ * what takes one unloaded. A condition met returns at once: only a test that fails waits this long.
+ */
+export const MIN_WAIT_MS = 45_000;
+
+/** `probe`'s first truthy value, asked every `intervalMs`; rejects after `timeoutMs` (at least MIN_WAIT_MS). */
+export async function waitFor<T>(probe: () => Promise<T | undefined | null | false> | T | undefined | null | false, asked = MIN_WAIT_MS, intervalMs = 50): Promise<T> {
+  const timeoutMs = Math.max(asked, MIN_WAIT_MS);
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {
