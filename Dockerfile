@@ -18,6 +18,7 @@ RUN --mount=type=secret,id=npmrc,target=/run/secrets/npmrc --mount=type=secret,i
     NPM_CONFIG_USERCONFIG=/run/secrets/npmrc npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json ./
 COPY src ./src
+COPY scripts/build-validators.mjs ./scripts/
 RUN npm run build && chmod +x dist/cli.js
 
 FROM ${NODE_IMAGE} AS production-deps

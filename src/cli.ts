@@ -1,26 +1,32 @@
 #!/usr/bin/env node
 import { stat } from 'node:fs/promises';
+import module from 'node:module';
 import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { compare } from './analysis/compare.js';
-import { readSummary, writeAtomically } from './outputs/summary-files.js';
-import { htmlReport } from './outputs/report-html-file.js';
-import { DEFAULT_REGRESSION_THRESHOLD_PCT } from './engine/runs.js';
-import { DEFAULT_HISTORY_KEEP } from './outputs/past-runs.js';
+import { STALL_DEFAULTS } from './analysis/stall-config.js';
 import { GPU_SOURCES } from './counters/registry.js';
 import { DEFAULT_LIMITS } from './ingest/limits.js';
-import { renderSummary } from './outputs/summary-render.js';
-import { LOG_LEVELS } from './log/log.js';
-import { DEFAULT_JOURNAL_MAX_BYTES, serve, type ServeOptions } from './serve.js';
-import { STALL_DEFAULTS } from './analysis/stall.js';
-import { runReplay } from './replay-command.js';
-import { registerRunCommand } from './run-command.js';
-import { registerMergeCommand } from './merge-command.js';
-import { registerTopCommand } from './top-command.js';
+import { LOG_LEVELS } from './log/levels.js';
+import { DEFAULT_REGRESSION_THRESHOLD_PCT } from './engine/runs-defaults.js';
+import { DEFAULT_HISTORY_KEEP } from './outputs/past-runs-defaults.js';
 import { registerGateCommand } from './gate-command.js';
-import { VERSION } from './server.js';
-import { inertJson, inertText } from './protocol/terminal-text.js';
+import { registerMergeCommand } from './merge-command.js';
+import { registerRunCommand } from './run-command.js';
+import { registerTopCommand } from './top-command.js';
 import { parseTime } from './prometheus/time-arg.js';
+import { inertJson, inertText } from './protocol/terminal-text.js';
+import type { ServeOptions } from './serve.js';
+import { DEFAULT_JOURNAL_MAX_BYTES } from './serve-defaults.js';
+import { VERSION } from './version.js';
+
+/*
+ * Every command starts in well under a second: what is imported above is only what declares the
+ * commands (their options and defaults); each command's own code is imported when it runs. Node
+ * 22.1+ also keeps the compiled code of the modules imported from here on disk (its module compile
+ * cache, in the temporary folder; a folder it cannot write just goes without), so later starts skip
+ * compiling them. Node 20 has no such cache: there it is a no-op.
+ */
+(module as { enableCompileCache?: () => unknown }).enableCompileCache?.();
 
 function integer(min: number, max: number) {
   return (value: string): number => {
@@ -166,6 +172,7 @@ program
     for (const [key, name] of [['exitOnEnd', 'STEPSCOPE_EXIT_ON_END'], ['insecure', 'STEPSCOPE_INSECURE'], ['stackDumps', 'STEPSCOPE_STACK_DUMPS']] as const) {
       if (command.getOptionValueSource(key) === 'env') options[key] = envBoolean(name);
     }
+    const { serve } = await import('./serve.js');
     const sidecar = await serve({
       host: options.host,
       port: options.port,
@@ -239,11 +246,14 @@ program
     }
     if (target === undefined) throw new InvalidArgumentError('give a summary.json (or its folder), or --prometheus URL --job J');
     const file = await summaryFile(target);
+    const { readSummary, writeAtomically } = await import('./outputs/summary-files.js');
     const summary = await readSummary(file);
     if (!options.html) {
+      const { renderSummary } = await import('./outputs/summary-render.js');
       process.stdout.write(options.format === 'json' ? inertJson(JSON.stringify(summary, null, 2)) + '\n' : inertText(renderSummary(summary, options.format)));
       return;
     }
+    const { htmlReport } = await import('./outputs/report-html-file.js');
     const html = await htmlReport(summary);
     if (options.output === '-') {
       process.stdout.write(html);
@@ -261,6 +271,7 @@ program
   .argument('<current>', "this run's summary.json")
   .option('--json', 'print the comparison as JSON')
   .action(async (baselineFile: string, currentFile: string, options: { json?: boolean }) => {
+    const [{ compare }, { readSummary }] = await Promise.all([import('./analysis/compare.js'), import('./outputs/summary-files.js')]);
     const comparison = compare(await readSummary(baselineFile), await readSummary(currentFile));
     process.stdout.write(options.json ? inertJson(JSON.stringify(comparison, null, 2)) + '\n' : inertText(comparison.text) + '\n');
   });
@@ -279,6 +290,7 @@ program
   .addOption(new Option('--max-jobs <n>', "the recording sidecar's --max-jobs (bounds the checkpoint it could write)").default(DEFAULT_LIMITS.maxJobs).argParser(integer(1, 10_000)))
   .addOption(new Option('--max-ranks <n>', "the recording sidecar's --max-ranks").default(DEFAULT_LIMITS.maxRanksPerJob).argParser(integer(1, 65_536)))
   .action(async (dir: string, options: { speed?: number; format: 'text' | 'md' | 'json'; write?: string; maxJobs: number; maxRanks: number }) => {
+    const { runReplay } = await import('./replay-command.js');
     process.exitCode = await runReplay(dir, { ...options, limits: { maxJobs: options.maxJobs, maxRanksPerJob: options.maxRanks } });
   });
 

@@ -2,13 +2,9 @@ import { existsSync } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import path from 'node:path';
 import { InvalidArgumentError, Option, type Command } from 'commander';
-import { medianReference, referenceOf } from './analysis/compare.js';
 import type { Summary } from './protocol/summary.js';
-import { GATE_DEFAULTS, GATE_EXIT, gate, type GateReference, type GateResult } from './gate.js';
-import { gateMarkdown, junitXml } from './gate-report.js';
-import { fingerprintOf, REFERENCE_RUNS } from './engine/runs.js';
-import { PastRunsStore } from './outputs/runs-store.js';
-import { readSummary, writeAtomically } from './outputs/summary-files.js';
+import type { GateReference, GateResult } from './gate.js';
+import { GATE_DEFAULTS, GATE_EXIT } from './gate-defaults.js';
 import { inertJson, inertText } from './protocol/terminal-text.js';
 
 /**
@@ -38,6 +34,7 @@ async function summaryPath(target: string): Promise<string> {
 
 /** The job's earlier comparable runs from its history (the run itself left out), oldest first. */
 async function historyReference(dir: string, current: Summary): Promise<GateReference | null> {
+  const [{ medianReference }, { fingerprintOf, REFERENCE_RUNS }, { PastRunsStore }] = await Promise.all([import('./analysis/compare.js'), import('./engine/runs.js'), import('./outputs/runs-store.js')]);
   const skipped: string[] = [];
   const store = new PastRunsStore(dir, 10_000, (s) => skipped.push(`${s.file}: ${s.reason}`));
   const entries = await store.load(current.job);
@@ -51,6 +48,13 @@ async function historyReference(dir: string, current: Summary): Promise<GateRefe
 }
 
 export async function runGate(target: string, options: GateCommandOptions, out: NodeJS.WritableStream = process.stdout, err: NodeJS.WritableStream = process.stderr): Promise<number> {
+  // Imported here, not at start: the CLI declares `gate` without loading it.
+  const [{ referenceOf }, { gate }, { gateMarkdown, junitXml }, { readSummary, writeAtomically }] = await Promise.all([
+    import('./analysis/compare.js'),
+    import('./gate.js'),
+    import('./gate-report.js'),
+    import('./outputs/summary-files.js'),
+  ]);
   let result: GateResult;
   try {
     const file = await summaryPath(target);

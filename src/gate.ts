@@ -3,6 +3,9 @@ import { compareTo, samplesPerStep, type Reference } from './analysis/compare.js
 import { fingerprintOf } from './engine/runs.js';
 import type { Summary } from './protocol/summary.js';
 import type { Comparison } from './protocol/state.js';
+import { GATE_DEFAULTS, type GateOutcome } from './gate-defaults.js';
+
+export { GATE_DEFAULTS, GATE_EXIT, type GateOutcome } from './gate-defaults.js';
 
 /**
  * `stepscope gate`'s judgement, pure: is this run's steady-state time per sample within the noise
@@ -13,7 +16,6 @@ import type { Comparison } from './protocol/state.js';
  * figure is its step-time median per sample and the noise is the spread between the runs.
  */
 
-export const GATE_DEFAULTS = { sigma: 3, minChangePct: 5, minSteps: 20 } as const;
 
 export interface GateOptions {
   /** Bounds at this many times the reference's spread. */
@@ -36,8 +38,6 @@ export interface Steady {
   basis: 'series' | 'median step';
 }
 
-export type GateOutcome = 'pass' | 'regression' | 'cannot-judge';
-export const GATE_EXIT: Record<GateOutcome, number> = { pass: 0, regression: 1, 'cannot-judge': 2 };
 
 export interface GateResult {
   outcome: GateOutcome;

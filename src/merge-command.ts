@@ -1,11 +1,10 @@
 import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { Option, type Command } from 'commander';
-import { mergeSummaries, type PodSummary } from './analysis/merge-summaries.js';
+import type { PodSummary } from './analysis/merge-summaries.js';
 import type { JobWide } from './protocol/summary.js';
 import { fileSafeName } from './model/names.js';
-import { emitSummary, type EmitOptions } from './outputs/summary-emit.js';
-import { readSummary } from './outputs/summary-files.js';
+import type { EmitOptions } from './outputs/summary-emit.js';
 
 /**
  * `stepscope merge DIR...`: one summary for a job across its pods, from the summary each pod's
@@ -27,6 +26,7 @@ async function summaryIn(dir: string, job: string | undefined): Promise<string |
 
 /** Each target's summary of the job, and the targets that have none (with why). */
 export async function readPodSummaries(targets: readonly string[], job: string | undefined): Promise<{ parts: PodSummary[]; missing: JobWide['missing_pods'] }> {
+  const { readSummary } = await import('./outputs/summary-files.js');
   const parts: PodSummary[] = [];
   const missing: JobWide['missing_pods'] = [];
   // A summary given twice (the same file by two paths, or a copy of it) counts once: its steps, waste and
@@ -67,6 +67,8 @@ export function registerMergeCommand(program: Command): void {
     .option('-o, --output <file>', 'where --html writes (default: report-<job>.html here; - for stdout)')
     .option('--write <dir>', 'also write summary.json, summary.md and report.html there, as a sidecar would')
     .action(async (dirs: string[], options: EmitOptions & { job?: string }) => {
+      // Imported here, not at start: the CLI declares `merge` without loading it.
+      const [{ mergeSummaries }, { emitSummary }] = await Promise.all([import('./analysis/merge-summaries.js'), import('./outputs/summary-emit.js')]);
       const { parts, missing } = await readPodSummaries(dirs, options.job);
       if (parts.length === 0) throw new Error(`no summary to merge: ${missing.map((m) => `${m.pod}: ${m.why}`).join('; ')}`);
       await emitSummary(mergeSummaries(parts, missing), options);

@@ -30,6 +30,7 @@ import { sidecarRuns } from './outputs/runs.js';
 import { buildServer } from './server.js';
 import { isLoopback } from './auth.js';
 import { listenEarly } from './early-server.js';
+import { DEFAULT_JOURNAL_MAX_BYTES } from './serve-defaults.js';
 
 export interface ServeOptions {
   host: string;
@@ -99,7 +100,6 @@ export interface Sidecar {
   stop(reason: string): Promise<number>;
 }
 
-export const DEFAULT_JOURNAL_MAX_BYTES = 512 * 1024 * 1024;
 const CHECKPOINT_MS = 5 * 60_000;
 
 async function loadBaseline(file: string | undefined): Promise<Summary | null> {

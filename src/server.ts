@@ -11,6 +11,7 @@ import { registerMetrics } from './outputs/metrics.js';
 import { registerStream, type StreamOptions } from './outputs/stream.js';
 import { sidecarState } from './outputs/state.js';
 import { bearerMatches } from './auth.js';
+import { VERSION } from './version.js';
 
 export interface ServerOptions {
   ingest: Ingest;
@@ -37,7 +38,6 @@ export interface ServerOptions {
   serverFactory?: FastifyServerFactory;
 }
 
-export const VERSION = '0.1.0';
 
 /** A URL as logged: its query is dropped, since a careless client may put a token there (`?token=`). */
 export function withoutQuery(url: string): string {

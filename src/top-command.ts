@@ -1,6 +1,4 @@
 import { InvalidArgumentError, type Command } from 'commander';
-import { PrometheusClient } from './prometheus/client.js';
-import { fleetText, fleetWaste } from './prometheus/fleet.js';
 import { parseTime } from './prometheus/time-arg.js';
 import { inertJson, inertText } from './protocol/terminal-text.js';
 
@@ -40,6 +38,8 @@ export function registerTopCommand(program: Command): void {
     .option('--limit <n>', 'at most this many jobs', positive)
     .option('--json', 'print the ranking as JSON')
     .action(async (options: TopOptions) => {
+      // Imported here, not at start: the CLI declares `top` without loading it.
+      const [{ PrometheusClient }, { fleetText, fleetWaste }] = await Promise.all([import('./prometheus/client.js'), import('./prometheus/fleet.js')]);
       const to = options.to ?? Date.now() / 1000;
       const from = options.from ?? to - 86_400;
       const jobs = await fleetWaste(new PrometheusClient(options.prometheus), { from, to, gpuHourPrice: options.gpuHourPrice ?? null, grafana: options.grafana, limit: options.limit });

@@ -5,6 +5,7 @@ import type { Cause, Evidence, Verdict } from '../model/verdict.js';
 import { stopAdvice } from './stall-advice.js';
 import { fileSafeName } from '../model/names.js';
 import type { Recommendation } from '../protocol/state.js';
+import type { StallConfig } from './stall-config.js';
 
 /**
  * When a rank stops stepping: stalled (alive and heard from), unresponsive (its connection open but
@@ -14,14 +15,7 @@ import type { Recommendation } from '../protocol/state.js';
  * reasoning in docs/verdicts.md ("A job that stops").
  */
 
-export interface StallConfig {
-  /** A rank is stalled after this many of its median steps without one ... */
-  steps: number;
-  /** ... and never before this, ms. */
-  floorMs: number;
-}
-
-export const STALL_DEFAULTS: StallConfig = { steps: 3, floorMs: 10_000 };
+export { STALL_DEFAULTS, type StallConfig } from './stall-config.js';
 
 export const STALL = {
   /** Heartbeats missed before a rank whose connection stays open is unresponsive. */

@@ -1,4 +1,4 @@
-import { Ajv, type ErrorObject } from 'ajv';
+import type { ErrorObject } from 'ajv';
 import type { ComputeApp } from '../counters/compute-apps.js';
 import type { HostSample } from '../counters/host.js';
 import type { NodeInventory } from '../counters/inventory-parse.js';
@@ -7,7 +7,7 @@ import type { CounterBatch } from '../protocol/counters.js';
 import { CaptureSchema, ProcReadingSchema, type Capture, type ProcReading } from '../protocol/capture.js';
 import { EnvSchema, HelloSchema, ResumeSecret } from '../protocol/hook-schema.js';
 import { Type, type Static } from '@sinclair/typebox';
-import { InputError, parseInput, shortly } from '../protocol/parse.js';
+import { InputError, parseInput, shortly, validatorOf } from '../protocol/parse.js';
 import { Nullable } from '../protocol/schema.js';
 import { SummarySchema } from '../protocol/summary.js';
 import type { Env, Hello, StepRecord } from '../protocol/messages.js';
@@ -232,14 +232,14 @@ const ENTRY_SCHEMAS: Record<Exclude<EntryType, 'reference'>, object> = {
   summarized: { required: ['job', 'run'], properties: { job: id, run: { type: 'integer', minimum: 1 } } },
 };
 
-const ajv = new Ajv({ allErrors: false, strict: false });
-const validators = Object.fromEntries(
+// Each compiled by the one Ajv when an entry of its kind is first read, not when the sidecar starts.
+export const entrySchemas = Object.fromEntries(
   Object.entries(ENTRY_SCHEMAS).map(([t, schema]) => {
     const own = schema as { required?: string[]; properties?: object };
     // `t` and `at` are required of every entry, beside what each kind requires.
-    return [t, ajv.compile({ type: 'object', ...schema, required: ['t', 'at', ...(own.required ?? [])], properties: { t: { const: t }, at: time, ...own.properties } })];
+    return [t, { type: 'object', ...schema, required: ['t', 'at', ...(own.required ?? [])], properties: { t: { const: t }, at: time, ...own.properties } }];
   }),
-) as Record<Exclude<EntryType, 'reference'>, ReturnType<Ajv['compile']>>;
+) as Record<Exclude<EntryType, 'reference'>, object>;
 
 function describe(t: string, error: ErrorObject | undefined): string {
   const where = error?.instancePath.replace(/^\//, '').replaceAll('/', '.') ?? '';
@@ -251,8 +251,8 @@ export function parseEntry(value: unknown): JournalEntry | string {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return 'entry: not an object';
   const t = (value as { t?: unknown }).t;
   if (t === 'reference') return parseReference(value);
-  if (typeof t !== 'string' || !Object.hasOwn(validators, t)) return `entry: unknown type ${shortly(t)}`;
-  const validate = validators[t as Exclude<EntryType, 'reference'>];
+  if (typeof t !== 'string' || !Object.hasOwn(entrySchemas, t)) return `entry: unknown type ${shortly(t)}`;
+  const validate = validatorOf(entrySchemas[t as Exclude<EntryType, 'reference'>]);
   return validate(value) ? (value as JournalEntry) : describe(t, validate.errors?.[0]);
 }
 

@@ -14,7 +14,7 @@ import type { Regression, Summary } from '../protocol/summary.js';
 
 /** Comparable runs the median is taken over. */
 export const REFERENCE_RUNS = 5;
-export const DEFAULT_REGRESSION_THRESHOLD_PCT = 10;
+export { DEFAULT_REGRESSION_THRESHOLD_PCT } from './runs-defaults.js';
 /** How long a run must stay past the threshold before it is a regression (and under it before it is not). */
 export const DEFAULT_REGRESSION_HOLD_MS = 30_000;
 /** Live summaries are made at most this often per job (one is a few ms for a big job). */

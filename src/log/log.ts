@@ -1,9 +1,9 @@
 import { pino, type Logger } from 'pino';
+import type { LogLevel } from './levels.js';
 
 export type { Logger };
 
-export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
-export type LogLevel = (typeof LOG_LEVELS)[number];
+export type { LogLevel };
 
 export function createLogger(level: LogLevel, destination: NodeJS.WritableStream = process.stdout): Logger {
   // A token must never reach a log, wherever a careless line might put it.

@@ -21,8 +21,7 @@ export const PastRunEntrySchema = Type.Object({
 });
 export type PastRunEntry = Static<typeof PastRunEntrySchema>;
 
-/** Runs of the same job kept on disk, newest first (--history-keep). */
-export const DEFAULT_HISTORY_KEEP = 20;
+export { DEFAULT_HISTORY_KEEP } from './past-runs-defaults.js';
 
 export function runRecord(summary: Summary, run: number, comparison: Comparison | null, regression: Regression | null): RunRecord {
   const fingerprint = fingerprintOf(summary);

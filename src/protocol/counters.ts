@@ -1,7 +1,6 @@
-import { Ajv, type ValidateFunction } from 'ajv';
 import { emptyGpuSample, type GpuSample } from '../model/gpu.js';
 import { PRINTABLE } from './hook-schema.js';
-import { shortly } from './parse.js';
+import { shortly, validatorOf } from './parse.js';
 
 /** Counters that only the hook can read, as sent in `counters` frames (see docs/protocol.md). */
 
@@ -117,11 +116,11 @@ const sampleSchema = (figures: readonly string[], texts: readonly string[], frac
   },
 });
 
-const ajv = new Ajv({ strict: true, allowUnionTypes: true });
-const validators: Record<CounterBatch['source'], ValidateFunction> = {
-  nvml: ajv.compile({ type: 'array', minItems: 1, maxItems: 64, items: sampleSchema(NVML_FIGURES, NVML_TEXT, NVML_FRACTIONS) }),
-  process: ajv.compile({ type: 'array', minItems: 1, maxItems: 64, items: sampleSchema(PROCESS_FIGURES, []) }),
-  memory: ajv.compile({ type: 'array', minItems: 1, maxItems: 64, items: sampleSchema(MEMORY_FIGURES, []) }),
+// Compiled by the one Ajv on a hook's first counters frame, not when the sidecar starts.
+const schemas: Record<CounterBatch['source'], object> = {
+  nvml: { type: 'array', minItems: 1, maxItems: 64, items: sampleSchema(NVML_FIGURES, NVML_TEXT, NVML_FRACTIONS) },
+  process: { type: 'array', minItems: 1, maxItems: 64, items: sampleSchema(PROCESS_FIGURES, []) },
+  memory: { type: 'array', minItems: 1, maxItems: 64, items: sampleSchema(MEMORY_FIGURES, []) },
 };
 
 function normalise<T>(sample: Record<string, unknown>, keys: readonly string[]): T {
@@ -133,7 +132,7 @@ function normalise<T>(sample: Record<string, unknown>, keys: readonly string[]):
 /** Validates a `counters` frame's samples; returns an error text instead of throwing. */
 export function parseCounterBatch(source: unknown, samples: unknown): CounterBatch | string {
   if (source !== 'nvml' && source !== 'process' && source !== 'memory') return `counters.source: unknown source ${shortly(source)}`;
-  const validate = validators[source];
+  const validate = validatorOf(schemas[source]);
   if (!validate(samples)) {
     const error = validate.errors?.[0];
     const where = error?.instancePath.replace(/^\//, '').replaceAll('/', '.') ?? '';

@@ -1,10 +1,19 @@
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import type { Static, TSchema } from '@sinclair/typebox';
-import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+import type { Ajv, ErrorObject, Options, ValidateFunction } from 'ajv';
 
 /**
  * Input checked against a protocol schema: the typed value, or an InputError that names where and
  * why, such as `state.jobs.0.ranks.1.window.steps: must be integer (got 1.5)`. Each schema is
  * compiled once (by Ajv: TypeBox schemas are JSON Schema) and kept for as long as the schema lives.
+ *
+ * Compiling a large schema takes Ajv hundreds of milliseconds (the summary's: 0.5 s), which every
+ * command that reads a summary would pay at start. So `npm run build` compiles the largest ones
+ * ahead (scripts/build-validators.mjs: Ajv's standalone code in dist/validators, found here by the
+ * schema's fingerprint); any other schema, or one changed since the build, is compiled here on first
+ * use by the one Ajv, itself made only then.
  */
 
 /** The longest message an InputError carries; what an untrusted peer sent never makes it longer. */
@@ -30,17 +39,58 @@ export class InputError extends Error {
   }
 }
 
-const DATE_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/i;
+/**
+ * RFC 3339 date-times. Self-contained (no outer variable), because the build writes its source into
+ * the precompiled validators' formats file.
+ */
+export function isDateTime(text: string): boolean {
+  return /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/i.test(text) && !Number.isNaN(Date.parse(text));
+}
 
-const ajv = new Ajv({ allErrors: false, strict: true, verbose: true });
-ajv.addFormat('date-time', { type: 'string', validate: (text: string) => DATE_TIME.test(text) && !Number.isNaN(Date.parse(text)) });
+/** The one Ajv's options; the build precompiles with the same. Union types for the hooks' counter samples (`['number', 'null']`). */
+export const AJV_OPTIONS = { allErrors: false, strict: true, verbose: true, allowUnionTypes: true } as const satisfies Options;
 
-const compiled = new WeakMap<TSchema, ValidateFunction>();
+/** Where `npm run build` leaves the precompiled validators: dist/validators, beside dist/protocol. */
+const PRECOMPILED = new URL('../validators/', import.meta.url);
+export const PRECOMPILED_INDEX = 'index.json';
 
-function validator(schema: TSchema): ValidateFunction {
+/** A schema's identity across processes: what the build's index is keyed by. */
+export function schemaFingerprint(schema: object): string {
+  return createHash('sha256').update(JSON.stringify(schema)).digest('hex').slice(0, 32);
+}
+
+let ajv: Ajv | null = null;
+let index: Record<string, string> | null | undefined;
+const compiled = new WeakMap<object, ValidateFunction>();
+
+function compileHere(schema: object): ValidateFunction {
+  if (!ajv) {
+    // Loaded with its first use: a command that parses nothing never pays for Ajv.
+    const { Ajv } = createRequire(import.meta.url)('ajv') as typeof import('ajv');
+    ajv = new Ajv(AJV_OPTIONS);
+    ajv.addFormat('date-time', { type: 'string', validate: isDateTime });
+  }
+  return ajv.compile(schema);
+}
+
+/** The build's validator for this schema, if it made one for this very schema. */
+function precompiled(schema: object): ValidateFunction | null {
+  if (index === undefined) {
+    try {
+      index = JSON.parse(readFileSync(new URL(PRECOMPILED_INDEX, PRECOMPILED), 'utf8')) as Record<string, string>;
+    } catch {
+      index = null; // run from src/ (the tests), or a build without them
+    }
+  }
+  const file = index?.[schemaFingerprint(schema)];
+  return file ? (createRequire(PRECOMPILED)(`./${file}`) as ValidateFunction) : null;
+}
+
+/** `schema`'s validator, compiled once: by the build where it could, else here. */
+export function validatorOf(schema: object): ValidateFunction {
   let validate = compiled.get(schema);
   if (!validate) {
-    validate = ajv.compile(schema);
+    validate = precompiled(schema) ?? compileHere(schema);
     compiled.set(schema, validate);
   }
   return validate;
@@ -51,7 +101,7 @@ function validator(schema: TSchema): ValidateFunction {
  * place it does not. `what` names the value in the message (`state`, `update`).
  */
 export function parseInput<T extends TSchema>(schema: T, value: unknown, what: string): Static<T> {
-  const validate = validator(schema);
+  const validate = validatorOf(schema);
   if (validate(value)) return value as Static<T>;
   const { path, reason } = describe(validate.errors ?? []);
   throw new InputError(clip([what, ...path].join('.'), MAX_INPUT_ERROR_LENGTH), reason);

@@ -1,0 +1,88 @@
+import { execFileSync, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { SummarySchema } from '../src/protocol/summary.js';
+import { InputError, parseInput } from '../src/protocol/parse.js';
+import { VERSION } from '../src/version.js';
+import { ROOT } from './support/sidecar.js';
+
+/**
+ * What makes the CLI start fast, as behaviour (the times are scripts/bench-start.mjs's): `--help`
+ * declares every command without loading one, and the schemas the build precompiled
+ * (scripts/build-validators.mjs, dist/validators) are used in place of compiling and judge exactly
+ * as a compile at run time does. The tests run from src/, which has no precompiled validators, so
+ * the built side runs in a child Node on dist/.
+ */
+
+const CLI = path.join(ROOT, 'dist/cli.js');
+const SUMMARY = path.join(ROOT, 'test/fixtures/fix-checks/demo-regimes/summary.json');
+
+/** Runs `code` (an ES module) in a child Node at the repository root; its stdout. */
+const node = (code: string) => execFileSync(process.execPath, ['--input-type=module', '-e', code], { cwd: ROOT, encoding: 'utf8' });
+
+describe('the CLI at start', () => {
+  it('lists every command in --help and loads none of them to do it', () => {
+    // On exit (commander exits after the help), the CommonJS modules loaded: fastify, Ajv, pino,
+    // prom-client and systeminformation land in require's cache when a command's code is loaded.
+    const run = spawnSync(process.execPath, ['--input-type=module', '-e', `
+      import { createRequire } from 'node:module';
+      import { pathToFileURL } from 'node:url';
+      const cache = createRequire(import.meta.url).cache;
+      process.on('exit', () => process.stderr.write(JSON.stringify(Object.keys(cache))));
+      process.argv = [process.argv[0], ${JSON.stringify(CLI)}, '--help'];
+      await import(pathToFileURL(${JSON.stringify(CLI)}).href);
+    `], { cwd: ROOT, encoding: 'utf8' });
+    expect(run.status).toBe(0);
+    const help = run.stdout;
+    const modules = JSON.parse(run.stderr) as string[];
+    for (const command of ['serve', 'report', 'compare', 'replay', 'watch', 'demo', 'run', 'merge', 'top', 'gate', 'capture']) expect(help).toMatch(new RegExp(`^  ${command}\\b`, 'm'));
+    // CommonJS dependencies of the commands (fastify, Ajv, pino, prom-client) land in require's cache when loaded.
+    expect(modules.some((file) => file.includes('node_modules/commander/')), 'the probe sees what is loaded').toBe(true);
+    expect(modules.filter((file) => /node_modules\/(fastify|ajv|pino|prom-client|systeminformation)\//.test(file))).toEqual([]);
+  });
+
+  it('prints its version', () => {
+    expect(execFileSync(process.execPath, [CLI, '--version'], { encoding: 'utf8' }).trim()).toBe(VERSION);
+  });
+
+  it('reads a summary with the precompiled validator: Ajv never compiles', () => {
+    const out = node(`
+      import { createRequire } from 'node:module';
+      const { readSummary } = await import('./dist/outputs/summary-files.js');
+      const summary = await readSummary(${JSON.stringify(SUMMARY)});
+      const loaded = Object.keys(createRequire(import.meta.url).cache);
+      console.log(JSON.stringify({ job: summary.job, compiler: loaded.some((file) => file.endsWith('/ajv/dist/core.js')), precompiled: loaded.some((file) => file.includes('/dist/validators/')) }));
+    `);
+    const summary = JSON.parse(readFileSync(SUMMARY, 'utf8')) as { job: string };
+    expect(JSON.parse(out)).toEqual({ job: summary.job, compiler: false, precompiled: true });
+  });
+
+  it('refuses a bad summary with the same reason through the precompiled validator as through Ajv at run time', () => {
+    const good = JSON.parse(readFileSync(SUMMARY, 'utf8')) as Record<string, unknown>;
+    const bad: Array<Record<string, unknown>> = [
+      { ...good, steps: 1.5 },
+      { ...good, started_at: 'yesterday' },
+      { ...good, verdict: 42 },
+      (({ job: _job, ...rest }) => rest)(good),
+      { ...good, ranks: [{ rank: 'zero' }] },
+    ];
+    const here = bad.map((value) => {
+      try {
+        parseInput(SummarySchema, value, 'summary');
+        return null;
+      } catch (error) {
+        expect(error).toBeInstanceOf(InputError);
+        return (error as Error).message;
+      }
+    });
+    expect(here.every((message) => message !== null)).toBe(true);
+    const built = node(`
+      const { parseInput } = await import('./dist/protocol/parse.js');
+      const { SummarySchema } = await import('./dist/protocol/summary.js');
+      const bad = ${JSON.stringify(bad)};
+      console.log(JSON.stringify(bad.map((value) => { try { parseInput(SummarySchema, value, 'summary'); return null; } catch (error) { return error.message; } })));
+    `);
+    expect(JSON.parse(built)).toEqual(here);
+  });
+});
