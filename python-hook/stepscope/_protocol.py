@@ -145,11 +145,64 @@ _U32 = struct.Struct(">BI").pack
 _U64 = struct.Struct(">BQ").pack
 
 
+def _plain_row_struct(samples_nil: bool, eval_nil: bool):
+    """The layout of a row whose integers fit 32 bits (its end 64) and whose GPU and comm columns are nil."""
+    fmt = ">B" + "BI" * 2 + "BQ" + "BI" * 4 + ("B" if samples_nil else "BI") + "B" * 6 + ("B" if eval_nil else "BI")
+    return struct.Struct(fmt).pack
+
+
+# The rows of CPU steps (GPU and comm columns nil), by whether samples and eval_ns are nil: one
+# pack call instead of a loop over the fields.
+_ROW_NIL_NIL = _plain_row_struct(True, True)
+_ROW_NIL_EVAL = _plain_row_struct(True, False)
+_ROW_SAMPLES_NIL = _plain_row_struct(False, True)
+_ROW_SAMPLES_EVAL = _plain_row_struct(False, False)
+_NIL = 0xC0
+_NILS = (_NIL,) * 6  # the GPU and comm columns
+_NILS_AND_NIL = _NILS + (_NIL,)  # and eval_ns
+_U32_LIMIT = 2**32
+
+
 def encode_record(record: tuple, origin: int, comm_times: tuple) -> bytes:
     """A step record (laid out as _record says) as a row: its end on the hook clock whose zero is
-    ``origin``, its GPU times once resolved, and ``comm_times`` (comm_ns, comm_wait_ns, comm_bytes)."""
+    ``origin``, its GPU times once resolved, and ``comm_times`` (comm_ns, comm_wait_ns, comm_bytes).
+
+    Runs on the sender thread for every step, holding the GIL the training thread needs: a step
+    without GPU or comm columns whose figures need no clamping is packed in one call; any other
+    goes through :func:`encode_row`, which clamps.
+    """
     seq = record[SEQ]
     gpu = record[GPU]
+    end_ns = record[END_NS] - origin
+    dur_ns = record[DUR_NS]
+    data_ns = record[DATA_NS]
+    h2d_ns = record[H2D_NS]
+    compute_ns = record[COMPUTE_NS]
+    samples = record[SAMPLES]
+    eval_ns = record[EVAL_NS]
+    if (
+        gpu is None
+        and comm_times[0] is None
+        and comm_times[1] is None
+        and comm_times[2] is None
+        and seq < _U32_LIMIT
+        and 0 <= end_ns <= MAX_INT
+        and 0 < dur_ns < _U32_LIMIT
+        and data_ns >= 0
+        and h2d_ns >= 0
+        and compute_ns >= 0
+        and (samples is None or (type(samples) is int and 0 <= samples < _U32_LIMIT))
+        and (eval_ns is None or (type(eval_ns) is int and eval_ns >= 0))
+        and data_ns + h2d_ns + compute_ns + (eval_ns or 0) <= dur_ns
+    ):
+        step = seq - 1
+        if samples is None:
+            if eval_ns is None:
+                return _ROW_NIL_NIL(0x9F, 0xCE, seq, 0xCE, step, 0xCF, end_ns, 0xCE, dur_ns, 0xCE, data_ns, 0xCE, h2d_ns, 0xCE, compute_ns, _NIL, *_NILS_AND_NIL)
+            return _ROW_NIL_EVAL(0x9F, 0xCE, seq, 0xCE, step, 0xCF, end_ns, 0xCE, dur_ns, 0xCE, data_ns, 0xCE, h2d_ns, 0xCE, compute_ns, _NIL, *_NILS, 0xCE, eval_ns)
+        if eval_ns is None:
+            return _ROW_SAMPLES_NIL(0x9F, 0xCE, seq, 0xCE, step, 0xCF, end_ns, 0xCE, dur_ns, 0xCE, data_ns, 0xCE, h2d_ns, 0xCE, compute_ns, 0xCE, samples, *_NILS_AND_NIL)
+        return _ROW_SAMPLES_EVAL(0x9F, 0xCE, seq, 0xCE, step, 0xCF, end_ns, 0xCE, dur_ns, 0xCE, data_ns, 0xCE, h2d_ns, 0xCE, compute_ns, 0xCE, samples, *_NILS, 0xCE, eval_ns)
     if gpu is None:
         gpu_h2d_ns = gpu_compute_ns = gpu_idle_ns = None
     else:
@@ -158,19 +211,19 @@ def encode_record(record: tuple, origin: int, comm_times: tuple) -> bytes:
     return encode_row(
         seq,
         seq - 1,
-        record[END_NS] - origin,
-        record[DUR_NS],
-        record[DATA_NS],
-        record[H2D_NS],
-        record[COMPUTE_NS],
-        record[SAMPLES],
+        end_ns,
+        dur_ns,
+        data_ns,
+        h2d_ns,
+        compute_ns,
+        samples,
         gpu_h2d_ns,
         gpu_compute_ns,
         gpu_idle_ns,
         comm_ns,
         comm_wait_ns,
         comm_bytes,
-        record[EVAL_NS],
+        eval_ns,
     )
 
 

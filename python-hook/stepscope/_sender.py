@@ -282,16 +282,16 @@ class Sender:
         queue = self._queue
         pending = self._pending
         expected = self._next_seq
-        while True:
-            try:
-                record = queue.popleft()
-            except IndexError:
-                break
-            seq = record[SEQ]
-            if seq > expected:
-                self.dropped += seq - expected  # the queue was full: its oldest records fell off
-            expected = seq + 1
-            pending.append(record)
+        if queue:
+            take = queue.popleft
+            keep = pending.append
+            while queue:  # only this thread takes from the queue: a record seen there is there
+                record = take()
+                seq = record[SEQ]
+                if seq > expected:
+                    self.dropped += seq - expected  # the queue was full: its oldest records fell off
+                expected = seq + 1
+                keep(record)
             self._last_end_ns = record[END_NS]
             self._last_record_at = time.monotonic()
         self._next_seq = expected
@@ -304,7 +304,12 @@ class Sender:
         origin = self._mono_origin
         encode = _protocol.encode_record
         comm = self.comm
+        if comm is not None:
+            comm.drain()
+            if comm.active_since is None:
+                comm = None  # no process group yet, so nothing held: every step's comm columns are nil
         comm_times = _NO_COMM
+        add = window.add
         while pending:
             record = pending[0]
             gpu_step = record[GPU]
@@ -316,7 +321,7 @@ class Sender:
                 if comm_times is None:
                     break  # a collective of the step has yet to report its completion
             pending.popleft()
-            window.add(record[SEQ], encode(record, origin, comm_times))
+            add(record[SEQ], encode(record, origin, comm_times))
 
         from_rows, from_pending = window.shed(len(pending))
         for _ in range(from_pending):

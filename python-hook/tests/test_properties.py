@@ -381,11 +381,28 @@ class LoaderLike:
 
 def sent_rows(records):
     """The rows the sender would send for these queued records (see Sender._collect)."""
-    rows = []
-    for seq, end_ns, dur_ns, data_ns, h2d_ns, compute_ns, samples, gpu, _eval in records:
-        row = _protocol.encode_row(seq, seq - 1, end_ns, dur_ns, data_ns, h2d_ns, compute_ns, samples, None, None, None)
-        rows.append(dict(zip(_protocol.FIELDS, _msgpack.unpackb(row))))
-    return rows
+    return [dict(zip(_protocol.FIELDS, _msgpack.unpackb(_protocol.encode_record(r, 0, (None, None, None))))) for r in records]
+
+
+class EncodeRecordPropertyTest(unittest.TestCase):
+    """encode_record's one-call path for plain CPU steps writes what encode_row's clamps write."""
+
+    def test_every_record_reads_as_encode_row_writes_it(self):
+        rng = random.Random(24)
+        edges = [0, 1, 2**32 - 1, 2**32, MAX_DURATION_NS + 1, 2**53, -1]
+        pick = lambda: rng.choice(edges) if rng.random() < 0.3 else rng.randrange(0, 10**7)  # noqa: E731
+        for _ in range(5000):
+            seq = rng.choice([1, 2, rng.randrange(1, 2**33)])
+            samples = rng.choice([None, 32, pick(), -3, 2.0, True])
+            eval_ns = rng.choice([None, None, pick()])
+            comm = rng.choice([(None, None, None), (None, None, 1024), (pick(), pick(), None)])
+            origin = rng.choice([0, 10**9])
+            record = (seq, origin + pick(), pick(), pick(), pick(), pick(), samples, None, eval_ns)
+            got = _msgpack.unpackb(_protocol.encode_record(record, origin, comm))
+            want = _msgpack.unpackb(
+                _protocol.encode_row(seq, seq - 1, record[1] - origin, *record[2:7], None, None, None, *comm, eval_ns)
+            )
+            self.assertEqual(got, want, record)
 
 
 class ApiPropertyTest(unittest.TestCase):
