@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { CounterStore, gpuKey } from '../src/counters/counter-store.js';
-import { signalsOf, throttleCoverage } from '../src/counters/coverage.js';
+import { signalsOf, throttleUnchecked } from '../src/counters/coverage.js';
 import { parseDcgmMetrics } from '../src/counters/dcgm-parse.js';
 import { addSample, emptyAggregate } from '../src/counters/gpu-aggregate.js';
 import { emptyGpuSample, type GpuSample } from '../src/counters/types.js';
@@ -54,34 +54,26 @@ describe('CounterStore GPU keys', () => {
   });
 });
 
-describe('throttleCoverage', () => {
-  const coverage = (samples: GpuSample[], source: string) => {
+describe('throttleUnchecked', () => {
+  const unchecked = (samples: GpuSample[]) => {
     const agg = emptyAggregate();
     for (const s of samples) addSample(agg, s);
-    return throttleCoverage(agg, source);
+    return throttleUnchecked(agg);
   };
 
   it('says why a GPU under the default dcgm-exporter counters cannot be checked for throttling', () => {
-    const result = coverage(dcgm('3.x-default-counters.txt'), 'dcgm');
-    expect(result).toMatchObject({ known: [], missing: ['reasons', 'max-sm-clock', 'power-limit'], checkable: false });
-    expect(result.because).toBe(
-      'the DCGM exporter does not export DCGM_FI_DEV_CLOCK_THROTTLE_REASONS, DCGM_FI_DEV_MAX_SM_CLOCK and DCGM_FI_DEV_POWER_MGMT_LIMIT: its default counters leave them out, deploy/kubernetes/dcgm-exporter-counters.yaml adds them',
-    );
+    expect(unchecked(dcgm('3.x-default-counters.txt'))).toBe("the GPU counters carry neither clock-event (throttle) reasons nor the maximum SM clock (add them to the DCGM exporter's counters: deploy/kubernetes)");
   });
 
-  it('knows every signal where the exporter has the fields the shipped counters add', () => {
-    expect(coverage(dcgm('3.x-h100-pods.txt'), 'dcgm')).toEqual({ known: ['reasons', 'max-sm-clock', 'power-limit'], missing: [], checkable: true, because: null });
+  it('checks a GPU whose exporter has the fields the shipped counters add', () => {
+    expect(unchecked(dcgm('3.x-h100-pods.txt'))).toBeNull();
   });
 
   it('counts the clock against its maximum as checkable without the reasons, and reads samples as well as sums', () => {
     const samples = [{ ...emptyGpuSample(T0, 0), smClockMHz: 1100, smClockMaxMHz: 1980, powerW: 300 }];
-    expect(throttleCoverage(signalsOf(samples), 'hook')).toEqual({
-      known: ['max-sm-clock'],
-      missing: ['reasons', 'power-limit'],
-      checkable: true,
-      because: "the hook's NVML readings lack the clock-event (throttle) reasons and the power limit (is pynvml installed where the job runs?)",
-    });
-    expect(throttleCoverage(signalsOf([]), 'nvidia-smi')).toMatchObject({ checkable: false, because: 'no GPU counters were read for this GPU' });
-    expect(throttleCoverage(signalsOf([]), 'none').because).toBe('GPU counters are turned off (--gpu-source none)');
+    expect(throttleUnchecked(signalsOf(samples))).toBeNull();
+    expect(throttleUnchecked(signalsOf([{ ...samples[0]!, smClockMaxMHz: null }]))).toMatch(/^the GPU counters carry neither/);
+    expect(throttleUnchecked(signalsOf([]))).toBe('no GPU counters were read for this GPU');
   });
 });
+

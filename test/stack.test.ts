@@ -1,5 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { envDrifts, nodeDrifts, rankDrifts, RECOMPILE_THRESHOLDS, recompileCause, stackDrifts, type NodeFacts } from '../src/analysis/stack.js';
+import { envDrifts, nodeDrifts, rankDrifts, RECOMPILE_THRESHOLDS, recompileCause, type NodeFacts } from '../src/analysis/stack.js';
+
+/** The stack's drifts between two envs, most telling first: what compare.ts reads them as. */
+const stackDrifts = (baseline: Record<string, unknown>, current: Record<string, unknown>, observed: 'slower' | 'faster' | null = null) => rankDrifts(envDrifts(baseline, current), observed);
 
 /** An env as the hook sends it (python-hook/stepscope/_env.py, _stack.py) on an A100 with bf16 and torch.compile. */
 const BASE = {

@@ -6,7 +6,7 @@ import { toRow } from '../src/engine/entries.js';
 import type { EngineSnapshot } from '../src/engine/snapshot.js';
 import type { SnapshotFrame, VerdictFrame } from '../src/protocol/stream.js';
 import { streamUrl } from '../src/viewer/client.js';
-import { fit, fmtMs, resample, sparkline, stackedBarText, stackedCells } from '../src/viewer/format.js';
+import { fit, fmtMs, resample, sparkline, stackedCells } from '../src/viewer/format.js';
 import { FIXED_LINES, fitColumns, layout } from '../src/viewer/layout.js';
 import { parseFrame, type ViewerFrame } from '../src/viewer/model/frames.js';
 import { mergeSeries, valuesBetween } from '../src/viewer/model/history.js';
@@ -283,8 +283,7 @@ describe('formatting', () => {
     const cells = stackedCells(shares, 20);
     expect(cells.reduce((sum, c) => sum + c.cells, 0)).toBe(20);
     expect(cells).toEqual([{ part: 'data', cells: 12 }, { part: 'compute', cells: 7 }, { part: 'other', cells: 1 }]);
-    expect(stackedBarText(shares, 10)).toBe('▓▓▓▓▓▓████');
-    expect(stackedBarText(null, 4)).toBe('    ');
+    expect(stackedCells(null, 4)).toEqual([]);
   });
 
   it('fits text into columns and figures into few characters', () => {

@@ -219,11 +219,6 @@ export function rankDrifts(drifts: readonly Drift[], observed: 'slower' | 'faste
   return drifts.slice().sort((x, y) => score(y) - score(x) || order(x) - order(y) || (x.key < y.key ? -1 : x.key > y.key ? 1 : 0));
 }
 
-/** The stack's drifts between two envs, most telling first. */
-export function stackDrifts(baseline: Readonly<Record<string, unknown>>, current: Readonly<Record<string, unknown>>, observed: 'slower' | 'faster' | null = null): Drift[] {
-  return rankDrifts(envDrifts(baseline, current), observed);
-}
-
 // ---------------------------------------------------------------------------------------------------
 // The node inventory (a summary's `node`): the hardware around the GPUs.
 

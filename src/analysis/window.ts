@@ -8,7 +8,7 @@ import { throttleReasonNames, ThrottleReason, type GpuSample, type ThrottleReaso
 import type { HostSample } from '../counters/host.js';
 import { largestFirst, type ComputeApp } from '../counters/compute-apps.js';
 import { appsOn, gpuKey, type HeldGpuSample } from '../counters/counter-store.js';
-import { filledText } from '../counters/coverage.js';
+import { filledText, signalsOf, throttleUnchecked } from '../counters/coverage.js';
 import type { MatchedBy } from './gpu-match.js';
 import { round } from '../model/round.js';
 import type { CommWindow, GpuWindow, HostWindow, ProcessWindow, RankWindow } from '../protocol/state.js';
@@ -179,10 +179,7 @@ function gpuWindow(samples: HeldGpuSample[], matchedBy: MatchedBy, others: Other
     sm_clock_frac_mean: mean(clockFrac),
     sm_clock_frac_min: min(clockFrac),
     throttle_share: throttleShare,
-    throttle_unchecked:
-      withReasons.length > 0 || clockMax !== null
-        ? null
-        : 'the GPU counters carry neither clock-event (throttle) reasons nor the maximum SM clock (add them to the DCGM exporter\'s counters: deploy/kubernetes)',
+    throttle_unchecked: throttleUnchecked(signalsOf(samples)),
     throttle_filled: filledText(samples.flatMap((s) => s.filled ?? [])),
     power_w_mean: mean(samples.map((s) => s.powerW)),
     power_limit_w: powerLimit,

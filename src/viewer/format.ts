@@ -99,12 +99,6 @@ export function stackedCells(shares: Record<Part, number> | null, width: number)
   return cells.filter((c) => c.cells > 0).map(({ part, cells: n }) => ({ part, cells: n }));
 }
 
-/** The bar as text, for plain output and terminals without colour. */
-export function stackedBarText(shares: Record<Part, number> | null, width: number): string {
-  const cells = stackedCells(shares, width);
-  return cells.length ? cells.map((c) => PART_GLYPH[c.part].repeat(c.cells)).join('') : ' '.repeat(Math.max(0, width));
-}
-
 /** One letter per verdict, for the verdict strip without colour. */
 export const VERDICT_LETTER: Record<Verdict, string> = {
   'compute-bound': 'C',
