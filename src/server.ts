@@ -2,6 +2,7 @@ import websocket from '@fastify/websocket';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyServerFactory } from 'fastify';
 import type { Logger } from 'pino';
 import { ConnectionSlots, HookConnection } from './ingest/connection.js';
+import { Flow } from './ingest/flow.js';
 import type { SourceStatus } from './counters/status.js';
 import type { EngineSnapshot } from './engine/snapshot.js';
 import type { Ingest } from './ingest/ingest.js';
@@ -111,8 +112,9 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   });
 
   const slots = new ConnectionSlots(ingest.limits.maxPending);
+  const flow = new Flow(ingest.limits);
   app.get('/v1/ingest', { websocket: true }, (socket, request) => {
-    const hook = new HookConnection(socket, ingest, log, `${request.socket.remoteAddress}:${request.socket.remotePort}`, slots);
+    const hook = new HookConnection(socket, ingest, log, `${request.socket.remoteAddress}:${request.socket.remotePort}`, slots, flow);
     hooks.add(hook);
     socket.once('close', () => hooks.delete(hook));
   });

@@ -5,6 +5,7 @@ import { decode, encode } from '../protocol/codec.js';
 import { CloseCode, parseHookMessage, ProtocolError, sidecarFrame, type Hello, type HelloMessage, type HookMessage, type SidecarMessage } from '../protocol/messages.js';
 import { JournalRefused } from '../journal/recorder.js';
 import type { Ingest } from './ingest.js';
+import type { Flow, FlowConnection } from './flow.js';
 import { RateLimiter } from './limits.js';
 
 const MAX_REASON_BYTES = 123;
@@ -57,7 +58,10 @@ export class HookConnection {
   private hello: Hello | null = null;
   /** Whether `welcome` was sent: frames that come before it wait (a few) until the hello is recorded. */
   private welcomed = false;
-  private readonly early: HookMessage[] = [];
+  /** Frames that came before welcome, each with what settles its bytes. */
+  private readonly early: Array<{ message: HookMessage; settle: () => void }> = [];
+  /** Its frames' bytes, held until each is settled: past the bounds its socket is not read (flow.ts). */
+  private readonly flow: FlowConnection;
   /** Whether the connect was recorded (so a disconnect is owed). */
   private registered = false;
   private closed = false;
@@ -74,8 +78,10 @@ export class HookConnection {
     log: Logger,
     remote: string,
     private readonly slots: ConnectionSlots,
+    flow: Flow,
   ) {
     this.log = log.child({ remote });
+    this.flow = flow.open({ pause: () => socket.pause(), resume: () => socket.resume() });
     const limits = ingest.limits;
     this.rate = new RateLimiter(limits.framesPerSecond, limits.burst, Date.now());
     const full = ingest.stats.connections >= limits.maxConnections;
@@ -135,23 +141,28 @@ export class HookConnection {
       this.limit('frame-rate', CloseCode.policyViolation, `too many frames: at most ${this.ingest.limits.framesPerSecond} a second`);
       return;
     }
+    const buffer = toBuffer(data);
+    const settle = this.flow.take(buffer.length);
     try {
       if (!isBinary) throw new ProtocolError(CloseCode.unsupportedData, 'frame: text frames are not accepted, send msgpack in binary frames');
       let value: unknown;
       try {
-        value = decode(toBuffer(data));
+        value = decode(buffer);
       } catch (error) {
         throw new ProtocolError(CloseCode.invalidPayload, `frame: not valid msgpack (${(error as Error).message})`);
       }
-      this.handle(parseHookMessage(value));
+      this.handle(parseHookMessage(value), settle);
     } catch (error) {
+      settle();
       if (error instanceof ProtocolError) this.refuse(error);
       else this.fail(error as Error);
     }
   }
 
-  private handle(message: HookMessage): void {
+  /** Handles one frame; `settle` is called once what it asked for is done (or failed). */
+  private handle(message: HookMessage, settle: () => void): void {
     if (message.type === 'hello') {
+      settle();
       this.onHello(message);
       return;
     }
@@ -159,36 +170,32 @@ export class HookConnection {
     if (!hello) throw new ProtocolError(CloseCode.policyViolation, `${message.type}: sent before hello`);
     if (!this.welcomed) {
       if (this.early.length >= MAX_EARLY_FRAMES) throw new ProtocolError(CloseCode.policyViolation, `${message.type}: more than ${MAX_EARLY_FRAMES} frames before welcome`);
-      this.early.push(message);
+      this.early.push({ message, settle });
       return;
     }
+    const done = (work: Promise<unknown>) => work.then(settle, (error: Error) => (settle(), this.fail(error)));
     switch (message.type) {
       case 'steps':
-        this.ingest.steps(hello.session, message).then(
-          (ack) => this.send({ type: 'ack', ack }),
-          (error: Error) => this.fail(error),
-        );
+        void done(this.ingest.steps(hello.session, message).then((ack) => this.send({ type: 'ack', ack })));
         break;
       case 'env':
-        this.ingest.env(hello.session, message.env).catch((error: Error) => this.fail(error));
+        void done(this.ingest.env(hello.session, message.env));
         break;
       case 'end':
-        this.ingest.end(hello.session, message.reason).then(
-          (ack) => this.send({ type: 'ack', ack, end: true }),
-          (error: Error) => this.fail(error),
-        );
+        void done(this.ingest.end(hello.session, message.reason).then((ack) => this.send({ type: 'ack', ack, end: true })));
         this.log.info({ job: hello.job, rank: hello.rank, reason: message.reason }, 'rank ended');
         break;
       case 'counters':
-        this.ingest.counters(hello.session, message).catch((error: Error) => this.fail(error));
+        void done(this.ingest.counters(hello.session, message));
         break;
       case 'heartbeat':
-        this.ingest.beat(hello.session).catch((error: Error) => this.fail(error));
+        void done(this.ingest.beat(hello.session));
         break;
       case 'stack':
-        this.ingest.stack(hello.session, message.frame).catch((error: Error) => this.fail(error));
+        void done(this.ingest.stack(hello.session, message.frame));
         break;
       case 'profile':
+        settle();
         this.ingest.profile(hello, message.frame);
         break;
     }
@@ -230,11 +237,15 @@ export class HookConnection {
         if (result.legacy) {
           this.log.warn({ session: hello.session, pid: hello.pid, host: hello.host, ack: result.ack }, 'session journaled before resume secrets: continued by its own process (same pid and host) under a new secret; any other process is refused it');
         }
-        for (const message of this.early.splice(0)) {
-          if (this.closed) break;
+        for (const { message, settle } of this.early.splice(0)) {
+          if (this.closed) {
+            settle();
+            continue;
+          }
           try {
-            this.handle(message);
+            this.handle(message, settle);
           } catch (error) {
+            settle();
             this.fail(error as Error);
           }
         }
@@ -279,6 +290,8 @@ export class HookConnection {
     if (this.closed) return;
     this.closed = true;
     for (const timer of this.timers) clearTimeout(timer);
+    this.flow.close();
+    for (const { settle } of this.early.splice(0)) settle();
     this.slots.settled(this);
     this.ingest.stats.connections -= 1;
     if (this.hello) this.ingest.detach(this.hello.session, this);

@@ -210,12 +210,14 @@ export class Ingest {
     const range = this.store.seqRange(session);
     if (!range) throw new ProtocolError(CloseCode.policyViolation, 'steps: the session is not open');
     const base = Math.max(after, range.base);
-    const limit = base + fresh.length + Math.max(0, dropped - range.dropped);
+    // The hook's count of what it dropped, less the gaps already seen: a frame's count can cover gaps that come in later frames.
+    const unseen = Math.max(0, dropped - range.skipped);
+    const limit = base + fresh.length + unseen;
     const last = fresh.at(-1)!.seq;
     if (last > limit) {
       throw new ProtocolError(
         CloseCode.invalidPayload,
-        `steps.rows: seq ${last} is beyond what this session can have sent (${base} held, ${fresh.length} new, ${Math.max(0, dropped - range.dropped)} dropped)`,
+        `steps.rows: seq ${last} is beyond what this session can have sent (${base} held, ${fresh.length} new, ${unseen} dropped and not yet seen)`,
       );
     }
   }

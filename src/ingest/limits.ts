@@ -1,5 +1,7 @@
-/** What one sidecar accepts from hooks before it refuses more; each refusal closes only the offender. */
-export interface IngestLimits {
+import type { FlowLimits } from './flow.js';
+
+/** What one sidecar accepts from hooks before it refuses more (each refusal closes only the offender), and how much it holds unsettled. */
+export interface IngestLimits extends FlowLimits {
   maxConnections: number;
   /** Sustained frames per second per connection, with bursts up to `burst`. */
   framesPerSecond: number;
@@ -28,6 +30,10 @@ export const DEFAULT_LIMITS: IngestLimits = {
   helloTimeoutMs: 5_000,
   // Pinged every third of it: a hook's I/O thread answers even while training is busy or paused.
   idleTimeoutMs: 60_000,
+  // A frame of 4,096 rows is about 300 KiB: one such frame (and a bit) per connection, a few across all.
+  // Without them 8 hooks sending as fast as they can grew the sidecar to 1 GiB in 20 s (BENCHMARKS.md).
+  heldBytesPerConnection: 512 * 1024,
+  heldBytes: 2 * 1024 * 1024,
 };
 
 /**

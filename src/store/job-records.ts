@@ -37,6 +37,11 @@ export interface Session {
   seqBase: number;
   /** Records refused for implausible times, counted (they are acknowledged, never applied). */
   refused: number;
+  /**
+   * Seqs passed over between the records held: what of the hook's `dropped` these frames used up.
+   * A frame's `dropped` can count records dropped before its later frames' gaps reach the sidecar.
+   */
+  skipped: number;
   /** When a frame last came from it (not counter samples: a journal near its cap gives those up). */
   heardAt: number | null;
   /** The hook's promise of a frame at least this often (its hello); null: an older hook, no heartbeats. */

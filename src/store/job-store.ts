@@ -180,6 +180,7 @@ export class JobStore {
         secret,
         seqBase: hello.acked ?? 0,
         refused: 0,
+        skipped: 0,
         heardAt: at,
         heartbeatMs: null,
         captures: false,
@@ -260,11 +261,14 @@ export class JobStore {
     const rank = session.rank;
     const accepted: StepRecord[] = [];
     let duplicates = duplicatesSeen;
+    const from = Math.max(session.maxSeq, session.seqBase);
+    let taken = 0;
     for (const record of records) {
       if (record.seq <= session.maxSeq) {
         duplicates += 1;
         continue;
       }
+      if (record.seq > from) taken += 1;
       // The live ingest leaves these out before journaling; a journal written before it did may hold them.
       if (!plausibleAt(toSidecarMs(session, record.endNs), at)) {
         session.maxSeq = record.seq;
@@ -293,6 +297,8 @@ export class JobStore {
     }
     session.duplicates += duplicates;
     session.dropped = Math.max(session.dropped, dropped);
+    // The refused records lie between the rows; what is neither held nor refused was passed over.
+    session.skipped += Math.max(0, session.maxSeq - from - taken - (refused?.count ?? 0));
     return { accepted, duplicates, ack: session.maxSeq };
   }
 
@@ -364,10 +370,10 @@ export class JobStore {
    * highest seq held (or what the hook said was acknowledged) only the records sent and those it
    * says it dropped can lie. Null for an unknown session.
    */
-  seqRange(sessionId: string): { base: number; dropped: number; helloAt: number; monoAtHello: number } | null {
+  seqRange(sessionId: string): { base: number; skipped: number; helloAt: number; monoAtHello: number } | null {
     const session = this.sessions.get(sessionId);
     if (!session) return null;
-    return { base: Math.max(session.maxSeq, session.seqBase), dropped: session.dropped, helloAt: session.helloAt, monoAtHello: session.monoAtHello };
+    return { base: Math.max(session.maxSeq, session.seqBase), skipped: session.skipped, helloAt: session.helloAt, monoAtHello: session.monoAtHello };
   }
 
   /** Highest sequence number held for the session (0 for one not known). */
@@ -609,6 +615,7 @@ export class JobStore {
             secret: sessionDump.secret ?? null,
             seqBase: sessionDump.seqBase ?? 0,
             refused: sessionDump.refused ?? 0,
+            skipped: sessionDump.skipped ?? 0,
             heardAt: sessionDump.heardAt ?? null,
             heartbeatMs: sessionDump.heartbeatMs ?? null,
             captures: sessionDump.captures ?? false,

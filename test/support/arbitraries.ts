@@ -6,6 +6,7 @@ import { Engine } from '../../src/engine/engine.js';
 import type { JournalEntry } from '../../src/engine/entries.js';
 import type { EngineSnapshot } from '../../src/engine/snapshot.js';
 import { ConnectionSlots, HookConnection } from '../../src/ingest/connection.js';
+import { Flow } from '../../src/ingest/flow.js';
 import { Ingest } from '../../src/ingest/ingest.js';
 import type { IngestLimits } from '../../src/ingest/limits.js';
 import { Recorder } from '../../src/journal/recorder.js';
@@ -787,6 +788,15 @@ export class FakeSocket extends EventEmitter {
 
   ping(): void {}
 
+  /** Whether the sidecar stopped reading it (backpressure): frames sent to it still arrive, as ws's buffered ones do. */
+  paused = false;
+  pause(): void {
+    this.paused = true;
+  }
+  resume(): void {
+    this.paused = false;
+  }
+
   close(code: number, reason: string): void {
     const valid = (code >= 1000 && code <= 1014 && code !== 1004 && code !== 1005 && code !== 1006) || (code >= 3000 && code <= 4999);
     if (!valid) throw new TypeError(`First argument must be a valid error code number (got ${code})`);
@@ -853,6 +863,7 @@ export async function hookSidecar(options: { wal?: Wal | null; limits?: Partial<
   // No frame-rate limit: a test sends faster than any hook, and a refusal for it is not what is tested.
   const ingest = new Ingest(engine, recorder, { now: () => now, limits: { framesPerSecond: 1e9, burst: 1e9, ...options.limits } });
   const slots = new ConnectionSlots(ingest.limits.maxPending);
+  const flow = new Flow(ingest.limits);
   const crashes: string[] = [];
   const sockets: FakeSocket[] = [];
   const settle = () => new Promise<void>((resolve) => setImmediate(resolve));
@@ -883,7 +894,7 @@ export async function hookSidecar(options: { wal?: Wal | null; limits?: Partial<
     connect() {
       const socket = new FakeSocket();
       sockets.push(socket);
-      new HookConnection(socket as unknown as WebSocket, ingest, log, `fake:${sockets.length}`, slots);
+      new HookConnection(socket as unknown as WebSocket, ingest, log, `fake:${sockets.length}`, slots, flow);
       return socket;
     },
     send(socket, bytes, binary = true) {

@@ -1,0 +1,110 @@
+// The sidecar's memory under a burst (issue 24, target 1): `ranks` real hook processes (the explicit
+// API of python-hook, stepping as fast as they can or at `--rate` steps/s each) against the real
+// sidecar for `--seconds`, its RSS read from /proc every 250 ms. Then every rank closes, and what it
+// lost (dropped by its queue, or never acknowledged) is counted from the hook's own stats.
+//   node scripts/bench-burst.mjs [--ranks 8] [--seconds 300] [--rate 0] [--journal] [--cli dist/cli.js]
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { startSidecar } from './sidecar.mjs';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const arg = (name, fallback) => {
+  const at = process.argv.indexOf(`--${name}`);
+  return at === -1 ? fallback : process.argv[at + 1];
+};
+const RANKS = Number(arg('ranks', 8));
+const SECONDS = Number(arg('seconds', 300));
+const RATE = Number(arg('rate', 0));
+const CLI = path.resolve(arg('cli', path.join(root, 'dist/cli.js')));
+const JOURNAL = process.argv.includes('--journal');
+const PYTHON = process.env.STEPSCOPE_PYTHON ?? 'python3';
+
+// One rank: the README's loop (loader, two phases, step) with nothing in it, then close() and its delivery counters as JSON.
+const RANK = `
+import json, sys, time
+import stepscope
+rank, ranks, seconds, rate = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+scope = stepscope.init(url=sys.argv[5], job="burst", rank=rank, world_size=ranks, cuda=False, comm=False)
+end = time.monotonic() + seconds
+gap = 1.0 / rate if rate > 0 else 0.0
+next_at = time.monotonic()
+while True:
+    now = time.monotonic()
+    if now >= end:
+        break
+    if gap:
+        if now < next_at:
+            time.sleep(next_at - now)
+        next_at += gap
+    for batch in scope.loader(range(1 if gap else 64)):
+        with scope.phase("h2d"):
+            moved = batch
+        with scope.phase("compute"):
+            result = moved
+        scope.step(samples=8)
+ok = scope.close(timeout=120)
+stats = scope.stats()
+print(json.dumps({"ok": ok, "records": stats["records"], "acked": stats["acked"], "dropped": stats["dropped"], "reconnects": stats["reconnects"], "pending": stats["pending"]}))
+`;
+
+const status = (pid) => readFileSync(`/proc/${pid}/status`, 'utf8');
+const kib = (text, field) => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(text)?.[1] ?? NaN);
+
+const out = JOURNAL ? mkdtempSync(path.join(os.tmpdir(), 'stepscope-burst-')) : null;
+const { child, port } = await startSidecar(CLI, ['--gpu-source', 'none', ...(out ? ['--out', out] : [])]);
+const url = `ws://127.0.0.1:${port}/v1/ingest`;
+const rss = [];
+const sampler = setInterval(() => rss.push({ at: Date.now(), kib: kib(status(child.pid), 'VmRSS') }), 250);
+const t0 = Date.now();
+const ranks = Array.from({ length: RANKS }, (_, rank) => {
+  const proc = spawn(PYTHON, ['-c', RANK, String(rank), String(RANKS), String(SECONDS), String(RATE), url], {
+    env: { ...process.env, PYTHONPATH: path.join(root, 'python-hook') },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  let text = '';
+  proc.stdout.setEncoding('utf8').on('data', (chunk) => (text += chunk));
+  return new Promise((resolve, reject) => proc.once('exit', (code) => (code === 0 ? resolve(JSON.parse(text.trim().split('\n').at(-1))) : reject(new Error(`rank ${rank} exited ${code}`)))));
+});
+const results = await Promise.all(ranks);
+const wall = (Date.now() - t0) / 1000;
+clearInterval(sampler);
+const peak = kib(status(child.pid), 'VmHWM');
+child.kill('SIGTERM');
+if (out) rmSync(out, { recursive: true, force: true });
+
+const mib = (k) => Math.round(k / 1024);
+// RSS per tenth of the run: flat, or growing.
+const tenths = Array.from({ length: 10 }, (_, i) => {
+  const from = t0 + (i * SECONDS * 1000) / 10;
+  const inside = rss.filter((s) => s.at >= from && s.at < from + (SECONDS * 1000) / 10);
+  return inside.length ? mib(Math.max(...inside.map((s) => s.kib))) : null;
+});
+const records = results.reduce((sum, r) => sum + r.records, 0);
+const acked = results.reduce((sum, r) => sum + r.acked, 0);
+console.log(
+  JSON.stringify(
+    {
+      cli: path.relative(root, CLI) || CLI,
+      node: process.version,
+      ranks: RANKS,
+      seconds: SECONDS,
+      rate_per_rank: RATE || 'as fast as they can',
+      journal: JOURNAL,
+      steps_per_s: Math.round(records / SECONDS),
+      peak_rss_mib: mib(peak),
+      rss_max_mib_by_tenth: tenths,
+      records,
+      acked,
+      dropped: results.reduce((sum, r) => sum + r.dropped, 0),
+      lost: records - acked,
+      reconnects: results.reduce((sum, r) => sum + r.reconnects, 0),
+      all_closed_ok: results.every((r) => r.ok),
+      wall_s: Math.round(wall),
+    },
+    null,
+    2,
+  ),
+);
