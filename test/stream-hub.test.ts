@@ -8,20 +8,29 @@ import type { EngineSnapshot } from '../src/engine/snapshot.js';
 import { registerStream, type StreamHub } from '../src/outputs/stream.js';
 import type { SidecarState } from '../src/protocol/state.js';
 import { cleanupList } from './support/cleanup-list.js';
+import { waitFor } from './support/sidecar.js';
 
 /**
  * The stream's route on a bare server, with a state getter that counts its calls: what each frame
- * holds, and that the state is read once per tick however many viewers there are.
+ * holds, and that the state is read once per tick however many viewers there are. The test publishes
+ * the engine's snapshots on a simulated clock: what is sent depends on the ticks, never on how fast
+ * this machine gets through them.
  */
 
 const STATE = { version: 'test', now: '', jobs: [], counters: { gpus: [] } } as unknown as SidecarState;
+/** Not on a second: an update's history then ends part-way into its slice. */
+const T = Date.parse('2026-12-01T12:00:00.123Z');
 
 interface Harness {
   app: FastifyInstance;
   hub: StreamHub;
   url: string;
   stateCalls: number[];
+  /** The engine publishing `n` snapshots, one a stream tick apart. */
+  tick(n?: number): void;
+  /** A snapshot with these verdict changes, at the time of the last one (no new tick). */
   emit(events: VerdictEvent[]): void;
+  now(): number;
 }
 
 const cleanups = cleanupList();
@@ -33,29 +42,36 @@ async function harness(rateHz: number): Promise<Harness> {
   await app.register(websocket, { preClose: (done) => done() });
   const stateCalls: number[] = [];
   let listener: ((snapshot: EngineSnapshot) => void) | null = null;
-  // A snapshot as the engine publishes it, taken now, with its 5 minutes of 1 s history slices.
-  const snapshot = () => {
-    const at = Date.now();
-    return { at, events: [], history: { from: Math.floor(at / 1000) * 1000 - 299_000, sliceMs: 1000, ranks: [], gpus: [] } } as unknown as EngineSnapshot;
-  };
+  let now = T;
+  // A snapshot as the engine publishes it, with its 5 minutes of 1 s history slices.
+  const snapshot = () => ({ at: now, events: [], regressions: [], regressionChanges: [], history: { from: Math.floor(now / 1000) * 1000 - 299_000, sliceMs: 1000, ranks: [], gpus: [] } }) as unknown as EngineSnapshot;
   const hub = registerStream(app, {
     state: () => {
-      const at = Date.now();
-      stateCalls.push(at);
-      return { ...STATE, now: new Date(at).toISOString() };
+      stateCalls.push(now);
+      return { ...STATE, now: new Date(now).toISOString() };
     },
     snapshot,
     onSnapshot: (l) => ((listener = l), () => (listener = null)),
     rateHz,
     log: pino({ level: 'silent' }),
   });
-  // The engine publishing a snapshot at the stream's rate.
-  const engineTicks = setInterval(() => listener?.(snapshot()), 1000 / rateHz);
-  app.addHook('onClose', async () => clearInterval(engineTicks));
   await app.listen({ host: '127.0.0.1', port: 0 });
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : 0;
-  return { app, hub, url: `ws://127.0.0.1:${port}/v1/stream`, stateCalls, emit: (events) => listener?.({ ...snapshot(), events }) };
+  return {
+    app,
+    hub,
+    url: `ws://127.0.0.1:${port}/v1/stream`,
+    stateCalls,
+    tick: (n = 1) => {
+      for (let i = 0; i < n; i++) {
+        now += 1000 / rateHz;
+        listener?.(snapshot());
+      }
+    },
+    emit: (events) => listener?.({ ...snapshot(), events }),
+    now: () => now,
+  };
 }
 
 function viewer(url: string): Promise<{ socket: WebSocket; frames: any[]; closed: Promise<{ code: number; reason: string }> }> {
@@ -69,7 +85,8 @@ function viewer(url: string): Promise<{ socket: WebSocket; frames: any[]; closed
   });
 }
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+/** Resolves once `v` holds `n` frames. */
+const frames = (v: { frames: unknown[] }, n: number) => waitFor(() => v.frames.length >= n);
 
 function verdictEvent(at: number): VerdictEvent {
   return {
@@ -89,17 +106,17 @@ describe('ws /v1/stream on its own', () => {
   it('reads the state once per tick for all viewers, sends each a snapshot then updates in order', async () => {
     const h = await harness(10);
     const viewers = await Promise.all(Array.from({ length: 20 }, () => viewer(h.url)));
+    await Promise.all(viewers.map((v) => frames(v, 1)));
     const callsBefore = h.stateCalls.length;
-    await sleep(1050);
-    const calls = h.stateCalls.length - callsBefore;
-    // About 10 ticks in a second, whatever the 20 viewers; a tick with no viewer reads nothing.
-    expect(calls).toBeGreaterThanOrEqual(6);
-    expect(calls).toBeLessThanOrEqual(12);
+    h.tick(10);
+    await Promise.all(viewers.map((v) => frames(v, 11)));
+    // Once a tick, whatever the 20 viewers.
+    expect(h.stateCalls.length - callsBefore).toBe(10);
     expect(h.hub.viewers).toBe(20);
     for (const v of viewers) {
       expect(v.frames[0]).toMatchObject({ v: 1, type: 'snapshot', rate_hz: 10, state: { version: 'test' } });
       const updates = v.frames.slice(1);
-      expect(updates.length).toBeGreaterThanOrEqual(6);
+      expect(updates).toHaveLength(10);
       expect(updates.every((f) => f.type === 'update')).toBe(true);
       updates.forEach((f, i) => expect(f.seq).toBe(v.frames[0].seq + i + 1));
     }
@@ -109,10 +126,18 @@ describe('ws /v1/stream on its own', () => {
     expect(ats.size).toBe(1);
   });
 
+  it('reads nothing at a tick with no viewer', async () => {
+    const h = await harness(4);
+    h.tick(4);
+    expect(h.stateCalls).toEqual([]);
+  });
+
   it('sends the last 5 minutes of history in a snapshot and only the newest slices in an update', async () => {
     const h = await harness(4);
     const v = await viewer(h.url);
-    await sleep(600);
+    await frames(v, 1);
+    h.tick();
+    await frames(v, 2);
     const [snapshot, update] = v.frames;
     expect(snapshot.type).toBe('snapshot');
     expect(update.type).toBe('update');
@@ -128,17 +153,18 @@ describe('ws /v1/stream on its own', () => {
   it('passes verdict changes on as they happen, and closes viewers with 1001 when the server closes', async () => {
     const h = await harness(1);
     const v = await viewer(h.url);
-    await sleep(100);
-    const at = Date.now();
+    await frames(v, 1);
+    h.tick();
+    await frames(v, 2);
+    const at = h.now();
     h.emit([verdictEvent(at), { ...verdictEvent(at), rank: 0 }]);
-    await sleep(100);
-    const verdicts = v.frames.filter((f) => f.type === 'verdict');
-    expect(verdicts).toEqual([
+    await frames(v, 4);
+    expect(v.frames.slice(2)).toEqual([
       { v: 1, type: 'verdict', at: new Date(at).toISOString(), job: 'j', rank: null, from: 'compute-bound', from_cause: null, to: 'input-bound', cause: 'few-workers', since: new Date(at - 2000).toISOString(), rule: 'data waits', recommendation: 'Raise num_workers.' },
-      expect.objectContaining({ rank: 0 }),
+      expect.objectContaining({ type: 'verdict', rank: 0 }),
     ]);
-    // Well before the next 1 s tick: events are not held for it.
-    expect(Date.now() - at).toBeLessThan(900);
+    // Sent with no tick after the one before them: events are not held for the next.
+    expect(v.frames.map((f) => f.type)).toEqual(['snapshot', 'update', 'verdict', 'verdict']);
     await h.app.close();
     expect(await v.closed).toEqual({ code: 1001, reason: 'sidecar shutting down' });
   });
