@@ -68,6 +68,23 @@ describe('deep capture, the sidecar side', () => {
     expect(captures.request(await side.tick(), job, 0, 7, 'demand')).toMatchObject({ ok: false, status: 429 });
   });
 
+  it('keeps the newest 16 captures of a job, and deletes the trace of each one that leaves the list', async () => {
+    const { side, out, captures, hook, later } = await setup('job-k');
+    const asked = new Set<number>();
+    const gz = gzipSync(JSON.stringify(TRACE));
+    for (let n = 1; n <= 17; n++) {
+      expect(captures.request(await side.tick(), 'job-k', 0, 3, 'demand')).toMatchObject({ ok: true });
+      const request = await hook.next((m) => m.type === 'profile' && !asked.has(m.id));
+      asked.add(request.id);
+      hook.send({ v: 1, type: 'profile', id: request.id, seq: 0, last: true, data: gz });
+      await expect.poll(() => captures.of('job-k').at(-1)!.status).toBe('stored');
+      later(600_001);
+    }
+    const listed = captures.of('job-k').map((c) => path.basename(c.file!));
+    expect(listed).toHaveLength(16);
+    await expect.poll(() => readdirSync(path.join(out, 'captures', 'job-k')).sort()).toEqual(listed.slice().sort());
+  });
+
   it('is asked for over HTTP (stepscope capture, the viewer key) and answers refusals there with their status', async () => {
     const { side, hook, address, later } = await setup('job-h');
     await side.tick();

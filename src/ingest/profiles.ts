@@ -1,4 +1,4 @@
-import { mkdir, rename, writeFile } from 'node:fs/promises';
+import { mkdir, rename, unlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { createGunzip } from 'node:zlib';
@@ -123,8 +123,10 @@ export class ProfileCaptures {
     const verdict = state.verdict ? `${state.verdict.verdict}${state.verdict.cause ? ` (${state.verdict.cause})` : ''}` : null;
     const capture: CaptureRecord = { id, rank: chosen, steps, reason, verdict, requested_at: new Date(now).toISOString(), status: 'requested', file: null, bytes: null, error: null };
     this.incoming.set(id, { job, rank: chosen, chunks: [], bytes: 0 });
-    const list = [...this.of(job), capture].slice(-KEEP);
-    this.byJob.set(job, list);
+    const all = [...this.of(job), capture];
+    // The oldest listed goes, and its trace with it: --out holds no more traces than the list.
+    for (const dropped of all.slice(0, -KEEP)) this.forget(dropped);
+    this.byJob.set(job, all.slice(-KEEP));
     options.log.info({ job, rank: chosen, id, steps, reason }, 'deep capture asked for');
     return { ok: true, capture };
   }
@@ -169,6 +171,14 @@ export class ProfileCaptures {
   /** The state's jobs with their captures (only those that have any). */
   decorate(jobs: readonly JobState[]): JobState[] {
     return jobs.map((job) => (this.byJob.has(job.job) ? { ...job, captures: [...this.of(job.job)] } : job));
+  }
+
+  /** A capture no longer listed: its trace deleted, or, still coming, never stored. */
+  private forget(capture: CaptureRecord): void {
+    this.incoming.delete(capture.id);
+    if (capture.file === null || this.options.out === null) return;
+    const file = path.join(this.options.out, capture.file);
+    unlink(file).catch((error: Error) => this.options.log.warn({ file, error: error.message }, 'deep capture: an old trace could not be deleted'));
   }
 
   private find(id: number): CaptureRecord | null {
