@@ -3,10 +3,10 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { CounterStore, gpuKey } from '../src/counters/counter-store.js';
 import { signalsOf, throttleUnchecked } from '../src/counters/coverage.js';
-import { parseDcgmMetrics } from '../src/counters/dcgm-parse.js';
 import { addSample, emptyAggregate } from '../src/counters/gpu-aggregate.js';
 import { emptyGpuSample, type GpuSample } from '../src/counters/types.js';
 import { ROOT } from './support/sidecar.js';
+import { parseDcgmMetrics } from './support/counters.js';
 
 const T0 = Date.parse('2026-12-01T00:00:00Z');
 const sample = (at: number, util: number) => ({ ...emptyGpuSample(at, 0), uuid: 'GPU-0', utilGpu: util });

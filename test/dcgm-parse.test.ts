@@ -1,10 +1,11 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { canonicalMetric, dcgmValue, describeNoMatch, describeSelector, describeUnreadable, hasReadableSeries, normaliseSelector, parseDcgmMetrics, parseDcgmSeries } from '../src/counters/dcgm-parse.js';
+import { canonicalMetric, dcgmValue, describeNoMatch, describeSelector, describeUnreadable, hasReadableSeries, normaliseSelector, parseDcgmSeries } from '../src/counters/dcgm-parse.js';
 import { CounterStore } from '../src/counters/counter-store.js';
 import { ThrottleReason, throttleReasonNames } from '../src/counters/types.js';
 import { ROOT } from './support/sidecar.js';
+import { parseDcgmMetrics } from './support/counters.js';
 
 const AT = 1_767_203_456_000;
 

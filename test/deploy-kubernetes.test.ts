@@ -4,11 +4,12 @@ import path from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { describe, expect, it } from 'vitest';
 import { throttleUnchecked } from '../src/counters/coverage.js';
-import { canonicalMetric, DCGM_METRICS, parseDcgmMetrics } from '../src/counters/dcgm-parse.js';
+import { canonicalMetric, DCGM_METRICS } from '../src/counters/dcgm-parse.js';
 import { describePlan, heapFlag, MemoryError, planMemory } from '../src/ingest/memory-budget.js';
 import { dockerfile, envOf as imageEnvOf } from './support/dockerfile.js';
 import { measuredHeap } from './support/node-heap.js';
 import { CLI, ROOT, startSidecar } from './support/sidecar.js';
+import { parseDcgmMetrics } from './support/counters.js';
 
 /**
  * The manifests in deploy/kubernetes, read as YAML and checked for what running stepscope beside a

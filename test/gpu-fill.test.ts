@@ -4,11 +4,11 @@ import { describe, expect, it } from 'vitest';
 import { rankWindow } from '../src/analysis/window.js';
 import { CounterStore, FILL_STALE_MS, gpuKey } from '../src/counters/counter-store.js';
 import { filledText } from '../src/counters/coverage.js';
-import { parseDcgmMetrics } from '../src/counters/dcgm-parse.js';
 import { describeAggregate } from '../src/counters/gpu-aggregate.js';
 import { emptyGpuSample, ThrottleReason, type GpuSample } from '../src/counters/types.js';
 import { StepBuckets } from '../src/store/step-buckets.js';
 import { ROOT } from './support/sidecar.js';
+import { parseDcgmMetrics } from './support/counters.js';
 
 const dcgm = (name: string, at: number) => parseDcgmMetrics(readFileSync(path.join(ROOT, 'test/fixtures/dcgm', name), 'utf8'), {}, at);
 

@@ -4,13 +4,14 @@ import { describe, expect, it } from 'vitest';
 import { withOtherProcesses } from '../src/analysis/summary.js';
 import type { SummaryGpu } from '../src/protocol/summary.js';
 import { otherProcesses, rankWindow } from '../src/analysis/window.js';
-import { computeAppFields, parseComputeApp, parseComputeApps, type ComputeApp } from '../src/counters/compute-apps.js';
+import { parseComputeApp, parseComputeApps, type ComputeApp } from '../src/counters/compute-apps.js';
 import { CounterStore } from '../src/counters/counter-store.js';
 import { describeAggregate } from '../src/counters/gpu-aggregate.js';
 import { emptyGpuSample, type GpuSample } from '../src/counters/types.js';
 import { otherProcessesLine } from '../src/outputs/summary-text.js';
 import { StepBuckets } from '../src/store/step-buckets.js';
 import { ROOT } from './support/sidecar.js';
+import { computeAppFields } from './support/counters.js';
 
 // Literal `nvidia-smi --query-compute-apps` captures; test/fixtures/nvidia-smi/SOURCES.md says where from.
 const FIXTURES = path.join(ROOT, 'test', 'fixtures', 'nvidia-smi');

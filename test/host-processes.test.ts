@@ -2,10 +2,11 @@ import { cpSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { topConsumers } from '../src/analysis/window.js';
-import { emptyHostSample, HostCollector, type HostSample } from '../src/counters/host.js';
+import { HostCollector, type HostSample } from '../src/counters/host.js';
 import { identity, parsePidStat, topProcesses, visibilityOf, type PidStat } from '../src/counters/proc-pid.js';
 import { capturedLogger } from './support/logger.js';
 import { ROOT, tempDir, waitFor } from './support/sidecar.js';
+import { emptyHostSample } from './support/counters.js';
 
 // Every /proc/<pid>/stat of a VM, twice, 2.95 s apart, while a python3 busy loop (27074) and its forked child (27116) spun.
 const PROCESSES = path.join(ROOT, 'test/fixtures/proc/processes');

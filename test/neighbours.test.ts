@@ -3,14 +3,15 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { gpuSharedCause, SHARED_GPU_MEMORY_MIB, topConsumersText } from '../src/analysis/neighbours.js';
 import { rankWindow } from '../src/analysis/window.js';
-import { computeAppFields, parseComputeApps, type ComputeApp } from '../src/counters/compute-apps.js';
-import { emptyHostSample, type HostSample } from '../src/counters/host.js';
+import { parseComputeApps, type ComputeApp } from '../src/counters/compute-apps.js';
+import { type HostSample } from '../src/counters/host.js';
 import type { TopProcess } from '../src/counters/proc-pid.js';
 import { emptyGpuSample } from '../src/counters/types.js';
 import type { StepRecord } from '../src/protocol/messages.js';
 import { StepBuckets } from '../src/store/step-buckets.js';
 import { ROOT } from './support/sidecar.js';
 import type { RankWindow } from '../src/protocol/state.js';
+import { computeAppFields, emptyHostSample } from './support/counters.js';
 
 const H100 = 'GPU-00000000-0000-0000-0000-000000000000';
 // gpu_burn (11345) 15690 MiB and two memhogs (11327, 11328) 2566 and 1542 MiB on one H100: a literal capture.

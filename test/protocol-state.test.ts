@@ -8,7 +8,7 @@ import WebSocket, { WebSocketServer } from 'ws';
 import { compare } from '../src/analysis/compare.js';
 import type { Summary } from '../src/protocol/summary.js';
 import { emptyGpuSample, ThrottleReason } from '../src/counters/types.js';
-import { emptyHostSample, type HostSample } from '../src/counters/host.js';
+import { type HostSample } from '../src/counters/host.js';
 import type { Env, Hello, StepRecord } from '../src/protocol/messages.js';
 import { InputError, MAX_INPUT_ERROR_LENGTH, parseInput } from '../src/protocol/parse.js';
 import { ComparisonSchema, SidecarStateSchema, STATE_SCHEMA, type SidecarState } from '../src/protocol/state.js';
@@ -20,6 +20,7 @@ import { rankHello } from './support/entries.js';
 import { inProcess, type InProcess } from './support/in-process.js';
 import { BEGIN, END, protocolTables } from './support/protocol-doc.js';
 import { ROOT, waitFor } from './support/sidecar.js';
+import { emptyHostSample } from './support/counters.js';
 
 /**
  * The state and stream schemas (src/protocol/) against what the sidecar really sends: its own state

@@ -1,7 +1,6 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { parseDcgmMetrics } from '../src/counters/dcgm-parse.js';
 import { emptyGpuSample, type GpuSample } from '../src/counters/types.js';
 import type { JournalEntry } from '../src/engine/entries.js';
 import type { Hello } from '../src/protocol/messages.js';
@@ -11,6 +10,7 @@ import { applyFrame, initialSource } from '../src/viewer/model/source.js';
 import { hello, run, T0 } from './support/entries.js';
 import { ROOT } from './support/sidecar.js';
 import { EngineStream } from './support/viewer-stream.js';
+import { parseDcgmMetrics } from './support/counters.js';
 
 /**
  * Which GPU row lists which ranks, where GPUs share an index: the MIG instances of one A100 as the

@@ -4,8 +4,7 @@ import { Writable } from 'node:stream';
 import { render } from 'ink';
 import { createElement } from 'react';
 import { describe, expect, it } from 'vitest';
-import { computeAppFields, parseComputeApps } from '../src/counters/compute-apps.js';
-import { emptyHostSample } from '../src/counters/host.js';
+import { parseComputeApps } from '../src/counters/compute-apps.js';
 import { identity, parsePidStat, topProcesses } from '../src/counters/proc-pid.js';
 import { emptyGpuSample } from '../src/counters/types.js';
 import { Engine } from '../src/engine/engine.js';
@@ -19,6 +18,7 @@ import { Notes } from '../src/viewer/ui/Notes.js';
 import { hello, run, T0 } from './support/entries.js';
 import { ROOT } from './support/sidecar.js';
 import { streamFrame } from './support/viewer-stream.js';
+import { computeAppFields, emptyHostSample } from './support/counters.js';
 
 /**
  * The lines under the viewer's tables, from a real Engine fed a scripted job: an input-starved rank

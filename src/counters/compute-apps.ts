@@ -1,4 +1,4 @@
-import { fieldsFromHeader, isNotAvailable } from './nvidia-smi-parse.js';
+import { isNotAvailable } from './nvidia-smi-parse.js';
 
 /**
  * Pure reading of `nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory
@@ -23,13 +23,6 @@ export const largestFirst =
   <T extends { pid: number }>(mib: (item: T) => number | null) =>
   (a: T, b: T): number =>
     (mib(b) ?? -1) - (mib(a) ?? -1) || a.pid - b.pid;
-
-/** The names a header prints for the fields asked ("used_gpu_memory [MiB]" for used_memory). */
-const ALIASES: Readonly<Record<string, string>> = { used_gpu_memory: 'used_memory', uuid: 'gpu_uuid', name: 'process_name' };
-
-export function computeAppFields(header: string): string[] {
-  return fieldsFromHeader(header).map((field) => ALIASES[field] ?? field);
-}
 
 const MIB = /^(\d+)(?: ?MiB)?$/;
 

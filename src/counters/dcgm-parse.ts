@@ -209,13 +209,6 @@ export function toGpuSamples(series: readonly DcgmSeries[], at: number): GpuSamp
   return [...gpus.values()].sort(byIndexThenInstance).map((gpu) => toGpuSample(gpu, at));
 }
 
-export function parseDcgmMetrics(text: string, select: DcgmSelector, at: number): GpuSample[] {
-  return toGpuSamples(
-    parseDcgmSeries(text).filter((series) => matchesSelector(series.labels, select)),
-    at,
-  );
-}
-
 function byIndexThenInstance(a: GpuSeries, b: GpuSeries): number {
   return Number(a.labels.gpu) - Number(b.labels.gpu) || Number(a.labels.GPU_I_ID ?? -1) - Number(b.labels.GPU_I_ID ?? -1);
 }

@@ -96,31 +96,6 @@ export interface HostPressure {
   fullTotalUs: number | null;
 }
 
-/** A reading with nothing in it, for tests and stand-ins to fill. */
-export function emptyHostSample(at: number): HostSample {
-  return {
-    at,
-    cpuPct: null,
-    cpuPerCorePct: [],
-    iowaitPct: null,
-    stealPct: null,
-    load1: null,
-    load5: null,
-    load15: null,
-    memUsedBytes: null,
-    memTotalBytes: null,
-    memAvailableBytes: null,
-    diskReadBps: null,
-    diskWriteBps: null,
-    netRxBps: null,
-    netTxBps: null,
-    netInterfaces: [],
-    netLeftOut: [],
-    cpuPressure: null,
-    memoryPressure: null,
-    ioPressure: null,
-  };
-}
 
 export type HostSink = (sample: HostSample) => void;
 

@@ -1,0 +1,47 @@
+import { fieldsFromHeader } from '../../src/counters/nvidia-smi-parse.js';
+import { matchesSelector, parseDcgmSeries, toGpuSamples, type DcgmSelector } from '../../src/counters/dcgm-parse.js';
+import type { HostSample } from '../../src/counters/host.js';
+import type { GpuSample } from '../../src/counters/types.js';
+
+/** Helpers for tests that read counters from captured text; the sidecar's collectors do the same in steps of their own. */
+
+/** A captured dcgm-exporter page as the DCGM collector turns it into samples (its series, selected, per GPU). */
+export function parseDcgmMetrics(text: string, select: DcgmSelector, at: number): GpuSample[] {
+  return toGpuSamples(
+    parseDcgmSeries(text).filter((series) => matchesSelector(series.labels, select)),
+    at,
+  );
+}
+
+/** The names a captured `--query-compute-apps` header prints for the fields asked ("used_gpu_memory [MiB]" for used_memory). */
+const ALIASES: Readonly<Record<string, string>> = { used_gpu_memory: 'used_memory', uuid: 'gpu_uuid', name: 'process_name' };
+
+export function computeAppFields(header: string): string[] {
+  return fieldsFromHeader(header).map((field) => ALIASES[field] ?? field);
+}
+
+/** A reading with nothing in it, for a test to fill. */
+export function emptyHostSample(at: number): HostSample {
+  return {
+    at,
+    cpuPct: null,
+    cpuPerCorePct: [],
+    iowaitPct: null,
+    stealPct: null,
+    load1: null,
+    load5: null,
+    load15: null,
+    memUsedBytes: null,
+    memTotalBytes: null,
+    memAvailableBytes: null,
+    diskReadBps: null,
+    diskWriteBps: null,
+    netRxBps: null,
+    netTxBps: null,
+    netInterfaces: [],
+    netLeftOut: [],
+    cpuPressure: null,
+    memoryPressure: null,
+    ioPressure: null,
+  };
+}
