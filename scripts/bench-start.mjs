@@ -75,33 +75,42 @@ const median = (values) => {
   return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 };
 
+/** Medians of `rounds` interleaved rounds: bare Node, then each command of this tree (and of `against`). */
+export async function measureStart({ rounds = 9, against = null, only = null } = {}) {
+  const commands = only ? COMMANDS.filter((command) => only.includes(command.name)) : COMMANDS;
 const trees = [['this', root], ...(against ? [['against', path.resolve(against)]] : [])];
-const times = new Map();
-const add = (key, value) => times.set(key, [...(times.get(key) ?? []), value]);
-for (let round = 0; round < rounds; round++) {
-  // Interleaved: each round times bare Node, then every command of every tree, so load hits all alike.
-  add('node -e 0', await timed(['-e', '0']));
-  for (const command of COMMANDS) {
-    for (const [tree, dir] of trees) add(`${tree}\0${command.name}`, await timed([path.join(dir, 'dist/cli.js'), ...command.args], command.until));
+  const times = new Map();
+  const add = (key, value) => times.set(key, [...(times.get(key) ?? []), value]);
+  for (let round = 0; round < rounds; round++) {
+    // Interleaved: each round times bare Node, then every command of every tree, so load hits all alike.
+    add('node -e 0', await timed(['-e', '0']));
+    for (const command of commands) {
+      for (const [tree, dir] of trees) add(`${tree}\0${command.name}`, await timed([path.join(dir, 'dist/cli.js'), ...command.args], command.until));
+    }
   }
+  
+  const bare = median(times.get('node -e 0'));
+  const result = { date: new Date().toISOString(), node: process.version, machine: `${os.cpus().length} x ${os.cpus()[0]?.model}`, load: os.loadavg()[0], rounds, bare_node_ms: Math.round(bare), commands: {} };
+  for (const command of commands) {
+    const entry = {};
+    for (const [tree] of trees) {
+      const ms = median(times.get(`${tree}\0${command.name}`));
+      entry[tree === 'this' ? 'ms' : 'against_ms'] = Math.round(ms);
+      if (tree === 'this') entry.ratio_to_bare_node = Number((ms / bare).toFixed(2));
+    }
+    if (against) entry.ratio_to_against = Number((entry.ms / entry.against_ms).toFixed(2));
+    result.commands[command.name] = entry;
+  }
+  return result;
 }
 
-const bare = median(times.get('node -e 0'));
-const result = { date: new Date().toISOString(), node: process.version, machine: `${os.cpus().length} x ${os.cpus()[0]?.model}`, load: os.loadavg()[0], rounds, bare_node_ms: Math.round(bare), commands: {} };
-for (const command of COMMANDS) {
-  const entry = {};
-  for (const [tree] of trees) {
-    const ms = median(times.get(`${tree}\0${command.name}`));
-    entry[tree === 'this' ? 'ms' : 'against_ms'] = Math.round(ms);
-    if (tree === 'this') entry.ratio_to_bare_node = Number((ms / bare).toFixed(2));
-  }
-  if (against) entry.ratio_to_against = Number((entry.ms / entry.against_ms).toFixed(2));
-  result.commands[command.name] = entry;
-}
-if (argv.includes('--json')) console.log(JSON.stringify(result, null, 2));
-else {
-  console.log(`node ${process.version}, ${rounds} rounds, load ${result.load.toFixed(1)}; bare node -e 0: ${result.bare_node_ms} ms`);
-  for (const [name, e] of Object.entries(result.commands)) {
-    console.log(`${name.padEnd(14)} ${String(e.ms).padStart(6)} ms  ×${e.ratio_to_bare_node} bare${against ? `   against: ${e.against_ms} ms (×${e.ratio_to_against})` : ''}`);
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const result = await measureStart({ rounds, against });
+  if (argv.includes('--json')) console.log(JSON.stringify(result, null, 2));
+  else {
+    console.log(`node ${process.version}, ${rounds} rounds, load ${result.load.toFixed(1)}; bare node -e 0: ${result.bare_node_ms} ms`);
+    for (const [name, e] of Object.entries(result.commands)) {
+      console.log(`${name.padEnd(14)} ${String(e.ms).padStart(6)} ms  ×${e.ratio_to_bare_node} bare${against ? `   against: ${e.against_ms} ms (×${e.ratio_to_against})` : ''}`);
+    }
   }
 }
