@@ -159,6 +159,9 @@ describe('the engine\'s comparisons', () => {
     expect(runs.tick(at(T + 1_000, 130))).toEqual([]);
     expect(runs.regressions()).toEqual([]);
     runs.reference({ job: JOB, pinned: null, past });
+    // No step in yet: nothing compared.
+    expect(runs.tick({ ...at(T + 1_500, 130), summary: () => ({ ...summary(2, 130), steps: 0 }) })).toEqual([]);
+    expect(runs.comparisonOf(JOB, 2, false)).toBeNull();
     // Warming up: compared, never a regression.
     expect(runs.tick(at(T + 2_000, 130, false))).toEqual([]);
     expect(runs.tick(at(T + 5_000, 130))).toEqual([]);

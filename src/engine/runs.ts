@@ -237,7 +237,9 @@ export class RunComparisons {
       this.tracked.set(job, tracked);
     }
     if (at - tracked.comparedAt < COMPARE_EVERY_MS) return;
-    const summary = jobs.summary(job);
+    // A run with no step in yet has nothing to compare: it is compared from its first steps on.
+    const stepped = jobs.summary(job);
+    const summary = stepped && stepped.steps > 0 ? stepped : null;
     const reference = summary ? chooseReference(references.past, summary, references.pinned) : null;
     tracked.comparedAt = at;
     tracked.comparison = summary && reference ? judgeRun(reference, summary, this.config.thresholdPct, null).comparison : null;
