@@ -2,11 +2,9 @@ import { describe, expect, it } from 'vitest';
 import { Engine } from '../src/engine/engine.js';
 import type { JournalEntry } from '../src/engine/entries.js';
 import type { EngineSnapshot } from '../src/engine/snapshot.js';
-import { Recorder } from '../src/journal/recorder.js';
 import { replayJournal } from '../src/journal/replay.js';
-import { Wal } from '../src/journal/wal.js';
-import { createLogger } from '../src/log/log.js';
 import { hello, run, T0 } from './support/entries.js';
+import { feed, recorderOn } from './support/journaled.js';
 import { useTempDirs } from './support/temp-dirs.js';
 
 /**
@@ -38,20 +36,6 @@ function job(): JournalEntry[] {
     { t: 'end', at: T0 + 20_000, session: 'b', reason: 'close' },
     { t: 'tick', at: T0 + 20_250 },
   ];
-}
-
-async function recorderOn(dir: string, engine: Engine, clock: { now: number }) {
-  const wal = await Wal.open({ dir, maxBytes: 64 * 1024 * 1024, now: () => clock.now });
-  return new Recorder(engine, wal, { checkpointBytes: 1 << 30, checkpointMs: 3_600_000, samplesGiveUpShare: 0.75, now: () => clock.now, log: createLogger('silent') });
-}
-
-async function feed(recorder: Recorder, clock: { now: number }, entries: JournalEntry[]) {
-  const written: Array<Promise<unknown>> = [];
-  for (const entry of entries) {
-    clock.now = entry.at;
-    written.push(recorder.record(entry));
-  }
-  await Promise.all(written);
 }
 
 describe('a sidecar killed mid-job and started again', () => {
