@@ -14,6 +14,8 @@ import { readInventory } from './counters/inventory.js';
 import { NvidiaSmiCollector } from './counters/nvidia-smi.js';
 import { gpuSourceDetail, GpuSourceError, startGpuSource, type GpuSourceChoice, type GpuSourceOption } from './counters/registry.js';
 import { SimCollector } from './counters/sim.js';
+import { computeAppsSource } from './counters/compute-apps-source.js';
+import { Supervised } from './counters/source.js';
 import { Engine } from './engine/engine.js';
 import type { EndedRun, EngineSnapshot } from './engine/snapshot.js';
 import { Ingest } from './ingest/ingest.js';
@@ -101,6 +103,8 @@ export interface Sidecar {
 }
 
 const CHECKPOINT_MS = 5 * 60_000;
+/** Which processes hold a GPU changes slowly, and each reading is a process spawn. */
+const APPS_INTERVAL_MS = 5_000;
 
 async function loadBaseline(file: string | undefined): Promise<Summary | null> {
   if (!file) return null;
@@ -140,9 +144,9 @@ async function openJournal(options: ServeOptions, log: Logger): Promise<{ engine
   return { engine, recorder };
 }
 
-function collectorFactories(options: ServeOptions, log: Logger, onApps: (apps: ComputeApp[]) => void) {
+function collectorFactories(options: ServeOptions, log: Logger) {
   return {
-    'nvidia-smi': () => new NvidiaSmiCollector({ binary: options.nvidiaSmi, intervalMs: options.gpuIntervalMs, log, onApps }),
+    'nvidia-smi': () => new NvidiaSmiCollector({ binary: options.nvidiaSmi, intervalMs: options.gpuIntervalMs, log }),
     dcgm: options.dcgmUrl
       ? () =>
           new DcgmCollector({
@@ -160,8 +164,8 @@ function collectorFactories(options: ServeOptions, log: Logger, onApps: (apps: C
  * Beside DCGM, the node's own nvidia-smi where it has one: its readings fill the throttle signals
  * the exporter lacks (matched by GPU UUID) and it lists the GPUs' processes. None where it cannot run.
  */
-async function startFiller(options: ServeOptions, log: Logger, recorder: Recorder, onApps: (apps: ComputeApp[]) => void): Promise<NvidiaSmiCollector | null> {
-  const collector = new NvidiaSmiCollector({ binary: options.nvidiaSmi, intervalMs: Math.max(options.gpuIntervalMs, 1000), log, onApps });
+async function startFiller(options: ServeOptions, log: Logger, recorder: Recorder): Promise<NvidiaSmiCollector | null> {
+  const collector = new NvidiaSmiCollector({ binary: options.nvidiaSmi, intervalMs: Math.max(options.gpuIntervalMs, 1000), log });
   try {
     await collector.start((samples) => void recorder.record({ t: 'gpu', at: Date.now(), samples, fill: 'nvidia-smi' }).catch(() => undefined));
     log.info('nvidia-smi runs beside the DCGM exporter: its throttle signals fill those the exporter lacks');
@@ -267,7 +271,7 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
   const onApps = (apps: ComputeApp[]) => void recorder.record({ t: 'apps', at: Date.now(), apps }).catch(fail('GPU processes'));
   let gpu: GpuSourceChoice;
   try {
-    gpu = await startGpuSource(options.gpuSource, collectorFactories(options, log, onApps), (samples) => void ingest.gpuSamples(samples).catch(fail('GPU samples')), log);
+    gpu = await startGpuSource(options.gpuSource, collectorFactories(options, log), (samples) => void ingest.gpuSamples(samples).catch(fail('GPU samples')), log);
   } catch (error) {
     await recorder.close();
     await early.close();
@@ -278,7 +282,10 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
   await recorder.record({ t: 'source', at: Date.now(), gpu: gpu.source, reason: gpu.reason }).catch(() => undefined);
   // Under DCGM an nvidia-smi beside the exporter fills the throttle signals its default counters
   // lack; where there is none, the hooks' NVML readings do (every rank polling NVML otherwise is waste).
-  const filler = gpu.source === 'dcgm' ? await startFiller(options, log, recorder, onApps) : null;
+  const filler = gpu.source === 'dcgm' ? await startFiller(options, log, recorder) : null;
+  // The GPUs' compute processes, wherever nvidia-smi runs (the source or the filler), every 5 s.
+  const apps = gpu.source === 'nvidia-smi' || filler ? new Supervised(computeAppsSource({ binary: options.nvidiaSmi }), { intervalMs: APPS_INTERVAL_MS, log }) : null;
+  apps?.start(onApps);
   ingest.wants.nvml = engine.world.hookGpu || (gpu.source === 'dcgm' && filler === null);
 
   const host = new HostCollector({ intervalMs: options.hostIntervalMs, procRoot: options.procRoot, log });
@@ -347,7 +354,7 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
       const last = await recorder.record({ t: 'stop', at: Date.now() }).catch(() => null);
       if (last) void writeUpAll(last.ended);
       await writing;
-      await Promise.allSettled([gpu.collector?.stop(), filler?.stop(), host.stop()]);
+      await Promise.allSettled([gpu.collector?.stop(), filler?.stop(), apps?.stop(), host.stop()]);
       await recorder.close();
       resolveStopped(0);
       return 0;

@@ -3,7 +3,6 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { NvidiaSmiCollector, type NvidiaSmiOptions } from '../src/counters/nvidia-smi.js';
 import type { GpuSample } from '../src/counters/types.js';
-import type { ComputeApp } from '../src/counters/compute-apps.js';
 import { capturedLogger } from './support/logger.js';
 import { pathWithFakeNvidiaSmi } from './support/fake-gpu.js';
 import { ROOT, tempDir, waitFor, type LogLine } from './support/sidecar.js';
@@ -284,27 +283,5 @@ describe('NvidiaSmiCollector', () => {
     await new Promise((resolve) => setTimeout(resolve, 400));
     expect(h.rounds.length).toBe(delivered);
     expect(h.collector.health()).toMatchObject({ state: 'stopped', restarts: 0 });
-  });
-});
-
-describe('NvidiaSmiCollector, compute processes', () => {
-  const CAPTURE = path.join(ROOT, 'test/fixtures/nvidia-smi/h100-80gb-hbm3_590.48.01_compute-apps_load.csv');
-
-  it('lists every GPU\'s compute processes each apps interval, as the capture has them', async () => {
-    const readings: ComputeApp[][] = [];
-    await started(harness({ computeApps: CAPTURE }, { onApps: (apps) => readings.push(apps), appsIntervalMs: 100 }));
-    await waitFor(() => readings.length >= 2);
-    expect(readings[0]).toEqual([
-      { gpuUuid: 'GPU-00000000-0000-0000-0000-000000000000', pid: 11327, name: '/root/tools/memhog', usedMiB: 2566 },
-      { gpuUuid: 'GPU-00000000-0000-0000-0000-000000000000', pid: 11328, name: '/root/tools/memhog', usedMiB: 1542 },
-      { gpuUuid: 'GPU-00000000-0000-0000-0000-000000000000', pid: 11345, name: './gpu_burn', usedMiB: 15690 },
-    ]);
-  });
-
-  it('delivers an empty list for GPUs nobody else uses: measured, none', async () => {
-    const idle: ComputeApp[][] = [];
-    await started(harness({}, { onApps: (apps) => idle.push(apps), appsIntervalMs: 100 }));
-    await waitFor(() => idle.length >= 1);
-    expect(idle[0]).toEqual([]);
   });
 });

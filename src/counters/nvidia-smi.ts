@@ -2,7 +2,6 @@ import { execFile, spawn, type ChildProcess, type ExecFileException } from 'node
 import { performance } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
 import type { Logger } from '../log/log.js';
-import { COMPUTE_APPS_FIELDS, parseComputeApps, type ComputeApp } from './compute-apps.js';
 import { anyMigEnabled, parseMigListing, parseMigQuery, withMigInstances, withQueryDetails, type MigDevice } from './nvidia-smi-mig.js';
 import {
   driverWarning,
@@ -15,6 +14,7 @@ import {
   unknownQueryField,
   type ReasonNaming,
 } from './nvidia-smi-parse.js';
+import { RateLimitedWarnings } from './source.js';
 import type { CollectorHealth, CollectorState, GpuCollector, GpuSample, GpuSink } from './types.js';
 
 export interface Backoff {
@@ -38,10 +38,6 @@ export interface NvidiaSmiOptions {
   /** A looping child that delivers no figure for this long is killed and restarted. */
   stallMs?: number;
   backoff?: Backoff;
-  /** Gets the compute processes on every GPU (`--query-compute-apps`) every `appsIntervalMs`. */
-  onApps?: (apps: ComputeApp[]) => void;
-  /** Default 5 s: which processes hold a GPU changes slowly, and each reading is a process spawn. */
-  appsIntervalMs?: number;
 }
 
 /** nvidia-smi is missing or cannot read the GPUs; a registry should try another source. */
@@ -109,9 +105,6 @@ export class NvidiaSmiCollector implements GpuCollector {
   private run: LoopRun | null = null;
   private restartTimer: NodeJS.Timeout | null = null;
   private watchdog: NodeJS.Timeout | null = null;
-  private appsTimer: NodeJS.Timeout | null = null;
-  private readonly onApps: ((apps: ComputeApp[]) => void) | null;
-  private readonly appsIntervalMs: number;
 
   constructor(options: NvidiaSmiOptions) {
     this.binary = options.binary ?? 'nvidia-smi';
@@ -123,8 +116,6 @@ export class NvidiaSmiCollector implements GpuCollector {
     this.stallMs = options.stallMs ?? Math.max(5 * this.intervalMs, 15_000);
     this.backoff = options.backoff ?? DEFAULT_BACKOFF;
     this.warnings = new RateLimitedWarnings(this.log, WARNING_QUIET_MS);
-    this.onApps = options.onApps ?? null;
-    this.appsIntervalMs = options.appsIntervalMs ?? 5_000;
   }
 
   async start(sink: GpuSink): Promise<void> {
@@ -155,29 +146,6 @@ export class NvidiaSmiCollector implements GpuCollector {
     this.spawnLoop();
     this.watchdog = setInterval(() => this.checkStall(), Math.min(this.intervalMs, 1_000));
     this.watchdog.unref();
-    if (this.onApps) void this.readApps();
-  }
-
-  /**
-   * One `--query-compute-apps` reading, then the next after the interval (never two at once). A
-   * reading that fails delivers nothing, so the processes read as not measured, never as none.
-   */
-  private async readApps(): Promise<void> {
-    if (this.stopped) return;
-    const fields = COMPUTE_APPS_FIELDS.join(',');
-    const result = await execOnce(this.binary, [`--query-compute-apps=${fields}`, '--format=csv,noheader,nounits'], { env: this.env, timeoutMs: this.probeTimeoutMs });
-    if (result.ok || exitWarning(result.code) !== null) {
-      try {
-        if (!this.stopped) this.onApps!(parseComputeApps(result.stdout));
-      } catch (error) {
-        this.warnings.warn('apps sink threw', 'the compute-apps consumer threw', { err: (error as Error).message });
-      }
-    } else {
-      this.warnings.warn('compute apps', 'nvidia-smi does not list the compute processes; other processes on the GPUs are not shown', { reason: result.reason });
-    }
-    if (this.stopped) return;
-    this.appsTimer = setTimeout(() => void this.readApps(), this.appsIntervalMs);
-    this.appsTimer.unref();
   }
 
   async stop(): Promise<void> {
@@ -185,7 +153,6 @@ export class NvidiaSmiCollector implements GpuCollector {
     this.state = 'stopped';
     if (this.restartTimer) clearTimeout(this.restartTimer);
     if (this.watchdog) clearInterval(this.watchdog);
-    if (this.appsTimer) clearTimeout(this.appsTimer);
     const run = this.run;
     this.run = null;
     if (run) await terminate(run);
@@ -432,27 +399,4 @@ function firstLine(text: string): string {
 
 function clip(line: string): string {
   return line.length > 300 ? `${line.slice(0, 300)}…` : line;
-}
-
-/** Logs each distinct problem once, then at most once per quiet period, saying how often it recurred. */
-class RateLimitedWarnings {
-  private static readonly MAX_KINDS = 200;
-  private readonly seen = new Map<string, { loggedAt: number; suppressed: number }>();
-
-  constructor(
-    private readonly log: Logger,
-    private readonly quietMs: number,
-  ) {}
-
-  warn(problem: string, message: string, fields: Record<string, unknown> = {}): void {
-    const now = performance.now();
-    const previous = this.seen.get(problem);
-    if (previous && now - previous.loggedAt < this.quietMs) {
-      previous.suppressed++;
-      return;
-    }
-    if (!previous && this.seen.size >= RateLimitedWarnings.MAX_KINDS) this.seen.clear();
-    this.log.warn({ ...fields, problem, ...(previous ? { repeated: previous.suppressed } : {}) }, message);
-    this.seen.set(problem, { loggedAt: now, suppressed: 0 });
-  }
 }

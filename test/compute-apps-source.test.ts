@@ -1,0 +1,89 @@
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { computeAppsSource } from '../src/counters/compute-apps-source.js';
+import type { ComputeApp } from '../src/counters/compute-apps.js';
+import { Supervised, type PolledSource } from '../src/counters/source.js';
+import { fakeNvidiaSmiEnv } from './support/fake-gpu.js';
+import { capturedLogger } from './support/logger.js';
+import { ROOT, waitFor } from './support/sidecar.js';
+
+/** The compute-apps source under the one supervisor, against the stand-in nvidia-smi (a real process each read). */
+
+const running: Array<Supervised<unknown>> = [];
+afterEach(async () => {
+  await Promise.all(running.splice(0).map((supervised) => supervised.stop()));
+});
+
+function supervise<T>(source: PolledSource<T>, intervalMs = 100) {
+  const { log, lines } = capturedLogger();
+  const supervised = new Supervised(source, { intervalMs, log, maxBackoffMs: 400 });
+  running.push(supervised as Supervised<unknown>);
+  const readings: T[] = [];
+  supervised.start((reading) => readings.push(reading));
+  return { supervised, readings, lines };
+}
+
+describe('the compute-apps source', () => {
+  const CAPTURE = path.join(ROOT, 'test/fixtures/nvidia-smi/h100-80gb-hbm3_590.48.01_compute-apps_load.csv');
+
+  it("lists every GPU's compute processes, as the capture has them, one reading an interval", async () => {
+    const { env } = fakeNvidiaSmiEnv({ computeApps: CAPTURE });
+    const { supervised, readings } = supervise(computeAppsSource({ binary: 'nvidia-smi', env: { ...process.env, ...env } }));
+    await waitFor(() => readings.length >= 2);
+    expect(readings[0]).toEqual<ComputeApp[]>([
+      { gpuUuid: 'GPU-00000000-0000-0000-0000-000000000000', pid: 11327, name: '/root/tools/memhog', usedMiB: 2566 },
+      { gpuUuid: 'GPU-00000000-0000-0000-0000-000000000000', pid: 11328, name: '/root/tools/memhog', usedMiB: 1542 },
+      { gpuUuid: 'GPU-00000000-0000-0000-0000-000000000000', pid: 11345, name: './gpu_burn', usedMiB: 15690 },
+    ]);
+    const health = supervised.health();
+    expect(health).toMatchObject({ name: 'compute-apps', state: 'ok', lastError: null });
+    expect(health.samples).toBeGreaterThanOrEqual(2);
+    // Self-timing: every read is counted and timed.
+    expect(health.timing.reads).toBeGreaterThanOrEqual(2);
+    expect(health.timing.lastMs).toBeGreaterThan(0);
+  });
+
+  it('delivers an empty list for GPUs nobody else uses: measured, none', async () => {
+    const { env } = fakeNvidiaSmiEnv({});
+    const { readings } = supervise(computeAppsSource({ binary: 'nvidia-smi', env: { ...process.env, ...env } }));
+    await waitFor(() => readings.length >= 1);
+    expect(readings[0]).toEqual([]);
+  });
+
+  it('delivers nothing where nvidia-smi cannot run: failing with why, logged once, never an empty list', async () => {
+    const { supervised, readings, lines } = supervise(computeAppsSource({ binary: path.join(ROOT, 'no-such-nvidia-smi') }));
+    await waitFor(() => supervised.health().timing.reads >= 3);
+    expect(readings).toEqual([]);
+    expect(supervised.health()).toMatchObject({ state: 'failing', lastError: expect.stringContaining('does not list the compute processes') });
+    // The rate-limited log: one warning however many reads failed.
+    expect(lines.filter((line) => line.level === 40 && line.msg === 'compute-apps: no reading')).toHaveLength(1);
+  });
+});
+
+describe('Supervised', () => {
+  it('counts a read past its watchdog as a failure and reads again once it settles, never two at once', async () => {
+    let inFlight = 0;
+    let most = 0;
+    let calls = 0;
+    const slowThenFast: PolledSource<number> = {
+      name: 'slow',
+      async read() {
+        calls += 1;
+        inFlight += 1;
+        most = Math.max(most, inFlight);
+        await new Promise((resolve) => setTimeout(resolve, calls === 1 ? 300 : 1));
+        inFlight -= 1;
+        return calls;
+      },
+    };
+    const { log } = capturedLogger();
+    const supervised = new Supervised(slowThenFast, { intervalMs: 20, log, timeoutMs: 50, maxBackoffMs: 40 });
+    running.push(supervised as Supervised<unknown>);
+    const readings: number[] = [];
+    supervised.start((n) => readings.push(n));
+    await waitFor(() => readings.length >= 2);
+    expect(readings[0]).toBe(2); // the first read timed out: not delivered
+    expect(most).toBe(1);
+    expect(supervised.health().state).toBe('ok');
+  });
+});
