@@ -1,10 +1,10 @@
 // The real sidecar for the benchmarks (scripts/bench.mjs, scripts/accuracy.mjs): `serve` on a free
-// port, resolved once it listens.
+// port, resolved once it is ready.
 import { spawn } from 'node:child_process';
 
-/** Starts `node <cli> serve --port 0 … args`; resolves with the child and its port once it listens. */
+/** Starts `node <cli> serve --port 0 … args`; resolves with the child and its port once it is ready. */
 export async function startSidecar(cli, args, { env = process.env, detached = false } = {}) {
-  const child = spawn(process.execPath, [cli, 'serve', '--port', '0', '--log-level', 'info', ...args], { stdio: ['ignore', 'pipe', 'inherit'], env, detached });
+  const child = spawn(process.execPath, [...(process.env.SIDECAR_NODE_ARGS ?? '').split(' ').filter(Boolean), cli, 'serve', '--port', '0', '--log-level', 'info', ...args], { stdio: ['ignore', 'pipe', 'inherit'], env, detached });
   const port = await new Promise((resolve, reject) => {
     let buffered = '';
     child.stdout.setEncoding('utf8').on('data', (chunk) => {
@@ -16,5 +16,11 @@ export async function startSidecar(cli, args, { env = process.env, detached = fa
     });
     child.once('exit', (code) => reject(new Error(`the sidecar exited ${code}`)));
   });
+  // It listens early and says 503 until its journal is replayed and its sources are up.
+  for (;;) {
+    const ready = await fetch(`http://127.0.0.1:${port}/readyz`).then((response) => response.ok, () => false);
+    if (ready) break;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
   return { child, port };
 }

@@ -23,6 +23,7 @@ import { checkpointBytesFor, DEFAULT_LIMITS, type IngestLimits } from './ingest/
 import { fitToMemory } from './ingest/memory-budget.js';
 import { Recorder } from './journal/recorder.js';
 import { replayJournal, TICK_MS } from './journal/replay.js';
+import { TickSchedule, WATCHED_TICK_MS } from './engine/tick-schedule.js';
 import { Wal } from './journal/wal.js';
 import { createLogger, type Logger, type LogLevel } from './log/log.js';
 import type { StreamLimits } from './outputs/stream-viewer.js';
@@ -318,7 +319,10 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
       if (options.exitOnEnd && endedHere > 0 && engine.world.jobs.liveJobs().length === 0 && stopping === null) void stop('every job ended');
     });
   };
-  const tickTimer = setInterval(() => void recorder.record({ t: 'tick', at: Date.now() }).then(published, fail('tick')), options.tickMs ?? TICK_MS);
+  const ticks = new TickSchedule(() => void recorder.record({ t: 'tick', at: Date.now() }).then(published, fail('tick')), () => engine.changed, {
+    idleMs: options.tickMs ?? TICK_MS,
+    watchedMs: WATCHED_TICK_MS,
+  });
 
   let onRequest: Parameters<FastifyServerFactory>[0] = () => undefined;
   const app = await buildServer({
@@ -335,7 +339,7 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
     // Hooks learn in `welcome` whether to forward GPU readings, so not before the source is chosen.
     ready: () => (gpu === undefined || stopping !== null ? { ready: false, reason: stopping ? 'stopping' : 'choosing the GPU counter source' } : { ready: true, reason: null }),
     detail: () => gpuSourceDetail(gpu),
-    stream: { rateHz: options.streamRateHz, limits: options.streamLimits },
+    stream: { rateHz: options.streamRateHz, limits: options.streamLimits, onViewers: (count) => ticks.watched(count > 0) },
     serverFactory: (handler) => ((onRequest = handler), early.server),
   });
   runs.route(app);
@@ -346,7 +350,7 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
 
   const stop = (reason: string): Promise<number> => {
     stopping ??= (async () => {
-      clearInterval(tickTimer);
+      ticks.stop();
       log.info({ reason }, 'stopping');
       // The hooks go first: a step acknowledged once the summaries are being made would be in neither.
       await app.close();

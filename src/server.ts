@@ -28,7 +28,7 @@ export interface ServerOptions {
   windowMs: number;
   sources: () => SourceStatus;
   now?: () => number;
-  stream?: Pick<StreamOptions, 'rateHz' | 'limits'>;
+  stream?: Pick<StreamOptions, 'rateHz' | 'limits' | 'onViewers'>;
   /** Whether the sidecar is ready for hooks once listening (its GPU counter source chosen, its journal writing, not stopping). */
   ready?: () => { ready: boolean; reason: string | null };
   /** What works less than configured, in words, for /readyz's `detail` (not a reason to be unready). */

@@ -87,7 +87,7 @@ async function sidecarWithJob(job: string) {
 const COLOUR = /\x1b\[(?:[0-9;]*;)?(?:3[0-8]|9[0-7])(?:;[0-9;]*)?m/;
 const RANK_ROW = /^\s+0 \S+\s+\d+\s+\d+\.\d+\s+\d+\.\d+\s+[\d.]+k?\s+.*input-bound/m;
 const GPU_ROW = /^\s+0 NVIDIA A10 \(simulated\)\s+[█·]{10}\s+95% 1695\/1695 MHz 100%\s+–\s+62 °C\s+138\/150 W 92%\s+14000\/23028 MiB 61%\s+0$/m;
-const LIVE = /ws:\/\/127\.0\.0\.1:\d+ ● live 4\/s · GPU counters: sim/;
+const LIVE = /ws:\/\/127\.0\.0\.1:\d+ ● live 20\/s · GPU counters: sim/;
 const NARROW_RANK_ROW = /^\s+0\s+\d+\s+\d+\.\d+\s+\d+\.\d+\s+.*input-bound \(/m;
 
 describe.skipIf(skipWhy !== '')(`stepscope watch in a terminal${skipWhy}`, () => {

@@ -6,8 +6,7 @@ import type { SidecarState } from '../protocol/state.js';
 import { STREAM_VERSION, StreamCloseCode, type StreamHistory, type VerdictFrame } from '../protocol/stream.js';
 import { DEFAULT_STREAM_LIMITS, StreamViewer, type FrameKind, type StreamLimits } from './stream-viewer.js';
 import { encode, optedIn, RegressionEvents } from './stream-events.js';
-
-export const DEFAULT_STREAM_RATE_HZ = 4;
+import { DEFAULT_STREAM_RATE_HZ } from './stream-defaults.js';
 const SHUTDOWN_GRACE_MS = 1_000;
 
 export type Subscribe<T> = (listener: (value: T) => void) => () => void;
@@ -21,6 +20,8 @@ export interface StreamOptions {
   onSnapshot: Subscribe<EngineSnapshot>;
   rateHz?: number;
   limits?: Partial<StreamLimits>;
+  /** The number of viewers, each time it changes: the engine ticks faster while anyone watches. */
+  onViewers?: (count: number) => void;
   log: Logger;
 }
 
@@ -133,8 +134,13 @@ export function registerStream(app: FastifyInstance, options: StreamOptions): St
 
   app.get<{ Querystring: { events?: unknown } }>('/v1/stream', { websocket: true }, (socket, request) => {
     const log = options.log.child({ viewer: `${request.socket.remoteAddress}:${request.socket.remotePort}` });
-    const viewer = new StreamViewer(socket, limits, log, (gone) => (viewers.delete(gone), regressions.viewers.delete(gone)));
+    const viewer = new StreamViewer(socket, limits, log, (gone) => {
+      viewers.delete(gone);
+      regressions.viewers.delete(gone);
+      options.onViewers?.(viewers.size);
+    });
     viewers.add(viewer);
+    options.onViewers?.(viewers.size);
     const events = optedIn(request.query.events);
     if (events.has('regression')) regressions.viewers.add(viewer);
     log.debug({ viewers: viewers.size, events: [...events] }, 'viewer connected');

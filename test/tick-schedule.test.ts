@@ -1,0 +1,76 @@
+import { describe, expect, it } from 'vitest';
+import { TickSchedule, type Timers } from '../src/engine/tick-schedule.js';
+
+/** Timers on a clock the test moves: each due timer runs as the clock passes it. */
+function manualTimers() {
+  let now = 0;
+  let next = 1;
+  const pending = new Map<number, { at: number; run: () => void }>();
+  const timers: Timers = {
+    setTimeout: (run, ms) => (pending.set(next, { at: now + ms, run }), next++),
+    clearTimeout: (handle) => void pending.delete(handle as number),
+    now: () => now,
+  };
+  const advance = (ms: number) => {
+    const until = now + ms;
+    for (;;) {
+      const due = [...pending.entries()].filter(([, timer]) => timer.at <= until).sort((a, b) => a[1].at - b[1].at)[0];
+      if (!due) break;
+      pending.delete(due[0]);
+      now = due[1].at;
+      due[1].run();
+    }
+    now = until;
+  };
+  return { timers, advance };
+}
+
+function schedule() {
+  const { timers, advance } = manualTimers();
+  const ticks: number[] = [];
+  let changed = false;
+  const ticking = new TickSchedule(() => (ticks.push(timers.now()), (changed = false)), () => changed, { idleMs: 250, watchedMs: 50 }, timers);
+  return { ticking, ticks, advance, arrive: () => (changed = true) };
+}
+
+describe('the engine tick schedule', () => {
+  it('ticks every 250 ms with no viewer, whatever comes in', () => {
+    const { ticks, advance, arrive } = schedule();
+    arrive();
+    advance(1000);
+    expect(ticks).toEqual([250, 500, 750, 1000]);
+  });
+
+  it('ticks 50 ms after the last tick while watched and steps come in', () => {
+    const { ticking, ticks, advance, arrive } = schedule();
+    advance(250);
+    ticking.watched(true);
+    arrive();
+    advance(50);
+    arrive();
+    advance(100);
+    expect(ticks).toEqual([250, 300, 350]);
+  });
+
+  it('a viewer of an idle sidecar leaves the ticks at every 250 ms', () => {
+    const { ticking, ticks, advance } = schedule();
+    ticking.watched(true);
+    advance(1000);
+    expect(ticks).toEqual([250, 500, 750, 1000]);
+  });
+
+  it('goes back to 250 ms once the last viewer leaves, and stops for good', () => {
+    const { ticking, ticks, advance, arrive } = schedule();
+    ticking.watched(true);
+    arrive();
+    advance(50);
+    ticking.watched(false);
+    arrive();
+    advance(250);
+    expect(ticks).toEqual([50, 300]);
+    ticking.stop();
+    arrive();
+    advance(1000);
+    expect(ticks).toEqual([50, 300]);
+  });
+});
