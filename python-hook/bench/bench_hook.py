@@ -3,7 +3,7 @@
 1. Training-thread time per step: the loop of the README (one next() through
    scope.loader, two phases, step()) against the same loop without the hook, in the
    training thread's CPU time (time.thread_time_ns) and in wall time; median over runs.
-2. Sender-thread CPU at a paced 1,000 steps/s for a few seconds, in % of one core.
+2. Sender-thread CPU at a paced 1,000 steps/s (--rate) for a few seconds, in % of one core.
 
 Both with the hook pointed at nothing (a refused port) and, with --url, at a live sidecar.
 Prints one JSON object. Runs in about 20 s (30 s with --url).
@@ -100,7 +100,7 @@ def measure_sender_cpu(scope, seconds: float, rate: float) -> dict:
     }
 
 
-def scenario(url: str, steps: int, runs: int, seconds: float) -> dict:
+def scenario(url: str, steps: int, runs: int, seconds: float, rate: float) -> dict:
     scope = stepscope.init(url=url, job="bench")
     result = measure_overhead(scope, steps, runs)
     # The overhead loops run at ~1M steps/s: a fresh scope keeps their backlog out of the
@@ -108,7 +108,7 @@ def scenario(url: str, steps: int, runs: int, seconds: float) -> dict:
     result["overhead_records"] = scope.stats()["records"]
     result["overhead_delivered_all"] = scope.close(timeout=5.0)
     scope = stepscope.init(url=url, job="bench")
-    result.update(measure_sender_cpu(scope, seconds, 1000.0))
+    result.update(measure_sender_cpu(scope, seconds, rate))
     result["connected"] = scope.stats()["connects"] > 0
     result["delivered_all"] = scope.close(timeout=5.0)
     stats = scope.stats()
@@ -128,13 +128,14 @@ def main() -> None:
     parser.add_argument("--url", help="a live sidecar to measure against as well")
     parser.add_argument("--steps", type=int, default=50_000, help="steps per timed loop")
     parser.add_argument("--runs", type=int, default=9, help="timed loop pairs (median)")
-    parser.add_argument("--seconds", type=float, default=5.0, help="duration of the 1,000 steps/s run")
+    parser.add_argument("--seconds", type=float, default=5.0, help="duration of the paced run")
+    parser.add_argument("--rate", type=float, default=1000.0, help="steps/s of the paced run (the sender thread's CPU)")
     args = parser.parse_args()
 
     report = {"python": platform.python_version(), "hook": stepscope.__version__}
-    report["unreachable"] = scenario(refused_url(), args.steps, args.runs, args.seconds)
+    report["unreachable"] = scenario(refused_url(), args.steps, args.runs, args.seconds, args.rate)
     if args.url:
-        report["live"] = scenario(args.url, args.steps, args.runs, args.seconds)
+        report["live"] = scenario(args.url, args.steps, args.runs, args.seconds, args.rate)
     report["budget"] = {"overhead_us_per_step": BUDGET_OVERHEAD_US, "bg_cpu_pct": BUDGET_BG_CPU_PCT}
     for name in ("unreachable", "live"):
         if name in report:
