@@ -60,3 +60,12 @@ describe('msgpack on the wire, across languages', () => {
     });
   });
 });
+
+describe("the codec's msgpackr entry", () => {
+  it("decodes without msgpackr's native string extractor, slower on step frames (scripts/bench-codec.mjs)", async () => {
+    await import('../src/protocol/codec.js');
+    // Its typings lag behind the export.
+    const { isNativeAccelerationEnabled } = (await import('msgpackr/unpack')) as unknown as { isNativeAccelerationEnabled: boolean };
+    expect(isNativeAccelerationEnabled).toBe(false);
+  });
+});

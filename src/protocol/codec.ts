@@ -1,4 +1,8 @@
-import { Packr } from 'msgpackr';
+// msgpackr's plain entry (what `msgpackr/pack` resolves to under Node), not its main one, which loads
+// the native string extractor (msgpackr-extract) where installed: measured, it decodes a hook's step
+// frame 1.5x slower (32 against 21.5 us for 256 rows) and only a hello, once a connection, faster
+// (BENCHMARKS.md, issue 24 target 9), and loading it costs the start.
+import { Packr } from 'msgpackr/pack';
 
 // These options keep the bytes readable and writable by Python's msgpack and by the
 // hook's stdlib encoder: plain maps (no record extension), undefined as nil, and 64-bit
