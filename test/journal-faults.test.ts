@@ -116,11 +116,11 @@ describe('the real hook against a sidecar whose disk fills up mid-job', () => {
     try {
       const env = { STEPSCOPE_URL: `ws://127.0.0.1:${port}/v1/ingest`, STEPSCOPE_JOB: 'full-disk', RANK: '0', WORLD_SIZE: '1', LOCAL_RANK: '0' };
       const running = runPython(plain.python!, fixture('plain_loop.py'), ['--steps', '1500', '--compute-ms', '2', '--close-timeout', '30'], env, 60_000);
-      // Let some steps in, then fill the disk for a second, then free it.
+      // Let some steps in, then fill the disk until a write was refused, then free it.
       const session = () => s.engine.world.jobs.dump()[0]?.ranks[0]?.latest ?? '';
       await waitFor(() => s.engine.world.jobs.ack(session()) > 100, 20_000);
       disk.mode = 'enospc';
-      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      await waitFor(() => s.recorder.health()!.writeErrors > 0);
       const refusedWhileFull = s.recorder.health()!.writeErrors;
       disk.mode = 'ok';
       const run = await running;
