@@ -190,6 +190,9 @@ function checkExposure(options: ServeOptions, log: Logger): void {
 export async function serve(given: ServeOptions): Promise<Sidecar> {
   const log = createLogger(given.logLevel);
   checkExposure(given, log);
+  // Read while the rest starts (it waits on lscpu and two nvidia-smi runs, seconds on a big GPU node
+  // without persistence mode); journaled where it always was, below. It never rejects.
+  const inventory = readInventory({ nvidiaSmi: given.nvidiaSmi, log });
   // The jobs and ranks its container's memory holds, before anything is replayed into it.
   const options = { ...given, limits: await fitToMemory(given.limits ?? {}, log) };
   const baseline = await loadBaseline(options.baseline);
@@ -227,7 +230,7 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
   };
   await recorder.record({ t: 'start', at: Date.now(), config }).catch(() => undefined);
   // Journaled, so a replayed summary names the node the live one did.
-  await recorder.record({ t: 'node', at: Date.now(), node: await readInventory({ nvidiaSmi: options.nvidiaSmi, log }) }).catch(() => undefined);
+  await recorder.record({ t: 'node', at: Date.now(), node: await inventory }).catch(() => undefined);
   const ingest = new Ingest(engine, recorder, { gpuIntervalMs: options.gpuIntervalMs, limits: options.limits });
   ingest.deepCaptures = options.stackDumps === true;
   const dumps = options.stackDumps && options.out ? new StackDumps(options.out) : null;
