@@ -289,7 +289,7 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
   const filler = gpu.source === 'dcgm' ? await startFiller(options, log, recorder) : null;
   // The GPUs' compute processes, wherever nvidia-smi runs (the source or the filler), every 5 s.
   const apps = gpu.source === 'nvidia-smi' || filler ? new Supervised(computeAppsSource({ binary: options.nvidiaSmi }), { intervalMs: APPS_INTERVAL_MS, log }) : null;
-  apps?.start(onApps);
+  void apps?.start(onApps);
   ingest.wants.nvml = engine.world.hookGpu || (gpu.source === 'dcgm' && filler === null);
 
   const host = new HostCollector({ intervalMs: options.hostIntervalMs, procRoot: options.procRoot, log });

@@ -19,7 +19,7 @@ function supervise<T>(source: PolledSource<T>, intervalMs = 100) {
   const supervised = new Supervised(source, { intervalMs, log, maxBackoffMs: 400 });
   running.push(supervised as Supervised<unknown>);
   const readings: T[] = [];
-  supervised.start((reading) => readings.push(reading));
+  void supervised.start((reading) => readings.push(reading));
   return { supervised, readings, lines };
 }
 
@@ -39,8 +39,8 @@ describe('the compute-apps source', () => {
     expect(health).toMatchObject({ name: 'compute-apps', state: 'ok', lastError: null });
     expect(health.samples).toBeGreaterThanOrEqual(2);
     // Self-timing: every read is counted and timed.
-    expect(health.timing.reads).toBeGreaterThanOrEqual(2);
-    expect(health.timing.lastMs).toBeGreaterThan(0);
+    expect(supervised.timing().reads).toBeGreaterThanOrEqual(2);
+    expect(supervised.timing().lastMs).toBeGreaterThan(0);
   });
 
   it('delivers an empty list for GPUs nobody else uses: measured, none', async () => {
@@ -52,7 +52,7 @@ describe('the compute-apps source', () => {
 
   it('delivers nothing where nvidia-smi cannot run: failing with why, logged once, never an empty list', async () => {
     const { supervised, readings, lines } = supervise(computeAppsSource({ binary: path.join(ROOT, 'no-such-nvidia-smi') }));
-    await waitFor(() => supervised.health().timing.reads >= 3);
+    await waitFor(() => supervised.timing().reads >= 3);
     expect(readings).toEqual([]);
     expect(supervised.health()).toMatchObject({ state: 'failing', lastError: expect.stringContaining('does not list the compute processes') });
     // The rate-limited log: one warning however many reads failed.
@@ -80,7 +80,7 @@ describe('Supervised', () => {
     const supervised = new Supervised(slowThenFast, { intervalMs: 20, log, timeoutMs: 50, maxBackoffMs: 40 });
     running.push(supervised as Supervised<unknown>);
     const readings: number[] = [];
-    supervised.start((n) => readings.push(n));
+    void supervised.start((n) => readings.push(n));
     await waitFor(() => readings.length >= 2);
     expect(readings[0]).toBe(2); // the first read timed out: not delivered
     expect(most).toBe(1);

@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs';
 import { access, readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { Poller } from './poller.js';
+import { Supervised } from './source.js';
 import type { Logger } from '../log/log.js';
 import {
   chooseInterfaces,
@@ -32,7 +32,6 @@ import {
   type PressureFile,
   type ProcStat,
 } from './host-parse.js';
-import { HealthTracker } from './health.js';
 import { identity, parsePidStat, topProcesses, visibilityOf, type PidStat, type ProcessVisibility, type TopProcess } from './proc-pid.js';
 import type { CollectorHealth } from './types.js';
 
@@ -158,18 +157,19 @@ export class HostCollector {
   private readonly deviceCache = new Map<string, boolean>();
   private readonly now: () => number;
   private readonly log: Logger;
-  private readonly status = new HealthTracker('host');
   private reportedUnreadable = '';
   private previous: Reading | null = null;
   private sink: HostSink | null = null;
-  private readonly poller: Poller;
+  /** The one supervisor times each reading, backs off while /proc cannot be read, and keeps health. */
+  private readonly supervised: Supervised<HostSample>;
 
   constructor(options: HostCollectorOptions) {
-    this.poller = new Poller(options.intervalMs ?? 1000, () => this.tick());
     this.procRoot = options.procRoot ?? '/proc';
     this.sysRoot = options.sysRoot !== undefined ? options.sysRoot : path.basename(this.procRoot) === 'proc' ? path.join(path.dirname(this.procRoot), 'sys') : null;
     this.now = options.now ?? Date.now;
     this.log = options.log.child({ collector: this.name });
+    const intervalMs = options.intervalMs ?? 1000;
+    this.supervised = new Supervised({ name: this.name, read: () => this.sample() }, { intervalMs, log: this.log, maxBackoffMs: 8 * intervalMs, now: this.now });
   }
 
   /**
@@ -179,22 +179,27 @@ export class HostCollector {
   async start(sink: HostSink): Promise<void> {
     if (this.sink) throw new Error('host collector already started');
     this.sink = sink;
-    this.take(await this.read());
-    this.poller.start();
+    await this.supervised.start(sink);
   }
 
   async stop(): Promise<void> {
-    this.status.stop();
-    await this.poller.stop();
+    await this.supervised.stop();
   }
 
   health(): CollectorHealth {
-    return this.status.snapshot();
+    return this.supervised.health();
   }
 
-  private async tick(): Promise<void> {
+  /** One sample: its rates over the time since the previous reading; throws where no host file can be read. */
+  private async sample(): Promise<HostSample> {
     const reading = await this.read();
-    if (!this.status.stopped) this.take(reading);
+    this.reportUnreadable(reading.unreadable);
+    if (reading.unreadable.length === PROC_FILES.length) {
+      throw new Error(`cannot read ${reading.unreadable.map((file) => path.join(this.procRoot, file)).join(', ')}`);
+    }
+    const sample = toHostSample(this.previous, reading);
+    this.previous = reading;
+    return sample;
   }
 
   private async read(): Promise<Reading> {
@@ -272,28 +277,6 @@ export class HostCollector {
     );
     const known = seen.filter((entry): entry is readonly [string, boolean] => entry[1] !== null);
     return known.length > 0 ? new Map(known) : null;
-  }
-
-  private take(reading: Reading): void {
-    if (reading.unreadable.length === PROC_FILES.length) this.fail(reading);
-    else this.emit(reading);
-  }
-
-  private emit(reading: Reading): void {
-    this.reportUnreadable(reading.unreadable);
-    const sample = toHostSample(this.previous, reading);
-    this.previous = reading;
-    this.status.delivered(1, sample.at);
-    try {
-      this.sink!(sample);
-    } catch (error) {
-      this.log.error({ err: (error as Error).message }, 'host sample sink failed');
-    }
-  }
-
-  private fail(reading: Reading): void {
-    this.status.failing(`cannot read ${reading.unreadable.map((file) => path.join(this.procRoot, file)).join(', ')}`);
-    this.reportUnreadable(reading.unreadable);
   }
 
   /** Once per change: a sandbox may hide some of /proc for good. */

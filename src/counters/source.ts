@@ -41,7 +41,7 @@ export class Supervised<T> {
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<void> | null = null;
   private failures = 0;
-  private readonly timing: SourceTiming = { reads: 0, lastMs: null, totalMs: 0 };
+  private readonly timings: SourceTiming = { reads: 0, lastMs: null, totalMs: 0 };
 
   constructor(
     private readonly source: PolledSource<T>,
@@ -53,9 +53,10 @@ export class Supervised<T> {
     this.now = options.now ?? Date.now;
   }
 
-  /** The first read at once, then one an interval. */
-  start(sink: (reading: T) => void): void {
-    this.schedule(0, sink);
+  /** The first read at once (resolved once it has settled, delivered or failed), then one an interval. */
+  async start(sink: (reading: T) => void): Promise<void> {
+    this.running = this.tick(sink);
+    await this.running;
   }
 
   async stop(): Promise<void> {
@@ -65,8 +66,13 @@ export class Supervised<T> {
     await this.running;
   }
 
-  health(): CollectorHealth & { timing: SourceTiming } {
-    return { ...this.status.snapshot(), timing: { ...this.timing } };
+  health(): CollectorHealth {
+    return this.status.snapshot();
+  }
+
+  /** What its reads have cost so far. */
+  timing(): SourceTiming {
+    return { ...this.timings };
   }
 
   private schedule(delayMs: number, sink: (reading: T) => void): void {
@@ -103,9 +109,9 @@ export class Supervised<T> {
     } finally {
       if (watchdog) clearTimeout(watchdog);
       const ms = performance.now() - started;
-      this.timing.reads += 1;
-      this.timing.lastMs = ms;
-      this.timing.totalMs += ms;
+      this.timings.reads += 1;
+      this.timings.lastMs = ms;
+      this.timings.totalMs += ms;
     }
     const interval = this.options.intervalMs;
     const delay = this.failures === 0 ? Math.max(0, interval - (performance.now() - started)) : Math.min(interval * 2 ** this.failures, this.options.maxBackoffMs ?? 60_000);
