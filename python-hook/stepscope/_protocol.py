@@ -208,23 +208,8 @@ def encode_record(record: tuple, origin: int, comm_times: tuple) -> bytes:
     else:
         gpu_h2d_ns, gpu_compute_ns, gpu_idle_ns = gpu.h2d_ns, gpu.compute_ns, gpu.idle_ns
     comm_ns, comm_wait_ns, comm_bytes = comm_times
-    return encode_row(
-        seq,
-        seq - 1,
-        end_ns,
-        dur_ns,
-        data_ns,
-        h2d_ns,
-        compute_ns,
-        samples,
-        gpu_h2d_ns,
-        gpu_compute_ns,
-        gpu_idle_ns,
-        comm_ns,
-        comm_wait_ns,
-        comm_bytes,
-        eval_ns,
-    )
+    gpu_and_comm = (gpu_h2d_ns, gpu_compute_ns, gpu_idle_ns, comm_ns, comm_wait_ns, comm_bytes)
+    return encode_row(seq, seq - 1, end_ns, dur_ns, data_ns, h2d_ns, compute_ns, samples, *gpu_and_comm, eval_ns)
 
 
 def encode_row(
