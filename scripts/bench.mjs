@@ -25,7 +25,8 @@ function cpuSeconds(pid) {
   return ticks / 100;
 }
 
-const startSidecar = (args = ['--gpu-source', 'none'], env = process.env) => startSidecarOf(path.join(root, 'dist/cli.js'), args, { env });
+// BENCH_CLI: another build's cli.js (a clone of main's dist), for a baseline in the same run.
+const startSidecar = (args = ['--gpu-source', 'none'], env = process.env) => startSidecarOf(path.resolve(process.env.BENCH_CLI ?? path.join(root, 'dist/cli.js')), args, { env });
 
 function python() {
   for (const candidate of [process.env.STEPSCOPE_PYTHON, 'python3', '/usr/bin/python3']) {
