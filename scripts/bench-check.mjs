@@ -13,13 +13,10 @@
 //   ingest.* the sidecar's CPU per step record through one websocket, without the journal
 //   hook.*   the Python hook's CPU per step over a bare loop's, interleaved (python-hook/bench/bench_hook.py)
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import WebSocket from 'ws';
-import { decode, encode } from '../dist/protocol/codec.js';
-import { STEP_FIELDS } from '../dist/protocol/messages.js';
+import { fakeNvidiaSmi, ingestRounds } from './bench-ingest.mjs';
 import { measureStart } from './bench-start.mjs';
 import { cpuSeconds, judge, median, readJson, writeResults } from './bench-results.mjs';
 import { startSidecar as startSidecarOf } from './sidecar.mjs';
@@ -43,15 +40,6 @@ async function start() {
     figures[`start.${key}_ratio_to_bare_node`] = entry.ratio_to_bare_node;
   }
   return figures;
-}
-
-/** PATH and scenario for the stand-in nvidia-smi playing `gpus` busy GPUs (test/support/fake-nvidia-smi.mjs). */
-function fakeNvidiaSmi(gpus) {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'stepscope-bench-check-'));
-  mkdirSync(path.join(dir, 'bin'));
-  symlinkSync(path.join(root, 'test/support/fake-nvidia-smi.mjs'), path.join(dir, 'bin', 'nvidia-smi'));
-  writeFileSync(path.join(dir, 'scenario.json'), JSON.stringify({ gpus }));
-  return { ...process.env, PATH: `${path.join(dir, 'bin')}:${process.env.PATH}`, FAKE_NVIDIA_SMI_SCENARIO: path.join(dir, 'scenario.json') };
 }
 
 async function idle() {
@@ -87,29 +75,10 @@ async function ingest() {
   const { child, port } = await startSidecar(['--gpu-source', 'none', '--max-jobs', '16']);
   const frames = 200;
   const rowsPerFrame = 256;
-  const perRecord = [];
+  let perRecord;
   try {
-    for (let round = 0; round < (quick ? 3 : 5); round++) {
-      const socket = new WebSocket(`ws://127.0.0.1:${port}/v1/ingest`);
-      await new Promise((resolve, reject) => (socket.once('open', resolve), socket.once('error', reject)));
-      const total = frames * rowsPerFrame;
-      const done = new Promise((resolve) => socket.on('message', (data) => decode(data).ack === total && resolve()));
-      socket.send(encode({ v: 1, type: 'hello', job: `check-${round}`, rank: 0, local_rank: 0, world_size: 1, session: `check-${round}`, pid: 1, host: 'bench', clock: { wall_ns: 0, mono_ns: 0 }, env: {} }));
-      const payloads = [];
-      for (let f = 0; f < frames; f++) {
-        const rows = [];
-        for (let r = 0; r < rowsPerFrame; r++) {
-          const seq = f * rowsPerFrame + r + 1;
-          rows.push([seq, seq - 1, seq * 1_000_000, 1_000_000, 200_000, 100_000, 600_000, 32, null, null, null]);
-        }
-        payloads.push(encode({ v: 1, type: 'steps', fields: [...STEP_FIELDS], rows, dropped: 0 }));
-      }
-      const cpu0 = cpuSeconds(child.pid);
-      for (const payload of payloads) socket.send(payload);
-      await done;
-      perRecord.push(((cpuSeconds(child.pid) - cpu0) / total) * 1e6);
-      socket.close();
-    }
+    const rounds = await ingestRounds(port, child.pid, { frames, rowsPerFrame, rounds: quick ? 3 : 5, job: 'check' });
+    perRecord = rounds.map((r) => (r.cpu_seconds / r.records) * 1e6);
   } finally {
     await stop(child);
   }

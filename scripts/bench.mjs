@@ -1,29 +1,16 @@
 // npm run bench: the figures behind BENCHMARKS.md. Medians over repeated runs; ratios against a
 // baseline measured in the same run, because these machines are noisy.
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import WebSocket from 'ws';
-import { decode, encode } from '../dist/protocol/codec.js';
-import { STEP_FIELDS } from '../dist/protocol/messages.js';
+import { fakeNvidiaSmi, ingestRounds } from './bench-ingest.mjs';
+import { cpuSeconds, median } from './bench-results.mjs';
 import { startSidecar as startSidecarOf } from './sidecar.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const only = process.argv[2];
-
-function median(values) {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
-}
-
-function cpuSeconds(pid) {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-  const ticks = Number(fields[11]) + Number(fields[12]);
-  return ticks / 100;
-}
 
 // BENCH_CLI: another build's cli.js (a clone of main's dist), for a baseline in the same run.
 const startSidecar = (args = ['--gpu-source', 'none'], env = process.env) => startSidecarOf(path.resolve(process.env.BENCH_CLI ?? path.join(root, 'dist/cli.js')), args, { env });
@@ -50,52 +37,13 @@ function whereBench() {
 }
 
 async function ingestThroughput(port, pid, { frames = 400, rowsPerFrame = 256, rounds = 5 } = {}) {
-  const results = [];
-  for (let round = 0; round < rounds; round++) {
-    const socket = new WebSocket(`ws://127.0.0.1:${port}/v1/ingest`);
-    await new Promise((resolve, reject) => (socket.once('open', resolve), socket.once('error', reject)));
-    const total = frames * rowsPerFrame;
-    const done = new Promise((resolve) =>
-      socket.on('message', (data) => {
-        const message = decode(data);
-        if (message.type === 'ack' && message.ack === total) resolve();
-      }),
-    );
-    socket.send(encode({ v: 1, type: 'hello', job: `bench-${round}`, rank: 0, local_rank: 0, world_size: 1, session: `bench-${round}`, pid: 1, host: 'bench', clock: { wall_ns: 0, mono_ns: 0 }, env: {} }));
-    const payloads = [];
-    for (let f = 0; f < frames; f++) {
-      const rows = [];
-      for (let r = 0; r < rowsPerFrame; r++) {
-        const seq = f * rowsPerFrame + r + 1;
-        rows.push([seq, seq - 1, seq * 1_000_000, 1_000_000, 200_000, 100_000, 600_000, 32, null, null, null]);
-      }
-      payloads.push(encode({ v: 1, type: 'steps', fields: [...STEP_FIELDS], rows, dropped: 0 }));
-    }
-    const child = pid;
-    const cpu0 = cpuSeconds(child);
-    const t0 = process.hrtime.bigint();
-    for (const payload of payloads) socket.send(payload);
-    await done;
-    const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
-    const cpu = cpuSeconds(child) - cpu0;
-    results.push({ records_per_s: total / seconds, sidecar_cpu_us_per_record: (cpu / total) * 1e6 });
-    socket.close();
-  }
+  const results = (await ingestRounds(port, pid, { frames, rowsPerFrame, rounds })).map((r) => ({ records_per_s: r.records / r.seconds, sidecar_cpu_us_per_record: (r.cpu_seconds / r.records) * 1e6 }));
   return {
     records_per_round: frames * rowsPerFrame,
     rounds,
     median_records_per_s: Math.round(median(results.map((r) => r.records_per_s))),
     median_sidecar_cpu_us_per_record: Number(median(results.map((r) => r.sidecar_cpu_us_per_record)).toFixed(2)),
   };
-}
-
-/** A directory with the stand-in nvidia-smi on PATH playing `gpus` busy GPUs. */
-function fakeNvidiaSmi(gpus) {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'stepscope-bench-'));
-  mkdirSync(path.join(dir, 'bin'));
-  symlinkSync(path.join(root, 'test/support/fake-nvidia-smi.mjs'), path.join(dir, 'bin', 'nvidia-smi'));
-  writeFileSync(path.join(dir, 'scenario.json'), JSON.stringify({ gpus }));
-  return { ...process.env, PATH: `${path.join(dir, 'bin')}:${process.env.PATH}`, FAKE_NVIDIA_SMI_SCENARIO: path.join(dir, 'scenario.json') };
 }
 
 /** Sidecar CPU per second of wall time, idle (no hooks), with and without a GPU source. */
