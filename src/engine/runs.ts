@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { compareTo, medianReference, msPerSample, referenceOf, type Reference } from '../analysis/compare.js';
 import type { Comparison } from '../protocol/state.js';
+import type { ReferenceEntry } from './entries.js';
 import type { Regression, Summary } from '../protocol/summary.js';
 
 /**
@@ -25,14 +26,8 @@ export interface RunsConfig {
   holdMs: number;
 }
 
-/** What the journal's `reference` entry holds: what the job's runs from now on are compared with. */
-export interface RunReferences {
-  job: string;
-  /** --baseline: every run is compared with it rather than with its past runs. */
-  pinned: Summary | null;
-  /** The job's past runs that ended with steps, oldest first (the newest REFERENCE_RUNS of each fingerprint). */
-  past: Summary[];
-}
+/** What the journal's `reference` entry holds: what the job's runs from now on are compared with (the entry's schema is its type). */
+export type RunReferences = Pick<ReferenceEntry, 'job' | 'pinned' | 'past'>;
 
 export interface Fingerprint {
   key: string;
