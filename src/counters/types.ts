@@ -7,16 +7,11 @@
 export { emptyGpuSample, THROTTLE_REASON_NAMES, ThrottleReason, throttleReasonNames, type GpuSample, type PowerReading, type ThrottleReasonName } from '../model/gpu.js';
 import type { GpuSample } from '../model/gpu.js';
 
-export type CollectorState = 'starting' | 'ok' | 'failing' | 'stopped';
+import type { CollectorHealth } from '../protocol/state.js';
 
-export interface CollectorHealth {
-  name: string;
-  state: CollectorState;
-  samples: number;
-  lastSampleAt: number | null;
-  lastError: string | null;
-  restarts: number;
-}
+/** How a source fares: the schema /v1/state serves it by is its type. */
+export type { CollectorHealth };
+export type CollectorState = CollectorHealth['state'];
 
 export type GpuSink = (samples: GpuSample[]) => void;
 
