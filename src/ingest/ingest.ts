@@ -10,21 +10,8 @@ import { plausibleAt } from '../model/clock.js';
 import { EnvTooLargeError } from '../store/job-store.js';
 import type { Recorder } from '../journal/recorder.js';
 import { captureOf, type ProcReading, type StackFrame } from '../protocol/capture.js';
+import type { IngestStats } from '../protocol/state.js';
 import { DEFAULT_LIMITS, type IngestLimits } from './limits.js';
-
-export interface IngestStats {
-  connections: number;
-  connectionsTotal: number;
-  frames: number;
-  records: number;
-  duplicates: number;
-  /** Connections closed for a bad frame or a limit, by close code. */
-  rejected: Record<string, number>;
-  /** Connections closed for a limit, by limit. */
-  limited: Record<string, number>;
-  /** Records and samples left out, acknowledged, for times no clock of the rank could give (by kind). */
-  implausible: Record<string, number>;
-}
 
 export interface HelloResult {
   ack: number;

@@ -4,7 +4,7 @@ import type { KnownGpu } from '../counters/counter-store.js';
 import type { HostSample } from '../counters/host.js';
 import type { GpuSample } from '../counters/types.js';
 import type { EngineSnapshot, RankTotals, VerdictState } from '../engine/snapshot.js';
-import type { IngestStats } from '../ingest/ingest.js';
+import type { IngestStats } from '../protocol/state.js';
 import type { SourceStatus } from '../counters/status.js';
 import type { JournalHealth } from '../journal/health.js';
 import type { DurationCounts } from '../store/duration-counts.js';

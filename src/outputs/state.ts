@@ -1,9 +1,8 @@
 import { coresPerGpu } from '../counters/inventory-parse.js';
 import type { SourceStatus } from '../counters/status.js';
 import { gpuSummary, hostSummary, type EngineSnapshot } from '../engine/snapshot.js';
-import type { IngestStats } from '../ingest/ingest.js';
 import type { JournalHealth } from '../journal/health.js';
-import { STATE_SCHEMA, type SidecarState } from '../protocol/state.js';
+import { STATE_SCHEMA, type IngestStats, type SidecarState } from '../protocol/state.js';
 
 export type { JobState, RankState, VerdictState } from '../engine/snapshot.js';
 

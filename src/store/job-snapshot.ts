@@ -1,17 +1,11 @@
 import { round } from '../model/round.js';
 import type { Env } from '../protocol/messages.js';
+import type { Breakdown } from '../protocol/state.js';
 import type { EndReason, Job, Rank } from './job-records.js';
 import { percentile } from './ring.js';
 import type { StepSums } from './step-buckets.js';
 
 /** The JSON views of jobs and ranks that /v1/state, the summary and the viewer read. */
-
-export interface Breakdown {
-  data: number;
-  h2d: number;
-  compute: number;
-  other: number;
-}
 
 export interface RankSnapshot {
   rank: number;

@@ -16,7 +16,7 @@ import { Ring } from './ring.js';
 import { addStep, emptySums, StepBuckets, type StepSums } from './step-buckets.js';
 
 export type { EndReason, TimedStep } from './job-records.js';
-export { breakdownOf, roundBreakdown, type Breakdown, type JobSnapshot, type RankSnapshot } from './job-snapshot.js';
+export { breakdownOf, roundBreakdown, type JobSnapshot, type RankSnapshot } from './job-snapshot.js';
 
 /** Whether a rank's process is there and heard from: what tells a stalled rank from a gone one (its latest session's fields, and the rank's). */
 export type RankLiveness = Pick<Session, 'pid' | 'host' | 'heardAt' | 'heartbeatMs' | 'captures' | 'procStart' | 'disconnectedAt' | 'disconnectReason'> & {
