@@ -1,4 +1,6 @@
+import { Type, type Static } from '@sinclair/typebox';
 import { round } from './round.js';
+import { Names } from './schema.js';
 
 /**
  * The rank that holds a synchronous job back, found from the ranks' windows. Pure. Used by the
@@ -8,13 +10,16 @@ import { round } from './round.js';
 export const STRAGGLER_REASONS = ['data', 'transfer', 'gpu-clocks', 'host'] as const;
 export type StragglerReason = (typeof STRAGGLER_REASONS)[number];
 
-export interface Straggler {
-  rank: number;
-  reason: StragglerReason;
-  /** ms per step this rank spends on its own delays beyond the other ranks' median. */
-  excess_ms: number;
-  text: string;
-}
+export const StragglerSchema = Type.Object(
+  {
+    rank: Type.Integer({ minimum: 0, description: 'the rank that holds the others back' }),
+    reason: Names(STRAGGLER_REASONS, { description: 'its own delay that the other ranks lack' }),
+    excess_ms: Type.Number({ description: 'ms per step it spends on its own delays beyond the other ranks\' median' }),
+    text: Type.String({ description: 'the finding, in words' }),
+  },
+  { description: 'the rank that holds a synchronous job back' },
+);
+export type Straggler = Static<typeof StragglerSchema>;
 
 /** What the finder reads of a rank's window (a RankWindow of the analysis, or of the state). */
 export interface StragglerWindow {

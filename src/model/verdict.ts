@@ -1,3 +1,6 @@
+import { Type, type Static } from '@sinclair/typebox';
+import { OptionalKeys } from './schema.js';
+
 /**
  * The verdicts and their causes by name: what the rules decide (src/analysis/verdict.ts), what the
  * state and the stream carry (src/protocol/) and what the viewer shows. Names only; the rules and
@@ -76,12 +79,19 @@ export const LIMITER_OF: Readonly<Partial<Record<Verdict, Limiter>>> = {
 export const LEVELS = ['moderate', 'high'] as const;
 export type Level = (typeof LEVELS)[number];
 
-export interface Evidence {
-  /** The rule that decided, in words, with its numbers. */
-  rule: string;
-  /** Shares of step time lost to each limiter (0..1). */
-  lost: Partial<Record<Limiter, number>>;
-  /** The lower bounds of those shares over the window (0..1), which the rules weighed; absent in judgements before them. */
-  lost_low?: Partial<Record<Limiter, number>>;
-  figures: Record<string, number | string | null>;
-}
+export const EvidenceSchema = Type.Object(
+  {
+    rule: Type.String({ description: 'the rule that decided, in words, with its numbers' }),
+    lost: OptionalKeys(LIMITERS, Type.Number(), { description: 'shares of step time (0..1) lost to each limiter' }),
+    lost_low: Type.Optional(
+      OptionalKeys(LIMITERS, Type.Number(), {
+        description: "the lower bound of each share over the window's slices of time (0..1), which the rules weigh (docs/verdicts.md); absent in summaries written before it",
+      }),
+    ),
+    figures: Type.Record(Type.String(), Type.Union([Type.Number(), Type.String(), Type.Null()]), {
+      description: 'the figures the rules read (window_s, steps, data_share, gpu_util_mean, ...); null where not measured',
+    }),
+  },
+  { description: 'why the verdict' },
+);
+export type Evidence = Static<typeof EvidenceSchema>;

@@ -1,23 +1,11 @@
-import { Type, type SchemaOptions, type TLiteral, type TObject, type TOptionalWithFlag, type TSchema, type TUnion } from '@sinclair/typebox';
+import { Type, type SchemaOptions, type TObject, type TSchema } from '@sinclair/typebox';
+
+export { Names, OptionalKeys } from '../model/schema.js';
 
 /** Building blocks of the state's and the stream's schemas (TypeBox, so each is JSON Schema and a type). */
 
 /** `schema` or null; the description goes on the whole. */
 export const Nullable = <T extends TSchema>(schema: T, options: SchemaOptions = {}) => Type.Union([schema, Type.Null()], options);
-
-/** One of the given names. */
-export function Names<const T extends readonly string[]>(names: T, options: SchemaOptions = {}): TUnion<Array<TLiteral<T[number]>>> {
-  return Type.Union(
-    names.map((name: T[number]) => Type.Literal(name)),
-    options,
-  );
-}
-
-/** An object with an optional property per name, each of `value`'s schema. */
-export function OptionalKeys<const K extends readonly string[], T extends TSchema>(keys: K, value: T, options: SchemaOptions = {}) {
-  const properties = Object.fromEntries(keys.map((key) => [key, Type.Optional(value)])) as { [P in K[number]]: TOptionalWithFlag<T, true> };
-  return Type.Object(properties, options);
-}
 
 /** An object with a property per name, each of `value`'s schema. */
 export function Keys<const K extends readonly string[], T extends TSchema>(keys: K, value: T, options: SchemaOptions = {}): TObject<{ [P in K[number]]: T }> {

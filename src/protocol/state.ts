@@ -2,8 +2,8 @@ import { Type, type Static } from '@sinclair/typebox';
 import { THROTTLE_REASON_NAMES } from '../model/gpu.js';
 import { PEAK_DTYPES } from '../model/gpu-peaks.js';
 import { CaptureRecordSchema } from './profile.js';
-import { STRAGGLER_REASONS } from '../model/straggler.js';
-import { CAUSES, LEVELS, LIMITERS, VERDICTS } from '../model/verdict.js';
+import { StragglerSchema, type Straggler } from '../model/straggler.js';
+import { CAUSES, EvidenceSchema, LEVELS, LIMITERS, VERDICTS, type Evidence } from '../model/verdict.js';
 import { Bool, Count, CountsBy, Keys, Names, Nullable, Num, NumOrNull, OptionalKeys, Str, StrOrNull, Time } from './schema.js';
 import { JobStopStateSchema, RankStallStateSchema } from './stall-state.js';
 
@@ -19,6 +19,9 @@ import { JobStopStateSchema, RankStallStateSchema } from './stall-state.js';
  * Objects may gain fields within a version: readers ignore the fields they do not know. A change that
  * removes, renames or retypes a field is a new version (STATE_VERSION, and the stream's STREAM_VERSION).
  */
+
+/** The model's shapes that the state carries, written once there as schemas. */
+export { EvidenceSchema, StragglerSchema, type Evidence, type Straggler };
 
 export const STATE_VERSION = 1;
 export const STATE_SCHEMA = `stepscope.state/v${STATE_VERSION}` as const;
@@ -360,22 +363,6 @@ export const RecommendationSchema = Type.Object(
   { description: 'what to do about a verdict' },
 );
 
-export const EvidenceSchema = Type.Object(
-  {
-    rule: Str('the rule that decided, in words, with its numbers'),
-    lost: OptionalKeys(LIMITERS, Type.Number(), { description: 'shares of step time (0..1) lost to each limiter' }),
-    lost_low: Type.Optional(
-      OptionalKeys(LIMITERS, Type.Number(), {
-        description: "the lower bound of each share over the window's slices of time (0..1), which the rules weigh (docs/verdicts.md); absent in summaries written before it",
-      }),
-    ),
-    figures: Type.Record(Type.String(), Type.Union([Type.Number(), Type.String(), Type.Null()]), {
-      description: 'the figures the rules read (window_s, steps, data_share, gpu_util_mean, ...); null where not measured',
-    }),
-  },
-  { description: 'why the verdict' },
-);
-
 export const LimiterCostSchema = Type.Object(
   {
     limiter: Names(LIMITERS, { description: 'input (starvation), transfer (copies), host (outside the phases), communication (waiting in collectives), throttle (low clocks)' }),
@@ -446,16 +433,6 @@ export const VerdictStateSchema = Type.Object(
     ),
   },
   { description: 'a verdict in force' },
-);
-
-export const StragglerSchema = Type.Object(
-  {
-    rank: Count('the rank that holds the others back'),
-    reason: Names(STRAGGLER_REASONS, { description: 'its own delay that the other ranks lack' }),
-    excess_ms: Num('ms per step it spends on its own delays beyond the other ranks\' median'),
-    text: Str('the finding, in words'),
-  },
-  { description: 'the rank that holds a synchronous job back' },
 );
 
 export const TimelineSegmentSchema = Type.Object(
@@ -665,7 +642,6 @@ export type HostWindow = Static<typeof HostWindowSchema>;
 export type ProcessWindow = Static<typeof ProcessWindowSchema>;
 export type RankWindow = Static<typeof RankWindowSchema>;
 export type Recommendation = Static<typeof RecommendationSchema>;
-export type Evidence = Static<typeof EvidenceSchema>;
 export type VerdictState = Static<typeof VerdictStateSchema>;
 export type LimiterCost = Static<typeof LimiterCostSchema>;
 export type FixEstimate = Static<typeof FixEstimateSchema>;
@@ -676,7 +652,6 @@ export type CommWindow = Static<typeof CommWindowSchema>;
 export type MemoryWindow = Static<typeof MemoryWindowSchema>;
 /** The node as the state and a summary report it: its inventory with the cores per GPU. */
 export type NodeSummary = Static<typeof NodeSummarySchema>;
-export type Straggler = Static<typeof StragglerSchema>;
 export type TimelineSegment = Static<typeof TimelineSegmentSchema>;
 export type Comparison = Static<typeof ComparisonSchema>;
 export type RankState = Static<typeof RankStateSchema>;
