@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { CounterStore, gpuKey } from '../src/counters/counter-store.js';
+import type { HostSample } from '../src/counters/host.js';
 import { signalsOf, throttleUnchecked } from '../src/counters/coverage.js';
 import { addSample, emptyAggregate } from '../src/counters/gpu-aggregate.js';
 import { emptyGpuSample, type GpuSample } from '../src/counters/types.js';
@@ -14,7 +15,7 @@ const dcgm = (name: string) => parseDcgmMetrics(readFileSync(path.join(ROOT, 'te
 
 describe('CounterStore GPU sums', () => {
   it('sums a day-long job in bounded memory: 10 s slices for the last hour, 5 min slices before', () => {
-    const store = new CounterStore();
+    const store = new CounterStore<HostSample>();
     // 30 hours at one sample every 5 s: busy 90% for the first 29 hours, 30% in the last one.
     for (let t = 0; t < 30 * 3600_000; t += 5_000) store.addGpuSamples([sample(T0 + t, t < 29 * 3600_000 ? 90 : 30)]);
     const dump = store.dump();
@@ -42,15 +43,12 @@ describe('CounterStore GPU keys', () => {
     expect(gpuKey(emptyGpuSample(T0, 2))).toBe('index:2');
   });
 
-  it('keys samples journaled before the MIG fields existed as before, and loads a checkpoint of then', () => {
+  // A checkpoint of before them is refused whole by its schema (test/checkpoint.test.ts), not patched here.
+  it('keys samples journaled before the MIG fields existed as before', () => {
     const { parentUuid: _p, gpuInstanceId: _g, computeInstanceId: _c, migProfile: _m, ...old } = sample(T0, 50);
     const store = new CounterStore();
     store.addGpuSamples([old as GpuSample]);
     expect(store.knownGpus()).toMatchObject([{ key: 'GPU-0', parentUuid: null, gpuInstanceId: null }]);
-    const dump = JSON.parse(JSON.stringify(store.dump()));
-    delete dump.gpus[0].known.parentUuid;
-    delete dump.gpus[0].known.gpuInstanceId;
-    expect(CounterStore.load(dump).knownGpus()).toMatchObject([{ key: 'GPU-0', parentUuid: null, gpuInstanceId: null }]);
   });
 });
 

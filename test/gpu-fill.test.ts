@@ -3,6 +3,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { rankWindow } from '../src/analysis/window.js';
 import { CounterStore, FILL_STALE_MS, gpuKey } from '../src/counters/counter-store.js';
+import type { HostSample } from '../src/counters/host.js';
 import { filledText } from '../src/counters/coverage.js';
 import { describeAggregate } from '../src/counters/gpu-aggregate.js';
 import { emptyGpuSample, ThrottleReason, type GpuSample } from '../src/counters/types.js';
@@ -75,7 +76,7 @@ describe('throttle signals the DCGM exporter lacks, filled from a second source'
   });
 
   it('survive a checkpoint: the fillers are part of the dump', () => {
-    const store = new CounterStore();
+    const store = new CounterStore<HostSample>();
     store.addFillSamples([capped(T4, 1_000)], 'nvidia-smi');
     const loaded = CounterStore.load(JSON.parse(JSON.stringify(store.dump())));
     loaded.addGpuSamples(dcgm('3.x-default-counters.txt', 2_000));

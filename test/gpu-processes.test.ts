@@ -6,6 +6,7 @@ import type { SummaryGpu } from '../src/protocol/summary.js';
 import { otherProcesses, rankWindow } from '../src/analysis/window.js';
 import { parseComputeApp, parseComputeApps, type ComputeApp } from '../src/counters/compute-apps.js';
 import { CounterStore } from '../src/counters/counter-store.js';
+import type { HostSample } from '../src/counters/host.js';
 import { describeAggregate } from '../src/counters/gpu-aggregate.js';
 import { emptyGpuSample, type GpuSample } from '../src/counters/types.js';
 import { otherProcessesLine } from '../src/outputs/summary-text.js';
@@ -88,7 +89,7 @@ describe("other processes on a rank's GPU", () => {
 
 describe('other processes over a run', () => {
   it("keep the most memory each held in the counter store's slices, and leave the summary without them where none were read", () => {
-    const store = new CounterStore();
+    const store = new CounterStore<HostSample>();
     store.addGpuSamples([gpuSample({ at: 1_000, uuid: H100 }), gpuSample({ at: 2_000, uuid: 'GPU-other' })]);
     expect(describeAggregate(store.gpuAggregate(H100, 0, 20_000)).processes).toBeUndefined();
     store.addApps({ at: 1_500, apps: [{ gpuUuid: H100, pid: 9, name: 'burn', usedMiB: 100 }] });

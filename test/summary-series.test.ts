@@ -127,21 +127,22 @@ describe("the summary's series", () => {
     expect(dump.slices.length).toBeLessThanOrEqual(SERIES_MAX_SLICES);
     expect(new Set(dump.slices.flatMap((slice) => slice.ranks.map(([rank]) => rank))).size).toBe(ranks);
     expect(JSON.stringify(dump).length).toBeLessThan(1_000_000);
-    expect(RunSeries.load(JSON.parse(JSON.stringify(dump)))!.describe(T0 + hours * 3_600_000, 7)).toEqual(engine.analyst.all()[0]!.series!.describe(T0 + hours * 3_600_000, 7));
+    expect(RunSeries.load(JSON.parse(JSON.stringify(dump))).describe(T0 + hours * 3_600_000, 7)).toEqual(engine.analyst.all()[0]!.series!.describe(T0 + hours * 3_600_000, 7));
   });
 
-  it('comes back from a checkpoint only whole: a dump that does not validate is left out, and the series rebuilt from the step buckets', () => {
+  it('comes back from a checkpoint only whole: a checkpoint whose series does not validate is refused, with the reason', () => {
     const entries = story();
     const half = entries.findIndex((e) => e.at >= T0 + 12_000);
     const before = new Engine();
     feed(before, entries.slice(0, half));
     const checkpoint = JSON.parse(JSON.stringify(before.toCheckpoint()));
     const dump = checkpoint.analyses[0].series;
-    expect(RunSeries.load(dump)).not.toBeNull();
-    expect(RunSeries.load({ ...dump, slices: Array.from({ length: SERIES_MAX_SLICES + 1 }, () => dump.slices[0]) })).toBeNull();
-    expect(RunSeries.load({ ...dump, slices: [{ ...dump.slices[0], sums: { ...dump.slices[0].sums, durNs: 'x' } }] })).toBeNull();
-    // A checkpoint of a version before the series was in it: rebuilt from the buckets, which hold this short run whole.
-    delete checkpoint.analyses[0].series;
+    const withSeries = (series: unknown) => () => Engine.fromCheckpoint({ ...checkpoint, analyses: [{ ...checkpoint.analyses[0], series }] });
+    expect(withSeries(dump)).not.toThrow();
+    expect(withSeries({ ...dump, slices: Array.from({ length: SERIES_MAX_SLICES + 1 }, () => dump.slices[0]) })).toThrow(/^checkpoint\.analyses\.0\.series\.slices: must NOT have more than/);
+    expect(withSeries({ ...dump, slices: [{ ...dump.slices[0], sums: { ...dump.slices[0].sums, durNs: 'x' } }] })).toThrow(/^checkpoint\.analyses\.0\.series\.slices\.0\.sums\.durNs: must be number/);
+    // Held before the run's first tick (null): rebuilt from the buckets, which hold this short run whole.
+    checkpoint.analyses[0].series = null;
     const live = feed(new Engine(), entries)!.ended[0]!.summary;
     expect(feed(Engine.fromCheckpoint(checkpoint), entries.slice(half))!.ended[0]!.summary.series).toEqual(live.series);
   });

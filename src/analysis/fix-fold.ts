@@ -1,4 +1,5 @@
 import { round } from '../model/round.js';
+import type { FixFoldCheckpoint } from './analysis-checkpoint.js';
 import type { Cause, Limiter, Verdict } from '../model/verdict.js';
 import type { FixEstimate, FoldedFix } from '../protocol/state.js';
 
@@ -9,12 +10,6 @@ import type { FixEstimate, FoldedFix } from '../protocol/state.js';
  * the job's held judgement and the time since the last tick come in. Kept in the job's analysis and
  * its checkpoint, so that a restart or a replay folds the same.
  */
-
-export interface FixFoldDump {
-  /** Seconds each verdict held. */
-  verdicts: Array<[Verdict, number]>;
-  causes: CauseFold[];
-}
 
 interface CauseFold {
   verdict: Verdict;
@@ -77,13 +72,12 @@ export class FixFold {
       .sort((a, b) => Number(b.verdict === first) - Number(a.verdict === first) || held(b.verdict!) - held(a.verdict!) || a.verdict!.localeCompare(b.verdict!) || (b.gain ?? b.upto) - (a.gain ?? a.upto));
   }
 
-  dump(): FixFoldDump {
+  dump(): FixFoldCheckpoint {
     return { verdicts: [...this.verdicts.entries()], causes: this.causes.map((c) => ({ ...c })) };
   }
 
-  static load(dump: FixFoldDump | undefined): FixFold {
+  static load(dump: FixFoldCheckpoint): FixFold {
     const fold = new FixFold();
-    if (!dump) return fold;
     fold.verdicts = new Map(dump.verdicts);
     fold.causes = dump.causes.map((c) => ({ ...c }));
     return fold;

@@ -1,13 +1,14 @@
-import { FixFold, type FixFoldDump } from './fix-fold.js';
+import type { AnalysisCheckpoint } from './analysis-checkpoint.js';
+import { FixFold } from './fix-fold.js';
 import { findStraggler, type Straggler } from '../model/straggler.js';
 import { type Cause, isStop, type StopVerdict, type Verdict, VERDICTS } from '../model/verdict.js';
 import type { CodeFrame } from '../protocol/capture.js';
 import { jobStop, jobStopJudgement, jobStopParts, rankStall, stackDumpDir, STALL_DEFAULTS, type RankStall, type StallConfig, type StallInput } from './stall.js';
-import { RunSeries, type SeriesDump } from './summary-series.js';
-import { loadedJudgement, VerdictTracker, type TrackerDump, type VerdictChange } from './tracker.js';
+import { RunSeries } from './summary-series.js';
+import { VerdictTracker, type VerdictChange } from './tracker.js';
 import { judge, LIMITER_BARS, type Judgement, type RankContext } from './verdict.js';
 import type { FoldedFix, LimiterCost, RankWindow, TimelineSegment, Waste } from '../protocol/state.js';
-import { WasteLedger, type WasteDump } from './waste.js';
+import { WasteLedger } from './waste.js';
 
 /**
  * Live verdicts of one job: each rank judged on its window and held against flapping, the straggler
@@ -51,29 +52,6 @@ export interface VerdictEvent extends VerdictChange {
   job: string;
   /** null for the job's own verdict. */
   rank: number | null;
-}
-
-export interface AnalysisDump {
-  jobId: string;
-  run: number;
-  startedAt: number;
-  holdMs: number;
-  ranks: Array<[number, TrackerDump]>;
-  job: TrackerDump;
-  changes: VerdictChange[];
-  rankChanges: Array<[number, VerdictChange[]]>;
-  lastOf: Array<[Verdict, Judgement]>;
-  stragglerNow: Straggler | null;
-  stragglerSeconds: Array<[number, { seconds: number; latest: Straggler }]>;
-  lastAt: number | null;
-  /** Absent in checkpoints written before the ledger existed. */
-  waste?: WasteDump;
-  /** The run's series (absent before checkpoints held it, or before its first tick: rebuilt from the step buckets then). */
-  series?: SeriesDump;
-  /** The run's stops (absent before they existed). */
-  stops?: StopEpisode[];
-  /** Each cause's fix estimate folded over its verdict's time (absent before the fold: it starts again from the checkpoint). */
-  fixes?: FixFoldDump;
 }
 
 /** Verdict changes kept per timeline (the job's, each rank's); a job that flaps for days keeps its latest. */
@@ -131,7 +109,7 @@ export class JobAnalysis {
     this.job = new VerdictTracker(0);
   }
 
-  dump(): AnalysisDump {
+  dump(): AnalysisCheckpoint {
     return {
       jobId: this.jobId,
       run: this.run,
@@ -146,26 +124,26 @@ export class JobAnalysis {
       stragglerSeconds: [...this.stragglerSeconds.entries()],
       lastAt: this.lastAt,
       waste: this.waste.dump(),
-      ...(this.series ? { series: this.series.dump() } : {}),
-      ...(this.stops.length ? { stops: this.stops } : {}),
+      series: this.series?.dump() ?? null,
+      stops: this.stops,
       fixes: this.fixes.dump(),
     };
   }
 
-  static load(dump: AnalysisDump): JobAnalysis {
+  static load(dump: AnalysisCheckpoint): JobAnalysis {
     const analysis = new JobAnalysis(dump.jobId, dump.run, dump.startedAt, dump.holdMs);
     analysis.ranks = new Map(dump.ranks.map(([rank, tracker]) => [rank, VerdictTracker.load(tracker)]));
     analysis.job = VerdictTracker.load(dump.job);
     analysis.changes = dump.changes;
     analysis.rankChanges = new Map(dump.rankChanges);
-    analysis.lastOf = new Map(dump.lastOf.map(([verdict, judgement]) => [verdict, loadedJudgement(judgement)]));
+    analysis.lastOf = new Map(dump.lastOf);
     analysis.stragglerNow = dump.stragglerNow;
     analysis.stragglerSeconds = new Map(dump.stragglerSeconds);
     analysis.lastAt = dump.lastAt;
     analysis.waste = WasteLedger.load(dump.waste);
-    analysis.stops = dump.stops ?? [];
+    analysis.stops = dump.stops;
     analysis.fixes = FixFold.load(dump.fixes);
-    const series = dump.series === undefined ? null : RunSeries.load(dump.series);
+    const series = dump.series === null ? null : RunSeries.load(dump.series);
     analysis.series = series && series.run === dump.run ? series : null;
     return analysis;
   }

@@ -1,9 +1,8 @@
 import { Type, type Static } from '@sinclair/typebox';
 import type { CounterStore, KnownGpu } from '../counters/counter-store.js';
-import { InputError, parseInput } from '../protocol/parse.js';
-import { Keys, Nullable, OptionalKeys } from '../protocol/schema.js';
+import { Keys, Nullable } from '../protocol/schema.js';
 import type { RankView } from '../store/job-store.js';
-import { emptySums, mergeSums, type StepSums } from '../store/step-buckets.js';
+import { emptySums, mergeSums, STEP_SUM_FIELDS, type StepSums } from '../store/step-buckets.js';
 import { addGpuSample, describeGpuSlice, emptyGpuSlice, mergeGpuSlice, type GpuSlice } from './series-gpu.js';
 import { sig3 } from './series-round.js';
 import type { SummarySeries } from '../protocol/summary.js';
@@ -59,13 +58,6 @@ function cloneSlice(slice: Slice): Slice {
 // The series in a checkpoint (docs/journal.md): a long run's early slices are no longer in the step
 // buckets a restart would rebuild it from. Bounded as the series is: SERIES_MAX_SLICES slices, each
 // with the job's ranks (--max-ranks) and GPUs.
-const SUM_FIELDS = ['steps', 'durNs', 'dataNs', 'h2dNs', 'computeNs', 'otherNs', 'samples', 'samplesSteps', 'gpuIdleNs', 'gpuIdleSteps', 'gpuTimedSteps', 'gpuH2dNs', 'gpuComputeNs', 'commSteps', 'commNs', 'commWaitNs', 'commBytes'] as const;
-// Added later: a checkpoint written before them holds none (read as 0: no step measured them).
-const LATER_SUM_FIELDS = ['evalSteps', 'evalNs'] as const;
-// Fails to compile when StepSums gains a field that is not listed above.
-type UnlistedSum = Exclude<keyof StepSums, (typeof SUM_FIELDS)[number] | (typeof LATER_SUM_FIELDS)[number]>;
-const everySumListed: [UnlistedSum] extends [never] ? true : UnlistedSum = true;
-void everySumListed;
 
 const Float = Type.Number();
 const SumSchema = Type.Object({ total: Float, n: Type.Integer({ minimum: 0 }) });
@@ -87,7 +79,7 @@ export const SeriesDumpSchema = Type.Object({
   gpus: Type.Array(Type.Object({ key: Type.String(), index: Type.Integer({ minimum: 0 }), uuid: Nullable(Type.String()), name: Nullable(Type.String()) })),
   slices: Type.Array(
     Type.Object({
-      sums: Type.Composite([Keys(SUM_FIELDS, Float), OptionalKeys(LATER_SUM_FIELDS, Float)]),
+      sums: Keys(STEP_SUM_FIELDS, Float),
       ranks: Type.Array(Type.Tuple([Type.Integer({ minimum: 0 }), Type.Integer({ minimum: 0 }), Float])),
       gpus: Type.Array(Type.Tuple([Type.String(), GpuSliceSchema])),
     }),
@@ -177,23 +169,16 @@ export class RunSeries {
     };
   }
 
-  /** A series from a checkpoint; null where the dump does not validate (the series is then rebuilt from the step buckets, as before checkpoints held it). */
-  static load(value: unknown): RunSeries | null {
-    let dump: SeriesDump;
-    try {
-      dump = parseInput(SeriesDumpSchema, value, 'series');
-    } catch (error) {
-      if (error instanceof InputError) return null;
-      throw error;
-    }
+  /** A series holding what `dump` gave (checked with the rest of its checkpoint, src/engine/checkpoint.ts). */
+  static load(dump: SeriesDump): RunSeries {
     const series = new RunSeries(dump.run, dump.accountedTo);
     series.startedAt = dump.startedAt;
     series.sliceMs = dump.sliceMs;
     series.first = dump.first;
     series.slices = dump.slices.map((slice) => ({
-      sums: { ...emptySums(), ...slice.sums },
+      sums: { ...slice.sums },
       ranks: new Map(slice.ranks.map(([rank, steps, durNs]) => [rank, { steps, durNs }])),
-      gpus: new Map(slice.gpus.map(([key, g]) => [key, { ...emptyGpuSlice(), ...g }])),
+      gpus: new Map(slice.gpus.map(([key, g]) => [key, { ...g, util: { ...g.util }, clockPct: { ...g.clockPct }, powerW: { ...g.powerW } }])),
     }));
     for (const gpu of dump.gpus) series.gpus.set(gpu.key, gpu);
     return series;

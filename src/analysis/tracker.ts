@@ -1,3 +1,4 @@
+import type { TrackerCheckpoint } from './analysis-checkpoint.js';
 import type { Judgement } from './verdict.js';
 import type { Cause, Verdict } from '../model/verdict.js';
 
@@ -13,17 +14,8 @@ export interface VerdictChange {
   judgement: Judgement;
 }
 
-export interface TrackerDump {
-  holdMs: number;
-  held: { judgement: Judgement; since: number } | null;
-  pending: { judgement: Judgement; since: number } | null;
-}
-
 const sameState = (a: Judgement, b: Judgement) => a.verdict === b.verdict && a.cause === b.cause;
 
-/** A judgement from a checkpoint written before judgements listed their limiters and causes: with none. */
-export const loadedJudgement = (judgement: Judgement): Judgement => ({ ...judgement, limiters: judgement.limiters ?? [], causes: judgement.causes ?? [] });
-const loadedHeld = (held: { judgement: Judgement; since: number } | null) => (held ? { ...held, judgement: loadedJudgement(held.judgement) } : null);
 
 /**
  * Keeps a verdict from flapping: a new verdict (or cause) takes over only once every judgement for
@@ -43,14 +35,14 @@ export class VerdictTracker {
     return this.pending;
   }
 
-  dump(): TrackerDump {
+  dump(): TrackerCheckpoint {
     return { holdMs: this.holdMs, held: this.held, pending: this.pending };
   }
 
-  static load(dump: TrackerDump): VerdictTracker {
+  static load(dump: TrackerCheckpoint): VerdictTracker {
     const tracker = new VerdictTracker(dump.holdMs);
-    tracker.held = loadedHeld(dump.held);
-    tracker.pending = loadedHeld(dump.pending);
+    tracker.held = dump.held;
+    tracker.pending = dump.pending;
     return tracker;
   }
 

@@ -1,4 +1,5 @@
 import { LIMITERS, type Limiter } from '../model/verdict.js';
+import type { WasteCheckpoint } from './analysis-checkpoint.js';
 import { listLimiters } from './limiters.js';
 import { round } from '../model/round.js';
 import type { LimiterCost, Waste, WasteEntry } from '../protocol/state.js';
@@ -9,14 +10,6 @@ import type { LimiterCost, Waste, WasteEntry } from '../protocol/state.js';
  * lost), the energy that went with it where power is measured, and its price when one is given.
  * One GPU per rank. Pure: the ticks' times come in.
  */
-
-export interface WasteDump {
-  gpuSeconds: number;
-  lost: Array<[Limiter, number]>;
-  energy: Array<[Limiter, number]>;
-  /** The lost shares' lower bounds, summed like the shares (absent in checkpoints before them). */
-  steady?: Array<[Limiter, number]>;
-}
 
 /** A tick further than this from the last (the sidecar was down) counts as this long: nobody measured the gap. */
 const MAX_TICK_S = 10;
@@ -77,17 +70,16 @@ export class WasteLedger {
     };
   }
 
-  dump(): WasteDump {
+  dump(): WasteCheckpoint {
     return { gpuSeconds: this.gpuSeconds, lost: [...this.lost.entries()], energy: [...this.energy.entries()], steady: [...this.steady.entries()] };
   }
 
-  static load(dump: WasteDump | undefined): WasteLedger {
+  static load(dump: WasteCheckpoint): WasteLedger {
     const ledger = new WasteLedger();
-    if (!dump) return ledger;
     ledger.gpuSeconds = dump.gpuSeconds;
     for (const [limiter, seconds] of dump.lost) ledger.lost.set(limiter, seconds);
     for (const [limiter, joules] of dump.energy) ledger.energy.set(limiter, joules);
-    for (const [limiter, seconds] of dump.steady ?? []) ledger.steady.set(limiter, seconds);
+    for (const [limiter, seconds] of dump.steady) ledger.steady.set(limiter, seconds);
     return ledger;
   }
 }

@@ -3,6 +3,8 @@ import type { ComputeApp } from './compute-apps.js';
 import type { FilledFrom, FillSource } from './coverage.js';
 import { addProcesses, addSample, emptyAggregate, mergeAggregate, type GpuAggregate } from './gpu-aggregate.js';
 import type { GpuSample } from './types.js';
+import type { CountersCheckpoint } from './counters-checkpoint.js';
+import type { HostSample } from './host.js';
 
 /**
  * GPU sums, so that any job's span can be summed in fixed memory: per 10 s slice for the last hour,
@@ -35,13 +37,6 @@ export interface KnownGpu {
 export interface AppsReading {
   at: number;
   apps: ComputeApp[];
-}
-
-export interface CountersDump<Host> {
-  gpus: Array<{ known: KnownGpu; history: GpuSample[]; slices: Array<[number, GpuAggregate]>; coarse?: Array<[number, GpuAggregate]> }>;
-  host: Host[];
-  apps?: AppsReading[];
-  fillers?: Array<[string, Filler]>;
 }
 
 /**
@@ -181,7 +176,7 @@ export class CounterStore<Host extends { at: number } = { at: number }> {
   }
 
   /** Everything held, as plain data, for a checkpoint. */
-  dump(): CountersDump<Host> {
+  dump(this: CounterStore<HostSample>): CountersCheckpoint {
     return {
       gpus: [...this.gpus.values()].map((entry) => ({ known: entry.known, history: entry.history.toArray(), slices: [...entry.slices.entries()], coarse: [...entry.coarse.entries()] })),
       host: this.host.toArray(),
@@ -190,16 +185,17 @@ export class CounterStore<Host extends { at: number } = { at: number }> {
     };
   }
 
-  static load<Host extends { at: number }>(dump: CountersDump<Host>): CounterStore<Host> {
-    const store = new CounterStore<Host>();
+  /** A store holding what `dump` gave. */
+  static load(dump: CountersCheckpoint): CounterStore<HostSample> {
+    const store = new CounterStore<HostSample>();
     for (const gpu of dump.gpus) {
-      const entry: GpuEntry = { known: { ...migOf(gpu.known.latest), ...gpu.known }, history: Ring.of(store.historyPerGpu, gpu.history), slices: new Map(gpu.slices), coarse: new Map(gpu.coarse ?? []) };
+      const entry: GpuEntry = { known: gpu.known, history: Ring.of(store.historyPerGpu, gpu.history), slices: new Map(gpu.slices), coarse: new Map(gpu.coarse) };
       while (entry.slices.size > SLICES_KEPT) fold(entry);
       store.gpus.set(gpu.known.key, entry);
     }
     for (const sample of dump.host) store.host.push(sample);
-    for (const reading of dump.apps ?? []) store.apps.push(reading);
-    for (const [uuid, filler] of dump.fillers ?? []) store.fillers.set(uuid, filler);
+    for (const reading of dump.apps) store.apps.push(reading);
+    for (const [uuid, filler] of dump.fillers) store.fillers.set(uuid, filler);
     return store;
   }
 

@@ -1,17 +1,17 @@
 import { withNode } from '../analysis/summary.js';
 import type { NodeInventory } from '../counters/inventory-parse.js';
 import { deviceHint, matchGpu } from '../analysis/gpu-match.js';
-import { JobAnalysis, type AnalysisDump } from '../analysis/job-analysis.js';
+import { JobAnalysis } from '../analysis/job-analysis.js';
 import { STALL_DEFAULTS, type StallConfig } from '../analysis/stall.js';
-import { appsOn, CounterStore, type CountersDump } from '../counters/counter-store.js';
-import type { HostSample } from '../counters/host.js';
-import { JobStore, LimitError, UnknownSessionError, type JobsDump } from '../store/job-store.js';
+import { appsOn, CounterStore } from '../counters/counter-store.js';
+import { JobStore, LimitError, UnknownSessionError } from '../store/job-store.js';
+import { CHECKPOINT_FORMAT, parseCheckpoint, type Checkpoint, type EngineStats, type RunsCheckpoint } from './checkpoint.js';
 import { Analyst, type Windows } from './analyst.js';
 import type { EngineConfig, JournalEntry } from './entries.js';
 import { freeze, historySeries, verdictState, windowFor, type EndedRun, type EngineSnapshot, type JobState, type RankTotals } from './snapshot.js';
 import { addPid, applyData, emptyWorld, type World } from './world.js';
 import { jobStopState, rankStallState } from './stops.js';
-import { DEFAULT_REGRESSION_HOLD_MS, DEFAULT_REGRESSION_THRESHOLD_PCT, RunComparisons, type RegressionChange, type RunsConfig, type RunsDump } from './runs.js';
+import { DEFAULT_REGRESSION_HOLD_MS, DEFAULT_REGRESSION_THRESHOLD_PCT, RunComparisons, type RegressionChange, type RunsConfig } from './runs.js';
 import { mfuOf } from '../analysis/mfu.js';
 import type { Mfu, RankWindow } from '../protocol/state.js';
 
@@ -19,26 +19,6 @@ import type { Mfu, RankWindow } from '../protocol/state.js';
 function rankMfu(env: Readonly<Record<string, unknown>>, window: RankWindow): { mfu?: Mfu } {
   const mfu = mfuOf(env, window.gpu?.name ?? null, window.step_ms_mean);
   return mfu ? { mfu } : {};
-}
-
-export const CHECKPOINT_FORMAT = 'stepscope.checkpoint/v1';
-
-export interface EngineCheckpoint {
-  format: typeof CHECKPOINT_FORMAT;
-  config: EngineConfig;
-  source: { gpu: string; reason: string } | null;
-  hookGpu: boolean;
-  at: number;
-  jobs: JobsDump;
-  counters: CountersDump<HostSample>;
-  analyses: AnalysisDump[];
-  stats: EngineStats;
-  /** Per job, its ranks' pids (absent in checkpoints before them: rebuilt from the jobs held). */
-  pids?: Array<[string, number[]]>;
-  /** The node's inventory as journaled (absent before it). */
-  node?: NodeInventory | null;
-  /** The runs' references, live comparisons and regressions with their onset (absent before them: none). */
-  runs?: RunsDump;
 }
 
 export interface EngineLimits {
@@ -63,12 +43,6 @@ const stallConfig = (config: EngineConfig): StallConfig => ({ steps: config.stal
 export const HISTORY_MS = 300_000;
 export const HISTORY_SLICE_MS = 1_000;
 
-export interface EngineStats {
-  applied: number;
-  /** Entries that could not be applied, by reason (e.g. a session the state no longer has). */
-  skipped: Record<string, number>;
-}
-
 /**
  * The sidecar's state machine. `apply` takes every input as a journal entry and never throws;
  * a `tick` entry runs the analysis and publishes one immutable snapshot. Given the same entries it
@@ -92,12 +66,12 @@ export class Engine {
   private node: NodeInventory | null = null;
   private latest: EngineSnapshot;
 
-  constructor(options: { config?: EngineConfig; world?: World; limits?: EngineLimits; runs?: RunsDump } = {}) {
+  constructor(options: { config?: EngineConfig; world?: World; limits?: EngineLimits; runs?: RunsCheckpoint } = {}) {
     this.config = options.config ?? DEFAULT_CONFIG;
     this.world = options.world ?? emptyWorld();
     this.limit(options.limits ?? null);
     this.analyst = new Analyst(this.world, { holdMs: this.config.holdMs, stall: stallConfig(this.config) });
-    this.runs = RunComparisons.load(options.runs, runsConfig(this.config));
+    this.runs = options.runs ? RunComparisons.load(options.runs, runsConfig(this.config)) : new RunComparisons(runsConfig(this.config));
     this.latest = this.publish(0, [], []);
   }
 
@@ -122,7 +96,7 @@ export class Engine {
   }
 
   /** The whole state as plain data: a journal checkpoint. */
-  toCheckpoint(): EngineCheckpoint {
+  toCheckpoint(): Checkpoint {
     return {
       format: CHECKPOINT_FORMAT,
       config: this.config,
@@ -139,21 +113,22 @@ export class Engine {
     };
   }
 
-  /** An engine holding a checkpoint's state; throws if it is not one. */
+  /**
+   * An engine holding a checkpoint's state. Throws, with the reason, for anything that is not a
+   * whole checkpoint of this version: it is checked whole before any of it is used, and the engine
+   * is built apart, so a refused checkpoint leaves nothing half-loaded.
+   */
   static fromCheckpoint(value: unknown, limits: EngineLimits | null = null): Engine {
-    const checkpoint = value as Partial<EngineCheckpoint> | null;
-    if (checkpoint?.format !== CHECKPOINT_FORMAT) throw new Error(`not a checkpoint of this version (expected ${CHECKPOINT_FORMAT})`);
-    const jobs = JobStore.load(checkpoint.jobs!);
-    const world: World = { jobs, counters: CounterStore.load<HostSample>(checkpoint.counters!), hookGpu: checkpoint.hookGpu === true, pids: new Map() };
-    if (checkpoint.pids) for (const [job, pids] of checkpoint.pids) for (const pid of pids) addPid(world.pids, job, pid);
-    else for (const job of jobs.snapshot(checkpoint.at ?? 0)) for (const rank of job.ranks) addPid(world.pids, job.job, rank.pid);
-    const engine = new Engine({ config: checkpoint.config!, world, limits: limits ?? undefined, runs: checkpoint.runs });
-    engine.source = checkpoint.source ?? null;
-    engine.node = checkpoint.node ?? null;
-    engine.stats.applied = checkpoint.stats?.applied ?? 0;
-    Object.assign(engine.stats.skipped, checkpoint.stats?.skipped ?? {});
-    for (const analysis of checkpoint.analyses ?? []) engine.analyst.restore(JobAnalysis.load(analysis));
-    engine.latest = engine.publish(checkpoint.at ?? 0, [], []);
+    const checkpoint = parseCheckpoint(value);
+    const world: World = { jobs: JobStore.load(checkpoint.jobs), counters: CounterStore.load(checkpoint.counters), hookGpu: checkpoint.hookGpu, pids: new Map() };
+    for (const [job, pids] of checkpoint.pids) for (const pid of pids) addPid(world.pids, job, pid);
+    const engine = new Engine({ config: checkpoint.config, world, limits: limits ?? undefined, runs: checkpoint.runs });
+    engine.source = checkpoint.source;
+    engine.node = checkpoint.node;
+    engine.stats.applied = checkpoint.stats.applied;
+    Object.assign(engine.stats.skipped, checkpoint.stats.skipped);
+    for (const analysis of checkpoint.analyses) engine.analyst.restore(JobAnalysis.load(analysis));
+    engine.latest = engine.publish(checkpoint.at, [], []);
     return engine;
   }
 

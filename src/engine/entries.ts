@@ -144,27 +144,45 @@ const object = { type: 'object' } as const;
 const int = { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER } as const;
 const nullableNumber = { type: ['number', 'null'] } as const;
 
-const ENTRY_SCHEMAS: Record<Exclude<EntryType, 'reference'>, object> = {
-  start: {
-    required: ['config'],
-    properties: {
-      config: {
-        type: 'object',
-        required: ['windowMs', 'holdMs', 'endGraceMs'],
-        properties: {
-          windowMs: { type: 'number', minimum: 1, maximum: 3.6e6 },
-          holdMs: { type: 'number', minimum: 0, maximum: 3.6e6 },
-          endGraceMs: { type: 'number', minimum: 0, maximum: 1e9 },
-          gpuHourPrice: { type: ['number', 'null'], minimum: 0, maximum: 1e6 },
-          stallSteps: { type: 'number', minimum: 1, maximum: 1000 },
-          stallFloorMs: { type: 'number', minimum: 0, maximum: 3.6e6 },
-          stackDumps: { type: 'boolean' },
-          regressionThresholdPct: { type: 'number', minimum: 0, maximum: 1e6 },
-          regressionHoldMs: { type: 'number', minimum: 0, maximum: 3.6e6 },
-        },
-      },
-    },
+/** The `start` entry's settings; a checkpoint holds the settings in force by the same rule. */
+export const ENGINE_CONFIG = {
+  type: 'object',
+  required: ['windowMs', 'holdMs', 'endGraceMs'],
+  properties: {
+    windowMs: { type: 'number', minimum: 1, maximum: 3.6e6 },
+    holdMs: { type: 'number', minimum: 0, maximum: 3.6e6 },
+    endGraceMs: { type: 'number', minimum: 0, maximum: 1e9 },
+    gpuHourPrice: { type: ['number', 'null'], minimum: 0, maximum: 1e6 },
+    stallSteps: { type: 'number', minimum: 1, maximum: 1000 },
+    stallFloorMs: { type: 'number', minimum: 0, maximum: 3.6e6 },
+    stackDumps: { type: 'boolean' },
+    regressionThresholdPct: { type: 'number', minimum: 0, maximum: 1e6 },
+    regressionHoldMs: { type: 'number', minimum: 0, maximum: 3.6e6 },
   },
+} as const;
+
+/** The `node` entry's inventory; a checkpoint holds the node's by the same rule. */
+export const NODE_INVENTORY = {
+  type: 'object',
+  required: ['cpu_model', 'cores_logical', 'cores_physical', 'memory_bytes', 'gpu_models', 'gpu_count', 'driver_version', 'cuda_version'],
+  properties: {
+    cpu_model: { type: ['string', 'null'], maxLength: 256 },
+    cores_logical: { type: ['integer', 'null'], minimum: 1 },
+    cores_physical: { type: ['integer', 'null'], minimum: 1 },
+    memory_bytes: { type: ['number', 'null'], minimum: 0 },
+    gpu_models: {
+      type: ['array', 'null'],
+      maxItems: 64,
+      items: { type: 'object', required: ['name', 'count'], properties: { name: { type: 'string', maxLength: 256 }, count: { type: 'integer', minimum: 1 } } },
+    },
+    gpu_count: { type: ['integer', 'null'], minimum: 0 },
+    driver_version: { type: ['string', 'null'], maxLength: 64 },
+    cuda_version: { type: ['string', 'null'], maxLength: 64 },
+  },
+} as const;
+
+const ENTRY_SCHEMAS: Record<Exclude<EntryType, 'reference'>, object> = {
+  start: { required: ['config'], properties: { config: ENGINE_CONFIG } },
   source: { required: ['gpu', 'reason'], properties: { gpu: { type: 'string', maxLength: 32 }, reason: { type: 'string', maxLength: 4096 } } },
   hello: { required: ['hello'], properties: { hello: HelloSchema, secret: ResumeSecret } },
   connect: { required: ['session'], properties: { session: id } },
@@ -190,29 +208,7 @@ const ENTRY_SCHEMAS: Record<Exclude<EntryType, 'reference'>, object> = {
   },
   gpu: { required: ['samples'], properties: { fill: { enum: ['nvidia-smi'] }, samples: { type: 'array', items: { type: 'object', required: ['at', 'index'], properties: { at: time, index: { type: 'integer' } } } } } },
   host: { required: ['sample'], properties: { sample: { type: 'object', required: ['at'], properties: { at: time } } } },
-  node: {
-    required: ['node'],
-    properties: {
-      node: {
-        type: 'object',
-        required: ['cpu_model', 'cores_logical', 'cores_physical', 'memory_bytes', 'gpu_models', 'gpu_count', 'driver_version', 'cuda_version'],
-        properties: {
-          cpu_model: { type: ['string', 'null'], maxLength: 256 },
-          cores_logical: { type: ['integer', 'null'], minimum: 1 },
-          cores_physical: { type: ['integer', 'null'], minimum: 1 },
-          memory_bytes: { type: ['number', 'null'], minimum: 0 },
-          gpu_models: {
-            type: ['array', 'null'],
-            maxItems: 64,
-            items: { type: 'object', required: ['name', 'count'], properties: { name: { type: 'string', maxLength: 256 }, count: { type: 'integer', minimum: 1 } } },
-          },
-          gpu_count: { type: ['integer', 'null'], minimum: 0 },
-          driver_version: { type: ['string', 'null'], maxLength: 64 },
-          cuda_version: { type: ['string', 'null'], maxLength: 64 },
-        },
-      },
-    },
-  },
+  node: { required: ['node'], properties: { node: NODE_INVENTORY } },
   apps: {
     required: ['apps'],
     properties: {

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { compareTo, medianReference, msPerSample, referenceOf, type Reference } from '../analysis/compare.js';
 import type { Comparison } from '../protocol/state.js';
+import type { RunsCheckpoint } from './checkpoint.js';
 import type { ReferenceEntry } from './entries.js';
 import type { Regression, Summary } from '../protocol/summary.js';
 
@@ -123,13 +124,6 @@ interface Final {
   regression: Regression | null;
 }
 
-/** The part of the checkpoint that is the runs' comparisons (key `runs`). */
-export interface RunsDump {
-  references: RunReferences[];
-  tracked: Array<[string, Tracked]>;
-  finals: Array<[string, Final]>;
-}
-
 /** The engine's jobs as the comparisons read them at a tick. */
 export interface RunsAt {
   at: number;
@@ -211,15 +205,15 @@ export class RunComparisons {
     });
   }
 
-  dump(): RunsDump {
+  dump(): RunsCheckpoint {
     return { references: [...this.references.values()], tracked: [...this.tracked.entries()], finals: [...this.finals.entries()] };
   }
 
-  static load(dump: RunsDump | undefined, config: RunsConfig): RunComparisons {
+  static load(dump: RunsCheckpoint, config: RunsConfig): RunComparisons {
     const runs = new RunComparisons(config);
-    for (const references of dump?.references ?? []) runs.references.set(references.job, references);
-    for (const [job, tracked] of dump?.tracked ?? []) runs.tracked.set(job, tracked);
-    for (const [job, final] of dump?.finals ?? []) runs.finals.set(job, final);
+    for (const references of dump.references) runs.references.set(references.job, references);
+    for (const [job, tracked] of dump.tracked) runs.tracked.set(job, tracked);
+    for (const [job, final] of dump.finals) runs.finals.set(job, final);
     return runs;
   }
 

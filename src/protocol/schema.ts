@@ -28,3 +28,11 @@ export const CountsBy = (description: string) => Type.Record(Type.String(), Type
 
 /** `schema` with a description of its own where it is used (the schema itself is left as it is). */
 export const Described = <T extends TSchema>(schema: T, description: string): T => ({ ...schema, description });
+
+/**
+ * A sample held as the journal entry that brought it admitted it: an object with these numeric
+ * fields checked, the rest taken as the entry's own type (src/engine/entries.ts checks no deeper,
+ * so a state built from entries cannot be held to more than they were).
+ */
+export const Held = <T>(fields: readonly string[], description: string) =>
+  Type.Unsafe<T>({ type: 'object', required: [...fields], properties: Object.fromEntries(fields.map((field) => [field, { type: 'number' }])), description });

@@ -13,7 +13,8 @@ export type MemoryAt = MemorySample & { at: number };
 
 /** The shapes the job store keeps: one job, its ranks, and each process (session) of a rank. */
 
-export type EndReason = 'all-ranks-ended' | 'disconnected' | 'shutdown';
+export const END_REASONS = ['all-ranks-ended', 'disconnected', 'shutdown'] as const;
+export type EndReason = (typeof END_REASONS)[number];
 
 export interface Session {
   id: string;
@@ -56,7 +57,8 @@ export interface Session {
   disconnectReason: SessionDisconnect | null;
 }
 
-export type SessionDisconnect = 'closed' | 'silent' | 'restart';
+export const SESSION_DISCONNECTS = ['closed', 'silent', 'restart'] as const;
+export type SessionDisconnect = (typeof SESSION_DISCONNECTS)[number];
 
 /** A step record placed on the sidecar's clock. */
 export interface TimedStep {

@@ -12,6 +12,7 @@ import { toSidecarMs, type EndReason, type Job, type MemoryAt, type ProcessAt, t
 /** Allocator samples kept per rank: 10 minutes at the hook's 1 a second. */
 const MEMORY_SAMPLES = 600;
 import { describeJob, type JobSnapshot } from './job-snapshot.js';
+import type { JobsCheckpoint } from './jobs-checkpoint.js';
 import { Ring } from './ring.js';
 import { addStep, emptySums, StepBuckets, type StepSums } from './step-buckets.js';
 
@@ -88,18 +89,6 @@ export class LimitError extends Error {
   }
 }
 
-type SessionDump = Omit<Session, 'job' | 'rank'>;
-type RankDump = Omit<Rank, 'latest' | 'sessions' | 'recent' | 'buckets' | 'histogram' | 'process' | 'memory'> & {
-  latest: string;
-  sessions: SessionDump[];
-  recent: TimedStep[];
-  buckets: number[][];
-  histogram: Array<[number, number]>;
-  process: ProcessAt[];
-  /** Absent in checkpoints written before allocator samples existed. */
-  memory?: MemoryAt[];
-};
-export type JobsDump = Array<Omit<Job, 'ranks'> & { ranks: RankDump[] }>;
 
 /**
  * What the sidecar knows about the jobs that report to it. Pure: every method takes the
@@ -574,7 +563,7 @@ export class JobStore {
   }
 
   /** Everything the store holds, as plain data, for a checkpoint. */
-  dump(): JobsDump {
+  dump(): JobsCheckpoint {
     return [...this.jobs.values()].map((job) => ({
       ...job,
       ranks: [...job.ranks.values()].map((rank) => ({
@@ -590,47 +579,30 @@ export class JobStore {
     }));
   }
 
-  /** A store holding what `dump` gave. */
-  static load(dump: JobsDump, options: StoreOptions = {}): JobStore {
+  /** A store holding what `dump` gave; throws where a rank's latest session is not among its sessions. */
+  static load(dump: JobsCheckpoint, options: StoreOptions = {}): JobStore {
     const store = new JobStore(options);
-    for (const jobDump of dump) {
-      const job: Job = { ...jobDump, lastHeardAt: jobDump.lastHeardAt ?? null, ranks: new Map() };
-      for (const rankDump of jobDump.ranks) {
+    for (const { ranks, ...fields } of dump) {
+      const job: Job = { ...fields, ranks: new Map() };
+      for (const { latest, sessions, ...held } of ranks) {
         const rank: Rank = {
-          ...rankDump,
+          ...held,
           latest: undefined as unknown as Session,
           sessions: [],
-          recent: Ring.of(store.recentSteps, rankDump.recent),
-          buckets: StepBuckets.load(rankDump.buckets),
-          histogram: LogHistogram.load(rankDump.histogram),
-          process: Ring.of(120, rankDump.process),
-          memory: Ring.of(MEMORY_SAMPLES, rankDump.memory ?? []),
-          capture: rankDump.capture ?? null,
-          proc: rankDump.proc ?? null,
+          recent: Ring.of(store.recentSteps, held.recent),
+          buckets: StepBuckets.load(held.buckets),
+          histogram: LogHistogram.load(held.histogram),
+          process: Ring.of(120, held.process),
+          memory: Ring.of(MEMORY_SAMPLES, held.memory),
         };
-        for (const sessionDump of rankDump.sessions) {
-          // Checkpoints written before secrets and seq bounds existed lack them.
-          const session: Session = {
-            ...sessionDump,
-            secret: sessionDump.secret ?? null,
-            seqBase: sessionDump.seqBase ?? 0,
-            refused: sessionDump.refused ?? 0,
-            skipped: sessionDump.skipped ?? 0,
-            heardAt: sessionDump.heardAt ?? null,
-            heartbeatMs: sessionDump.heartbeatMs ?? null,
-            captures: sessionDump.captures ?? false,
-            procStart: sessionDump.procStart ?? null,
-            disconnectedAt: sessionDump.disconnectedAt ?? null,
-            disconnectReason: sessionDump.disconnectReason ?? null,
-            job,
-            rank,
-          };
-          rank.sessions.push(session);
-          store.sessions.set(session.id, session);
+        for (const session of sessions) {
+          const loaded: Session = { ...session, job, rank };
+          rank.sessions.push(loaded);
+          store.sessions.set(loaded.id, loaded);
         }
-        const latest = rank.sessions.find((session) => session.id === rankDump.latest) ?? rank.sessions.at(-1);
-        if (!latest) continue;
-        rank.latest = latest;
+        const found = rank.sessions.find((session) => session.id === latest);
+        if (!found) throw new Error(`job ${job.id} rank ${rank.rank}: its latest session ${latest} is not among its sessions`);
+        rank.latest = found;
         job.ranks.set(rank.rank, rank);
       }
       store.jobs.set(job.id, job);

@@ -20,7 +20,7 @@ export interface StepSums {
   commNs: number;
   commWaitNs: number;
   commBytes: number;
-  /** Steps that measured their evaluation, and its time (last: checkpoints written before them load by position). */
+  /** Steps that measured their evaluation, and its time. */
   evalSteps: number;
   evalNs: number;
 }
@@ -47,7 +47,12 @@ export const emptySums = (): StepSums => ({
   evalNs: 0,
 });
 
-const SUM_KEYS = Object.keys(emptySums()) as (keyof StepSums)[];
+/** The sums' fields in the order a checkpoint's bucket rows hold them (src/store/jobs-checkpoint.ts). */
+export const STEP_SUM_FIELDS = [
+  'steps', 'durNs', 'dataNs', 'h2dNs', 'computeNs', 'otherNs', 'samples', 'samplesSteps', 'gpuIdleNs', 'gpuIdleSteps',
+  'gpuTimedSteps', 'gpuH2dNs', 'gpuComputeNs', 'commSteps', 'commNs', 'commWaitNs', 'commBytes', 'evalSteps', 'evalNs',
+] as const satisfies ReadonlyArray<keyof StepSums>;
+const SUM_KEYS = STEP_SUM_FIELDS;
 
 export function otherNs(record: StepRecord): number {
   return Math.max(0, record.durNs - record.dataNs - record.h2dNs - record.computeNs);
@@ -129,15 +134,15 @@ export class StepBuckets {
     return held.sort((a, b) => a[0]! - b[0]!);
   }
 
+  /** Buckets holding what `dump` gave (its rows checked by the checkpoint's schema: a slice, then every sum). */
   static load(held: ReadonlyArray<readonly number[]>): StepBuckets {
     const buckets = new StepBuckets();
     for (const [slice, ...values] of held) {
-      if (slice === undefined || !Number.isInteger(slice) || slice < 0) continue;
-      const at = slice % buckets.slices;
-      if (buckets.index[at]! > slice) continue;
+      const at = slice! % buckets.slices;
+      if (buckets.index[at]! > slice!) continue;
       const sums = emptySums();
-      SUM_KEYS.forEach((key, i) => (sums[key] = Number.isFinite(values[i]) ? values[i]! : 0));
-      buckets.index[at] = slice;
+      SUM_KEYS.forEach((key, i) => (sums[key] = values[i]!));
+      buckets.index[at] = slice!;
       buckets.sums[at] = sums;
     }
     return buckets;
