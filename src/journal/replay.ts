@@ -80,16 +80,23 @@ export async function replayJournal(dir: string, options: ReplayOptions = {}): P
     else report.skipped += 1;
     await options.onEntry?.(entry, engine);
   };
-  for await (const item of readWal(dir, { onBad: (bad) => problem(bad.file, bad.offset, bad.reason), maxCheckpointBytes: options.maxCheckpointBytes })) {
+  // A checkpoint is checked whole and built apart: one that is refused leaves the engine as it was,
+  // and the journal falls back to an older checkpoint or to the segments from the first.
+  let restored: Engine | null = null;
+  const unusable = (value: unknown) => {
+    try {
+      restored = Engine.fromCheckpoint(value, options.limits ?? null);
+      return null;
+    } catch (error) {
+      return `checkpoint not usable: ${(error as Error).message}`;
+    }
+  };
+  for await (const item of readWal(dir, { onBad: (bad) => problem(bad.file, bad.offset, bad.reason), maxCheckpointBytes: options.maxCheckpointBytes, unusable })) {
     if (item.kind === 'checkpoint') {
-      try {
-        engine = Engine.fromCheckpoint(item.value, options.limits ?? null);
-        engine.replaying = !options.publishTicks;
-        report.checkpoint = item.file;
-        sawStart = true;
-      } catch (error) {
-        problem(item.file, 0, `checkpoint not usable: ${(error as Error).message}`);
-      }
+      engine = restored!;
+      engine.replaying = !options.publishTicks;
+      report.checkpoint = item.file;
+      sawStart = true;
       continue;
     }
     const entry = parseEntry(item.value);

@@ -42,6 +42,12 @@ export interface ReadWalOptions {
    * sidecar passes the most its limits could produce, so a forged one cannot take the heap.
    */
   maxCheckpointBytes?: number;
+  /**
+   * Why a checkpoint that reads cannot be used (another version, a shape it does not hold), or
+   * null: one that cannot is reported, and the next older one, else the segments from the first,
+   * are read instead.
+   */
+  unusable?: (value: unknown) => string | null;
 }
 
 type EntryItem = Extract<WalItem, { kind: 'entry' }>;
@@ -71,7 +77,9 @@ export async function* readWal(dir: string, options: ReadWalOptions): AsyncGener
   let checkpoint: { value: unknown; file: string; number: number } | null = null;
   for (const candidate of [...listing.checkpoint].reverse()) {
     const value = await readCheckpoint(reader, candidate.name, onBad, options.maxCheckpointBytes ?? MAX_CHECKPOINT_BYTES);
-    if (value) {
+    const why = value && options.unusable?.(value.value);
+    if (why) onBad({ file: candidate.name, offset: 0, bytes: 0, reason: why });
+    else if (value) {
       checkpoint = { value: value.value, file: candidate.name, number: candidate.number };
       break;
     }
