@@ -28,7 +28,7 @@ const SCHEMAS = [
   ['protocol/summary.js', 'SummarySchema'], // report, compare, gate, merge, --baseline
   ['outputs/past-runs.js', 'PastRunEntrySchema'], // gate --history, serve's run history
   ['engine/entries.js', 'ReferenceEntrySchema'], // a journal's run references (summaries in them)
-  ['analysis/summary-series.js', 'SeriesDumpSchema'], // serve and replay from a checkpoint
+  ['engine/checkpoint.js', 'CheckpointSchema'], // serve and replay from a checkpoint (summaries and series in it)
   ['protocol/stream.js', 'SnapshotFrameSchema'], // watch's first frame
   ['protocol/stream.js', 'UpdateFrameSchema'],
   ['protocol/stream.js', 'VerdictFrameSchema'],

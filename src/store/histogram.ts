@@ -5,6 +5,8 @@
 const MIN_MS = 0.001;
 const GROWTH = 1.02;
 const BUCKETS = Math.ceil(Math.log(1e7 / MIN_MS) / Math.log(GROWTH));
+/** The highest bucket index (a checkpoint's pairs are checked against it). */
+export const HISTOGRAM_TOP = BUCKETS;
 const LOG_GROWTH = Math.log(GROWTH);
 
 export class LogHistogram {
@@ -24,10 +26,10 @@ export class LogHistogram {
     return pairs;
   }
 
+  /** A histogram holding what `dump` gave (its indexes checked by the checkpoint's schema). */
   static load(pairs: ReadonlyArray<readonly [number, number]>): LogHistogram {
     const histogram = new LogHistogram();
     for (const [i, count] of pairs) {
-      if (i < 0 || i >= histogram.counts.length) continue;
       histogram.counts[i] = count;
       histogram.count += count;
     }

@@ -3,6 +3,7 @@ import { CaptureSchema, ProcReadingSchema } from '../protocol/capture.js';
 import { EnvSchema } from '../protocol/hook-schema.js';
 import { Held, Keys, Names, Nullable } from '../protocol/schema.js';
 import { STEP_BUCKETS_S } from './duration-counts.js';
+import { HISTOGRAM_TOP } from './histogram.js';
 import { END_REASONS, SESSION_DISCONNECTS, type MemoryAt, type ProcessAt } from './job-records.js';
 import { STEP_SUM_FIELDS } from './step-buckets.js';
 
@@ -60,9 +61,9 @@ const RankCheckpoint = Type.Object({
   totals: Keys(STEP_SUM_FIELDS, Type.Number()),
   recent: Type.Array(Type.Object({ record: StepRecordCheckpoint, endAt: Type.Number() })),
   /** Each slice held: its number, then its sums in STEP_SUM_FIELDS order. */
-  buckets: Type.Array(Type.Array(Type.Number(), { minItems: STEP_SUM_FIELDS.length + 1, maxItems: STEP_SUM_FIELDS.length + 1 })),
+  buckets: Type.Array(Type.Unsafe<number[]>(Type.Tuple([Int, ...STEP_SUM_FIELDS.map(() => Type.Number())]))),
   /** The step-time histogram's non-empty buckets as [index, count]. */
-  histogram: Type.Array(Type.Tuple([Int, Int])),
+  histogram: Type.Array(Type.Tuple([Type.Integer({ minimum: 0, maximum: HISTOGRAM_TOP }), Int])),
   durations: Type.Object({
     buckets: Type.Array(Int, { minItems: STEP_BUCKETS_S.length + 1, maxItems: STEP_BUCKETS_S.length + 1 }),
     sumS: Type.Number(),
