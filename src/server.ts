@@ -101,7 +101,14 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     });
   // Read-your-writes: a client that was acknowledged sees its steps in the state it asks for next.
   app.get('/v1/state', async () => state(await options.fresh()));
-  const stream = registerStream(app, { ...options.stream, state, snapshot: options.snapshot, onSnapshot: options.onSnapshot, log });
+  // Hooks batch less often while no viewer watches (issue 24, target 5): each is told when that changes.
+  let watched = false;
+  const onViewers = (count: number) => {
+    options.stream?.onViewers?.(count);
+    watched = count > 0;
+    for (const hook of hooks) hook.watchChanged();
+  };
+  const stream = registerStream(app, { ...options.stream, onViewers, state, snapshot: options.snapshot, onSnapshot: options.onSnapshot, log });
   registerMetrics(app, {
     snapshot: options.snapshot,
     ingest: ingest.stats,
@@ -114,7 +121,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   const slots = new ConnectionSlots(ingest.limits.maxPending);
   const flow = new Flow(ingest.limits);
   app.get('/v1/ingest', { websocket: true }, (socket, request) => {
-    const hook = new HookConnection(socket, ingest, log, `${request.socket.remoteAddress}:${request.socket.remotePort}`, slots, flow);
+    const hook = new HookConnection(socket, ingest, log, `${request.socket.remoteAddress}:${request.socket.remotePort}`, slots, flow, () => watched);
     hooks.add(hook);
     socket.once('close', () => hooks.delete(hook));
   });

@@ -36,6 +36,7 @@ describe('ingest over a real websocket', () => {
       resume: expect.stringMatching(/^[0-9a-f]{32}$/),
       ack: 0,
       counters: { nvml: false, interval_ms: 500, process: true, memory: true },
+      watched: false,
     });
     hook.send(steps(range(1, 10).map((seq) => row({ seq, durMs: 10, dataMs: 4, h2dMs: 1, computeMs: 3 }))));
     expect(await hook.next((m) => m.type === 'ack')).toEqual({ v: 1, type: 'ack', ack: 10 });

@@ -362,6 +362,10 @@ def parse_server_message(payload: bytes) -> dict:
         capture = message.get("capture")
         if capture is not None and not isinstance(capture, dict):
             raise ProtocolError("welcome.capture is not a map")
+    if kind in ("welcome", "watch"):
+        watched = message.get("watched")
+        if (watched is not None or kind == "watch") and type(watched) is not bool:
+            raise ProtocolError("%s.watched is not true or false" % kind)
     if kind in ("capture", "profile"):
         request = message.get("id")
         if type(request) is not int or request < 0:

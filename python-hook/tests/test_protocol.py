@@ -127,6 +127,8 @@ class ServerMessageTest(unittest.TestCase):
         offers = self.parse({"v": 1, "type": "welcome", "session": "s", "ack": 0, "heartbeat_ms": 1000, "capture": {"deep": True}})
         self.assertEqual((offers["heartbeat_ms"], offers["capture"]), (1000, {"deep": True}))
         self.assertEqual(self.parse({"v": 1, "type": "capture", "id": 3})["id"], 3)
+        self.assertIs(self.parse({"v": 1, "type": "welcome", "ack": 0, "watched": False})["watched"], False)
+        self.assertIs(self.parse({"v": 1, "type": "watch", "watched": True})["watched"], True)
 
     def test_invalid(self):
         for message in (
@@ -148,6 +150,9 @@ class ServerMessageTest(unittest.TestCase):
             {"v": 1, "type": "welcome", "ack": 0, "capture": True},
             {"v": 1, "type": "capture"},
             {"v": 1, "type": "capture", "id": -1},
+            {"v": 1, "type": "welcome", "ack": 0, "watched": 0},
+            {"v": 1, "type": "watch"},
+            {"v": 1, "type": "watch", "watched": "no"},
         ):
             with self.subTest(message=message):
                 with self.assertRaises(ProtocolError):

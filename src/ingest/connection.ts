@@ -71,6 +71,8 @@ export class HookConnection {
   private readonly timers: NodeJS.Timeout[] = [];
   /** Closed by the sidecar because nothing came from it: the disconnect says so (its process may live on). */
   private silent = false;
+  /** What the hook was last told about viewers (in welcome or `watch`). */
+  private toldWatched = false;
 
   constructor(
     private readonly socket: WebSocket,
@@ -79,6 +81,8 @@ export class HookConnection {
     remote: string,
     private readonly slots: ConnectionSlots,
     flow: Flow,
+    /** Whether a viewer watches the sidecar now: told to the hook, which batches less often while none does. */
+    private readonly watched: () => boolean,
   ) {
     this.log = log.child({ remote });
     this.flow = flow.open({ pause: () => socket.pause(), resume: () => socket.resume() });
@@ -208,6 +212,14 @@ export class HookConnection {
     return true;
   }
 
+  /** A viewer came or the last one left: a welcomed hook is told if that changes what it knows. */
+  watchChanged(): void {
+    const watched = this.watched();
+    if (!this.welcomed || watched === this.toldWatched) return;
+    this.toldWatched = watched;
+    this.send({ type: 'watch', watched });
+  }
+
   /** Asks the hook where its training thread is (it answers with a `stack` frame). */
   requestCapture(id: number): void {
     this.send({ type: 'capture', id });
@@ -231,7 +243,8 @@ export class HookConnection {
         // Closed while the hello was being written: its disconnect is owed now.
         if (this.closed) void this.ingest.disconnected(hello.session).catch(() => undefined);
         this.welcomed = true;
-        this.send({ type: 'welcome', session: hello.session, resume: result.secret, ack: result.ack, counters: this.ingest.wants, ...this.ingest.offers(hello) });
+        this.toldWatched = this.watched();
+        this.send({ type: 'welcome', session: hello.session, resume: result.secret, ack: result.ack, counters: this.ingest.wants, ...this.ingest.offers(hello), watched: this.toldWatched });
         this.ingest.attach(hello.session, this);
         this.log.info({ session: hello.session, resumed: result.resumed, ack: result.ack, world_size: hello.world_size }, 'hook connected');
         if (result.legacy) {

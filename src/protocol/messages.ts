@@ -344,6 +344,14 @@ export interface Welcome {
   heartbeat_ms?: number;
   /** To a hook that offered them: `capture` requests will come; `deep`: every thread's whole stack. */
   capture?: { deep: boolean };
+  /** Whether a viewer watches this sidecar now: a hook sends less often while none does (later changes come as `watch`). Absent: an older sidecar. */
+  watched?: boolean;
+}
+
+/** A viewer started or stopped watching: the hook's batches go back to their short interval, or may lengthen (sent on change only; older hooks ignore it). */
+export interface WatchNotice {
+  type: 'watch';
+  watched: boolean;
 }
 
 /** Asks the hook where its training thread is: it answers with a `stack` frame carrying `id`. */
@@ -358,7 +366,7 @@ export interface Ack {
   end?: true;
 }
 
-export type SidecarMessage = Welcome | Ack | CaptureRequest | ProfileRequest;
+export type SidecarMessage = Welcome | Ack | CaptureRequest | ProfileRequest | WatchNotice;
 
 export function sidecarFrame(message: SidecarMessage): Record<string, unknown> {
   return { v: PROTOCOL_VERSION, ...message };

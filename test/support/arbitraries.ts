@@ -894,7 +894,7 @@ export async function hookSidecar(options: { wal?: Wal | null; limits?: Partial<
     connect() {
       const socket = new FakeSocket();
       sockets.push(socket);
-      new HookConnection(socket as unknown as WebSocket, ingest, log, `fake:${sockets.length}`, slots, flow);
+      new HookConnection(socket as unknown as WebSocket, ingest, log, `fake:${sockets.length}`, slots, flow, () => false);
       return socket;
     },
     send(socket, bytes, binary = true) {
