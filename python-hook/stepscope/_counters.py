@@ -94,6 +94,7 @@ class ProcessSampler:
         self._pid = pid or os.getpid()
         self._proc = proc_root
         self._parents = {}  # pid -> parent pid, for every process seen; stat is read once per pid
+        self._listed = None  # whether the kernel lists each thread's children (decided at the first sample)
         self._ticks = _sysconf("SC_CLK_TCK", 100)
         self._page = _sysconf("SC_PAGE_SIZE", 4096)
         self._cgroup = _CgroupFiles.find(proc_root, cgroup_root, self._pid)
@@ -130,8 +131,12 @@ class ProcessSampler:
         return self._cpu_of(self._pid)
 
     def _children(self) -> list:
-        # No /proc/<pid>/task/*/children on many kernels: find children by their parent pid,
-        # reading each process's stat only the first time its pid is seen.
+        if self._listed is None:
+            self._listed = os.path.exists("%s/%d/task/%d/children" % (self._proc, self._pid, self._pid))
+        if self._listed:
+            return self._listed_children()
+        # No /proc/<pid>/task/*/children on kernels without CONFIG_PROC_CHILDREN: find children by
+        # their parent pid, reading each process's stat only the first time its pid is seen.
         pids = {int(name) for name in os.listdir(self._proc) if name.isdigit()}
         parents = self._parents
         for gone in [pid for pid in parents if pid not in pids]:
@@ -141,6 +146,19 @@ class ProcessSampler:
                 fields = self._stat(pid)
                 parents[pid] = int(fields[1]) if fields else None
         return [pid for pid, parent in parents.items() if parent == self._pid]
+
+    def _listed_children(self) -> list:
+        """The children the kernel lists for each thread: a few small reads, where the scan of every
+        pid took most of the sender thread's second on a busy node (issue 24, target 5)."""
+        task = "%s/%d/task" % (self._proc, self._pid)
+        children = []
+        for tid in os.listdir(task):
+            try:
+                with open("%s/%s/children" % (task, tid), "rb") as f:
+                    children.extend(int(pid) for pid in f.read().split())
+            except OSError:
+                pass  # the thread ended since the listing
+        return children
 
     def _stat(self, pid: int):
         """Fields of /proc/<pid>/stat after the command name: [state, ppid, ...]; None if gone."""

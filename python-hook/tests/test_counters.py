@@ -2,6 +2,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import types
 import unittest
 from unittest import mock
@@ -56,6 +57,17 @@ class FakeProcTest(unittest.TestCase):
         write(os.path.join(self.proc, "105/stat"), stat_line(105, 100))
         self.assertEqual(sampler.sample(0)["workers"], 3)
 
+    def test_children_the_kernel_lists_per_thread(self):
+        # Where the kernel lists them, the children come from there and no other process is read:
+        # 102 (a child by its stat) is not listed, so it is not counted.
+        write(os.path.join(self.proc, "100/task/100/children"), "101\n")
+        write(os.path.join(self.proc, "100/task/107/children"), "")
+        write(os.path.join(self.proc, "100/task/108/children"), "104 105")
+        write(os.path.join(self.proc, "104/stat"), stat_line(104, 100, utime=7))
+        sample = self.sampler().sample(0)
+        self.assertEqual(sample["workers"], 3)
+        self.assertAlmostEqual(sample["cpu_workers_s"], 207 / os.sysconf("SC_CLK_TCK"), places=3)
+
     def test_cgroup_v2(self):
         write(os.path.join(self.proc, "100/cgroup"), "0::/kubepods/pod1\n")
         base = os.path.join(self.cgroup, "kubepods/pod1")
@@ -107,6 +119,17 @@ class RealProcTest(unittest.TestCase):
         self.assertGreaterEqual(sample["workers"], 1)
         for key, value in sample.items():
             self.assertTrue(value is None or value >= 0, key)
+
+    def test_a_child_started_by_another_thread(self):
+        children = []
+        thread = threading.Thread(target=lambda: children.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])))
+        thread.start()
+        thread.join()
+        child = children[0]
+        self.addCleanup(child.wait)
+        self.addCleanup(child.kill)
+        sampler = ProcessSampler()
+        self.assertIn(child.pid, sampler._children())
 
 
 class FakeNvml(types.ModuleType):
