@@ -2,7 +2,7 @@ import { rmSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { mathDtype, mfuOf } from '../src/analysis/mfu.js';
-import type { EndedRun, JobState } from '../src/engine/snapshot.js';
+import type { EndedRun, SnapshotJob } from '../src/engine/snapshot.js';
 import { replayJournal } from '../src/journal/replay.js';
 import { PEAKS, peakRow } from '../src/model/gpu-peaks.js';
 import { recordings, unpackJournal } from './support/scenarios.js';
@@ -22,7 +22,7 @@ describe('MFU', () => {
     const recording = recordings().find((r) => r.slug === SLUG)!;
     expect(recording, `the recording ${SLUG}`).toBeDefined();
     const dir = unpackJournal(recording);
-    const live: JobState[] = [];
+    const live: SnapshotJob[] = [];
     const ended: EndedRun[] = [];
     try {
       await replayJournal(dir, {

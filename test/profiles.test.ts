@@ -127,7 +127,7 @@ describe('deep capture, the sidecar side', () => {
     const snapshot = await side.tick();
     const holding = (since: number) => ({
       ...snapshot,
-      jobs: snapshot.jobs.map((job) => ({ ...job, verdict: { ...job.verdict!, verdict: 'input-bound' as const, since: new Date(since).toISOString() } })),
+      jobs: snapshot.jobs.map((job) => ({ ...job, verdict: { ...job.verdict!, verdict: 'input-bound' as const, since } })),
     });
     const setIn = Date.now() - 5_000;
     captures.onSnapshot(holding(setIn));

@@ -136,7 +136,7 @@ export function buildSummary({ job, views, analysis, gpus, at, gpuHourPrice = nu
   const share = dominant && activeSeconds > 0 ? round(dominant.seconds / activeSeconds, 3) : null;
   const evidence = dominant?.judgement?.evidence ?? current?.evidence ?? null;
   const straggler = analysis.mainStraggler();
-  const stops = summaryStops(analysis, Date.parse(job.started_at), endedAt, job.duration_s);
+  const stops = summaryStops(analysis, job.started_at, endedAt, job.duration_s);
   const lead = leadingStop(stops);
   const limiters = analysis.limiters();
   const recommendations = dedupe([
@@ -173,7 +173,7 @@ export function buildSummary({ job, views, analysis, gpus, at, gpuHourPrice = nu
   return {
     schema: SUMMARY_SCHEMA,
     job: job.job,
-    started_at: job.started_at,
+    started_at: new Date(job.started_at).toISOString(),
     ended_at: new Date(endedAt).toISOString(),
     end_reason: job.end_reason,
     // A stop leads; what the job was bound by while it stepped follows, where it held a verdict at all.

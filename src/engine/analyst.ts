@@ -142,7 +142,7 @@ export class Analyst {
     const analysis = this.analysisOf(jobId);
     const job = this.world.jobs.jobSnapshot(jobId, at, analysis?.stopped() ?? false);
     if (!job || !analysis) return null;
-    const from = Date.parse(job.started_at);
+    const from = job.started_at;
     const end = from + job.duration_s * 1000;
     const summary = buildSummary({
       job,

@@ -8,7 +8,7 @@ import { JobStore, LimitError, UnknownSessionError } from '../store/job-store.js
 import { CHECKPOINT_FORMAT, parseCheckpoint, type Checkpoint, type EngineStats, type RunsCheckpoint } from './checkpoint.js';
 import { Analyst, type Windows } from './analyst.js';
 import type { EngineConfig, JournalEntry } from './entries.js';
-import { freeze, historySeries, verdictState, windowFor, type EndedRun, type EngineSnapshot, type JobState, type RankTotals } from './snapshot.js';
+import { freeze, historySeries, snapshotVerdict, windowFor, type EndedRun, type EngineSnapshot, type RankTotals, type SnapshotJob } from './snapshot.js';
 import { addPid, applyData, emptyWorld, type World } from './world.js';
 import { jobStopState, rankStallState } from './stops.js';
 import { DEFAULT_REGRESSION_HOLD_MS, DEFAULT_REGRESSION_THRESHOLD_PCT, RunComparisons, type RegressionChange, type RunsConfig } from './runs.js';
@@ -254,16 +254,16 @@ export class Engine {
     const knownGpus = counters.knownGpus();
     const apps = counters.appsAt(at)?.apps ?? null;
     const views = jobs.rankViews();
-    const jobStates = jobs.snapshot(at, (job) => this.analyst.analysisOf(job)?.stopped() ?? false).map((job): JobState => {
+    const jobStates = jobs.snapshot(at, (job) => this.analyst.analysisOf(job)?.stopped() ?? false).map((job): SnapshotJob => {
       const analysis = this.analyst.analysisOf(job.job);
       const straggler = analysis?.straggler() ?? null;
       const jobWindows = windows.get(job.job);
       return {
         ...job,
-        verdict: verdictState(analysis?.jobVerdict() ?? null),
+        verdict: snapshotVerdict(analysis?.jobVerdict() ?? null),
         straggler,
         // An ended run's timeline stops at its last step.
-        timeline: analysis?.timeline(job.ended ? Date.parse(job.started_at) + job.duration_s * 1000 : at) ?? [],
+        timeline: analysis?.timeline(job.ended ? job.started_at + job.duration_s * 1000 : at) ?? [],
         baseline: this.runs.comparisonOf(job.job, job.run, job.ended),
         waste: analysis?.wasted(this.config.gpuHourPrice ?? null) ?? null,
         stop: jobStopState(analysis?.stopEpisodes().at(-1), analysis?.stopped() ?? false, job.ended ? 0 : at),
@@ -271,7 +271,7 @@ export class Engine {
           ...rank,
           // Every rank of the store has its window: `windows` covers every rank view.
           window: jobWindows!.get(rank.rank)!,
-          verdict: verdictState(analysis?.rankVerdict(rank.rank) ?? null),
+          verdict: snapshotVerdict(analysis?.rankVerdict(rank.rank) ?? null),
           straggler: straggler?.rank === rank.rank,
           stall: job.ended ? null : rankStallState(analysis?.rankStall(rank.rank) ?? null, this.world.jobs.procOf(job.job, rank.rank)),
           ...rankMfu(rank.env, jobWindows!.get(rank.rank)!),

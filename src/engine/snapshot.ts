@@ -1,6 +1,5 @@
 import { deviceHint, matchGpu, type GpuMatch } from '../analysis/gpu-match.js';
 import type { VerdictEvent } from '../analysis/job-analysis.js';
-import type { Straggler } from '../model/straggler.js';
 import { round } from '../model/round.js';
 import type { Summary } from '../protocol/summary.js';
 import type { Judgement } from '../analysis/verdict.js';
@@ -14,8 +13,7 @@ import type { DurationCounts } from '../store/duration-counts.js';
 import type { JobSnapshot, RankSnapshot, RankView } from '../store/job-store.js';
 import type { StepSums } from '../store/step-buckets.js';
 import type { JobStopState, RankStallState } from '../protocol/stall-state.js';
-import type { Comparison, Mfu, RankWindow, TimelineSegment, Waste } from '../protocol/state.js';
-import type { CaptureRecord } from '../protocol/profile.js';
+import type { JobState, RankState, RankWindow, VerdictState } from '../protocol/state.js';
 import type { ChosenReference, JobRegression, RegressionChange } from './runs.js';
 
 /**
@@ -23,40 +21,34 @@ import type { ChosenReference, JobRegression, RegressionChange } from './runs.js
  * `/v1/state`, the stream, `/metrics` and the summaries only read it; none of them reads the engine.
  */
 
-export interface VerdictState {
-  verdict: Judgement['verdict'];
-  cause: Judgement['cause'];
-  since: string;
-  evidence: Judgement['evidence'];
-  recommendations: Judgement['recommendations'];
-  limiters: Judgement['limiters'];
-  causes: Judgement['causes'];
+/**
+ * The snapshot's shapes are the state's (src/protocol/state.ts) with their times as ms since the
+ * epoch: times stay numbers in the core, and only outputs/state.ts formats them as ISO strings.
+ */
+
+/** A verdict in force: the state's VerdictState, `since` in ms. */
+export type SnapshotVerdict = Omit<VerdictState, 'since' | 'pending'> & {
+  since: number;
   /** A different verdict waiting out its hold time, if any. */
-  pending: { verdict: Judgement['verdict']; cause: Judgement['cause']; since: string } | null;
-}
+  pending: (Omit<NonNullable<VerdictState['pending']>, 'since'> & { since: number }) | null;
+};
 
-export interface RankState extends RankSnapshot {
-  window: RankWindow;
-  verdict: VerdictState | null;
-  straggler: boolean;
-  /** Whether it steps, and where it is if it stopped (null where it was not judged: an ended run). */
-  stall: RankStallState | null;
-  /** Its MFU over the window; absent where its hook gave no FLOP count. */
-  mfu?: Mfu | null;
-}
+/** A rank: the store's description of it with what the analysis adds. */
+export type SnapshotRank = RankSnapshot &
+  Pick<RankState, 'window' | 'straggler' | 'mfu'> & {
+    verdict: SnapshotVerdict | null;
+    /** Whether it steps, and where it is if it stopped (null where it was not judged: an ended run). */
+    stall: RankStallState | null;
+  };
 
-export interface JobState extends Omit<JobSnapshot, 'ranks'> {
-  ranks: RankState[];
-  verdict: VerdictState | null;
-  straggler: Straggler | null;
-  timeline: TimelineSegment[];
-  baseline: Comparison | null;
-  waste: Waste | null;
-  /** While the job does not step (or the stop an ended run ended in): on whom it waits. */
-  stop: JobStopState | null;
-  /** Its deep captures (the sidecar's, not the engine's: absent in a replay). */
-  captures?: CaptureRecord[];
-}
+/** A job: the store's description of it with what the analysis adds (and the sidecar's captures, absent in a replay). */
+export type SnapshotJob = Omit<JobSnapshot, 'ranks'> &
+  Pick<JobState, 'straggler' | 'timeline' | 'baseline' | 'waste' | 'captures'> & {
+    ranks: SnapshotRank[];
+    verdict: SnapshotVerdict | null;
+    /** While the job does not step (or the stop an ended run ended in): on whom it waits. */
+    stop: JobStopState | null;
+  };
 
 /** Per rank, what /metrics reads beyond the state: running totals and the step-duration buckets. */
 export interface RankTotals {
@@ -87,7 +79,7 @@ export interface EngineSnapshot {
   source: { gpu: string; reason: string } | null;
   /** The node's inventory as journaled at start; null before it is read (and in recordings before it). */
   node: NodeInventory | null;
-  jobs: JobState[];
+  jobs: SnapshotJob[];
   /** `processes`: its compute processes at the latest nvidia-smi reading (null where none was read). */
   gpus: Array<{ known: KnownGpu; recent: GpuSample[]; processes: ComputeApp[] | null }>;
   host: HostSample | null;
@@ -107,18 +99,18 @@ export interface EngineSnapshot {
   references: ReadonlyArray<{ job: string; run: number | null; reference: ChosenReference | null }>;
 }
 
-export function verdictState(held: { judgement: Judgement; since: number; pending?: { judgement: Judgement; since: number } | null } | null): VerdictState | null {
+export function snapshotVerdict(held: { judgement: Judgement; since: number; pending?: { judgement: Judgement; since: number } | null } | null): SnapshotVerdict | null {
   if (!held) return null;
   const { judgement } = held;
   return {
     verdict: judgement.verdict,
     cause: judgement.cause,
-    since: new Date(held.since).toISOString(),
+    since: held.since,
     evidence: judgement.evidence,
     recommendations: judgement.recommendations,
     limiters: judgement.limiters,
     causes: judgement.causes,
-    pending: held.pending ? { verdict: held.pending.judgement.verdict, cause: held.pending.judgement.cause, since: new Date(held.pending.since).toISOString() } : null,
+    pending: held.pending ? { verdict: held.pending.judgement.verdict, cause: held.pending.judgement.cause, since: held.pending.since } : null,
   };
 }
 

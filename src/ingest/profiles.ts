@@ -2,7 +2,7 @@ import { mkdir, rename, unlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { createGunzip } from 'node:zlib';
-import type { EngineSnapshot, JobState } from '../engine/snapshot.js';
+import type { EngineSnapshot, SnapshotJob } from '../engine/snapshot.js';
 import type { Logger } from '../log/log.js';
 import { fileSafeName } from '../model/names.js';
 import { isStop } from '../model/verdict.js';
@@ -152,7 +152,7 @@ export class ProfileCaptures {
     for (const job of snapshot.jobs) {
       if (job.ended) continue;
       const verdict = job.verdict;
-      const held = verdict !== null && !HEALTHY.has(verdict.verdict) && !isStop(verdict.verdict) && now - Date.parse(verdict.since) >= this.options.afterMs;
+      const held = verdict !== null && !HEALTHY.has(verdict.verdict) && !isStop(verdict.verdict) && now - verdict.since >= this.options.afterMs;
       const regressed = snapshot.regressions?.some((r) => r.job === job.job && r.regressed) === true;
       if (!regressed) this.regressionCaptured.delete(job.job);
       if (!held && !regressed) continue;
@@ -169,7 +169,7 @@ export class ProfileCaptures {
   }
 
   /** The state's jobs with their captures (only those that have any). */
-  decorate(jobs: readonly JobState[]): JobState[] {
+  decorate(jobs: readonly SnapshotJob[]): SnapshotJob[] {
     return jobs.map((job) => (this.byJob.has(job.job) ? { ...job, captures: [...this.of(job.job)] } : job));
   }
 
@@ -226,7 +226,7 @@ export class ProfileCaptures {
 }
 
 /** The rank to capture: the straggler's, else the lowest connected one. */
-function pickRank(job: JobState): number | null {
+function pickRank(job: SnapshotJob): number | null {
   if (job.straggler && job.ranks.some((r) => r.rank === job.straggler!.rank && r.connected)) return job.straggler.rank;
   return job.ranks.find((r) => r.connected)?.rank ?? null;
 }

@@ -3,7 +3,7 @@ import type { Straggler } from '../model/straggler.js';
 import type { KnownGpu } from '../counters/counter-store.js';
 import type { HostSample } from '../counters/host.js';
 import type { GpuSample } from '../counters/types.js';
-import type { EngineSnapshot, RankTotals, VerdictState } from '../engine/snapshot.js';
+import type { EngineSnapshot, RankTotals, SnapshotVerdict } from '../engine/snapshot.js';
 import type { IngestStats } from '../protocol/state.js';
 import type { SourceStatus } from '../counters/status.js';
 import type { JournalHealth } from '../journal/health.js';
@@ -30,9 +30,9 @@ export interface VerdictNow {
   verdict: Verdict;
   cause: Cause;
   /** The limiters costing at least 5% of step time beside it. */
-  limiters: VerdictState['limiters'];
+  limiters: SnapshotVerdict['limiters'];
   /** Its causes, with what fixing each would buy. */
-  causes: VerdictState['causes'];
+  causes: SnapshotVerdict['causes'];
 }
 
 export interface RankScrape {
@@ -81,7 +81,7 @@ export interface Scrape {
   skipped: Record<string, number>;
 }
 
-const verdictNow = (held: VerdictState | null): VerdictNow | null => (held ? { verdict: held.verdict, cause: held.cause, limiters: held.limiters, causes: held.causes } : null);
+const verdictNow = (held: SnapshotVerdict | null): VerdictNow | null => (held ? { verdict: held.verdict, cause: held.cause, limiters: held.limiters, causes: held.causes } : null);
 
 export function readScrape(inputs: MetricsInputs): Scrape {
   const snapshot = inputs.snapshot();

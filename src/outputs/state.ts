@@ -1,10 +1,8 @@
 import { coresPerGpu } from '../counters/inventory-parse.js';
 import type { SourceStatus } from '../counters/status.js';
-import { gpuSummary, hostSummary, type EngineSnapshot } from '../engine/snapshot.js';
+import { gpuSummary, hostSummary, type EngineSnapshot, type SnapshotJob, type SnapshotVerdict } from '../engine/snapshot.js';
 import type { JournalHealth } from '../journal/health.js';
-import { STATE_SCHEMA, type IngestStats, type SidecarState } from '../protocol/state.js';
-
-export type { JobState, RankState, VerdictState } from '../engine/snapshot.js';
+import { STATE_SCHEMA, type IngestStats, type JobState, type SidecarState, type VerdictState } from '../protocol/state.js';
 
 export interface StateInput {
   snapshot: EngineSnapshot;
@@ -37,6 +35,23 @@ export function sidecarState(input: StateInput): SidecarState {
       host: hostSummary(snapshot.host),
     },
     node: snapshot.node === null ? null : { ...snapshot.node, cores_per_gpu: coresPerGpu(snapshot.node, snapshot.node.gpu_count) },
-    jobs: snapshot.jobs,
+    jobs: snapshot.jobs.map(jobState),
+  };
+}
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+/** The snapshot's times are ms since the epoch; the state writes them as ISO times (each in its place: spreading keeps the fields' order). */
+function verdictState(held: SnapshotVerdict | null): VerdictState | null {
+  if (held === null) return null;
+  return { ...held, since: iso(held.since), pending: held.pending === null ? null : { ...held.pending, since: iso(held.pending.since) } };
+}
+
+function jobState(job: SnapshotJob): JobState {
+  return {
+    ...job,
+    started_at: iso(job.started_at),
+    ranks: job.ranks.map((rank) => ({ ...rank, last_step_at: rank.last_step_at === null ? null : iso(rank.last_step_at), verdict: verdictState(rank.verdict) })),
+    verdict: verdictState(job.verdict),
   };
 }

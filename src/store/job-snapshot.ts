@@ -1,50 +1,28 @@
 import { round } from '../model/round.js';
 import type { Env } from '../protocol/messages.js';
-import type { Breakdown } from '../protocol/state.js';
-import type { EndReason, Job, Rank } from './job-records.js';
+import type { Breakdown, JobState, RankState } from '../protocol/state.js';
+import type { Job, Rank } from './job-records.js';
 import { percentile } from './ring.js';
 import type { StepSums } from './step-buckets.js';
 
 /** The JSON views of jobs and ranks that /v1/state, the summary and the viewer read. */
 
-export interface RankSnapshot {
-  rank: number;
-  local_rank: number;
-  host: string;
-  pid: number;
-  sessions: number;
-  connected: boolean;
-  ended: boolean;
-  steps: number;
-  last_step: number;
-  last_step_at: string | null;
-  dropped: number;
-  duplicates: number;
-  samples: number;
-  clock_offset_ms: number;
-  phase_s: Breakdown;
-  breakdown: Breakdown;
-  gpu_phase_s: { timed_steps: number; h2d: number; compute: number; idle_steps: number; idle: number };
-  step_ms: { last: number | null; mean: number | null; p50: number | null; p90: number | null };
-  recent_step_ms: number[];
+/**
+ * A rank as the store describes it: the state's RankState without what the analysis adds (window,
+ * verdict, straggler, stall, MFU), its time in ms since the epoch (only outputs/state.ts formats it).
+ */
+export type RankSnapshot = Omit<RankState, 'last_step_at' | 'env' | 'window' | 'verdict' | 'straggler' | 'stall' | 'mfu'> & {
+  /** When its last step ended, ms since the epoch; null before the first. */
+  last_step_at: number | null;
   env: Env;
-}
+};
 
-export interface JobSnapshot {
-  job: string;
-  /** 1 for the job's first run, then one more for each new run after one had ended. */
-  run: number;
-  world_size: number;
-  started_at: string;
-  duration_s: number;
-  connected: boolean;
-  ended: boolean;
-  end_reason: EndReason | null;
-  steps: number;
-  dropped: number;
-  duplicates: number;
+/** A job as the store describes it: the state's JobState without what the analysis adds, its start in ms since the epoch. */
+export type JobSnapshot = Omit<JobState, 'started_at' | 'ranks' | 'verdict' | 'straggler' | 'timeline' | 'baseline' | 'waste' | 'captures' | 'stop'> & {
+  /** Its start in whole ms since the epoch (the state's ISO time, which the summary and the timeline are measured from). */
+  started_at: number;
   ranks: RankSnapshot[];
-}
+};
 
 const seconds = (ns: number) => ns / 1e9;
 const ms = (ns: number) => Math.round(ns / 1e3) / 1e3;
@@ -79,7 +57,7 @@ function rankSnapshot(rank: Rank): RankSnapshot {
     ended: rank.latest.ended,
     steps: rank.steps,
     last_step: rank.lastStep,
-    last_step_at: rank.lastStepAt === null ? null : new Date(rank.lastStepAt).toISOString(),
+    last_step_at: rank.lastStepAt,
     dropped: rank.sessions.reduce((total, session) => total + session.dropped, rank.forgotten.dropped),
     duplicates: rank.sessions.reduce((total, session) => total + session.duplicates, rank.forgotten.duplicates),
     samples: totals.samples,
@@ -134,7 +112,7 @@ export function describeJob(job: Job, at: number, throughSilence = false): JobSn
     job: job.id,
     run: job.run,
     world_size: job.worldSize,
-    started_at: new Date(startedAt).toISOString(),
+    started_at: Math.floor(startedAt),
     duration_s: Math.max(0, (jobEnd(job, at, throughSilence) - startedAt) / 1000),
     connected: job.connections > 0,
     ended: job.endedAt !== null,
