@@ -116,7 +116,7 @@ describe('JobStore', () => {
     store.disconnected('s0', 1_000);
     expect(store.settle(1_500, 1_000)).toEqual([]);
     expect(store.settle(2_000, 1_000)).toEqual(['j']);
-    expect(store.allEnded()).toBe(true);
+    expect(store.snapshot(2_000).map((job) => [job.job, job.ended, job.end_reason])).toEqual([['j', true, 'disconnected']]);
   });
 
   it('gives reconnecting hooks a fresh grace period after a restart', () => {

@@ -498,10 +498,6 @@ export class JobStore {
     return this.jobs.get(job)?.ranks.size ?? 0;
   }
 
-  allEnded(): boolean {
-    return this.jobs.size > 0 && [...this.jobs.values()].every((job) => job.endedAt !== null);
-  }
-
   /**
    * One job as of `at`, or null if unknown. `throughSilence`: an ended run that had stopped stepping
    * (it hung, or lost a rank) lasts until it was last heard from, not only to its last step.
