@@ -24,7 +24,7 @@ import stepscope  # noqa: E402
 from stepscope import _sender  # noqa: E402
 
 
-def paced(url: str, rate: float, seconds: float, reset) -> float:
+def paced(url: str, rate: float, seconds: float, reset, stop=lambda: None) -> float:
     scope = stepscope.init(url=url, job="bench-sender")
     time.sleep(0.5)  # connected, hello and env sent
     reset()
@@ -43,6 +43,7 @@ def paced(url: str, rate: float, seconds: float, reset) -> float:
         if delay > 0:
             time.sleep(delay)
     elapsed = time.perf_counter() - start
+    stop()  # what close() does (the last frames, `end`, its ack) is not the steady state's
     scope.close(timeout=5.0)
     return elapsed
 
@@ -63,9 +64,11 @@ def whole_thread(url: str, rate: float, seconds: float) -> dict:
 
     _sender.Sender._cycle = cycle
     try:
-        elapsed = paced(url, rate, seconds, lambda: total.__setitem__(slice(None), [0.0, 0.0, 0]))
+        steady = []
+        elapsed = paced(url, rate, seconds, lambda: total.__setitem__(slice(None), [0.0, 0.0, 0]), lambda: steady.extend(total))
     finally:
         _sender.Sender._cycle = original
+    total = steady
     wakes = max(1, total[2])
     return {
         "user_pct": round(100 * total[0] / elapsed, 3),
@@ -103,11 +106,13 @@ def by_part(url: str, rate: float, seconds: float) -> dict:
             self._tick = timed(self._tick, "tick (stack watcher)")
 
     _sender.Sender.__init__ = init
+    steady = []
     try:
-        elapsed = paced(url, rate, seconds, lambda: (spent.clear(), calls.clear()))
+        elapsed = paced(url, rate, seconds, lambda: (spent.clear(), calls.clear()), lambda: steady.extend([collections.Counter(spent), collections.Counter(calls)]))
     finally:
         for name, function in originals.items():
             setattr(_sender.Sender, name, function)
+    spent, calls = steady
     return {label: {"us_per_s": round(ns / elapsed / 1e3), "us_per_call": round(ns / calls[label] / 1e3, 1)} for label, ns in spent.most_common()}
 
 
