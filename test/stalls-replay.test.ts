@@ -84,7 +84,7 @@ for (const recording of RECORDINGS) describe(`replaying ${recording.slug}`, () =
       // Within the culprit's threshold, the wait for the stacks and a tick of its last step.
       const job = jobAt(first!)!;
       const culprit = job.ranks.find((r) => r.rank === e.culprits[0])!;
-      const lastStep = Date.parse(job.stop!.since);
+      const lastStep = job.stop!.since;
       const bound = (culprit.stall?.stall_after_s ?? 0) * 1000 + (e.verdict === 'gone' ? STALL.goneMs : STALL.captureWaitMs) + 1000;
       expect(first!.at - lastStep, `shown ${first!.at - lastStep} ms after the stop`).toBeLessThanOrEqual(bound);
       // And it holds until the ranks are stopped by the test.

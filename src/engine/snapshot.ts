@@ -33,6 +33,9 @@ export type SnapshotVerdict = Omit<VerdictState, 'since' | 'pending'> & {
   pending: (Omit<NonNullable<VerdictState['pending']>, 'since'> & { since: number }) | null;
 };
 
+/** A job's stop: the state's JobStopState, `since` in ms. */
+export type SnapshotStop = Omit<JobStopState, 'since'> & { since: number };
+
 /** A rank: the store's description of it with what the analysis adds. */
 export type SnapshotRank = RankSnapshot &
   Pick<RankState, 'window' | 'straggler' | 'mfu'> & {
@@ -47,7 +50,7 @@ export type SnapshotJob = Omit<JobSnapshot, 'ranks'> &
     ranks: SnapshotRank[];
     verdict: SnapshotVerdict | null;
     /** While the job does not step (or the stop an ended run ended in): on whom it waits. */
-    stop: JobStopState | null;
+    stop: SnapshotStop | null;
   };
 
 /** Per rank, what /metrics reads beyond the state: running totals and the step-duration buckets. */

@@ -1,6 +1,7 @@
 import type { StopEpisode } from '../analysis/job-analysis.js';
 import type { RankStall } from '../analysis/stall.js';
 import type { JobStopState, RankStallState } from '../protocol/stall-state.js';
+import type { SnapshotStop } from './snapshot.js';
 
 /** The state's views of a rank's stall and a job's stop (src/protocol/stall-state.ts), from the analysis. */
 
@@ -27,12 +28,12 @@ export function rankStallState(stall: RankStall | null, proc: RankStallState['pr
 }
 
 /** The job's stop while it holds (`current`), else null. */
-export function jobStopState(episode: StopEpisode | undefined, current: boolean, at: number): JobStopState | null {
+export function jobStopState(episode: StopEpisode | undefined, current: boolean, at: number): SnapshotStop | null {
   if (!episode || !current) return null;
   return {
     verdict: episode.verdict,
     cause: episode.cause as JobStopState['cause'],
-    since: new Date(episode.since).toISOString(),
+    since: episode.since,
     seconds: Math.round((Math.max(episode.until, at) - episode.since) / 100) / 10,
     step: episode.step,
     culprits: episode.culprits,

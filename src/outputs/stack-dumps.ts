@@ -31,7 +31,7 @@ export class StackDumps {
           run: job.run,
           rank: rank.rank,
           declared_at: new Date(snapshot.at).toISOString(),
-          hung_since: stop.since,
+          hung_since: new Date(stop.since).toISOString(),
           job_rule: job.verdict?.evidence.rule ?? stop.text,
           state: stall?.state ?? 'stepping',
           rule: rank.verdict?.evidence.rule ?? null,

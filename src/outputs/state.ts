@@ -1,6 +1,7 @@
 import { coresPerGpu } from '../counters/inventory-parse.js';
 import type { SourceStatus } from '../counters/status.js';
-import { gpuSummary, hostSummary, type EngineSnapshot, type SnapshotJob, type SnapshotVerdict } from '../engine/snapshot.js';
+import { gpuSummary, hostSummary, type EngineSnapshot, type SnapshotJob, type SnapshotStop, type SnapshotVerdict } from '../engine/snapshot.js';
+import type { JobStopState } from '../protocol/stall-state.js';
 import type { JournalHealth } from '../journal/health.js';
 import { STATE_SCHEMA, type IngestStats, type JobState, type SidecarState, type VerdictState } from '../protocol/state.js';
 
@@ -47,11 +48,16 @@ function verdictState(held: SnapshotVerdict | null): VerdictState | null {
   return { ...held, since: iso(held.since), pending: held.pending === null ? null : { ...held.pending, since: iso(held.pending.since) } };
 }
 
+function stopState(stop: SnapshotStop | null): JobStopState | null {
+  return stop === null ? null : { ...stop, since: iso(stop.since) };
+}
+
 function jobState(job: SnapshotJob): JobState {
   return {
     ...job,
     started_at: iso(job.started_at),
     ranks: job.ranks.map((rank) => ({ ...rank, last_step_at: rank.last_step_at === null ? null : iso(rank.last_step_at), verdict: verdictState(rank.verdict) })),
     verdict: verdictState(job.verdict),
+    stop: stopState(job.stop),
   };
 }
