@@ -5,10 +5,10 @@ import type { Summary } from '../protocol/summary.js';
 import type { Judgement } from '../analysis/verdict.js';
 import { rankWindow } from '../analysis/window.js';
 import type { CounterStore, KnownGpu } from '../counters/counter-store.js';
-import { largestFirst, type ComputeApp } from '../counters/compute-apps.js';
+import type { ComputeApp } from '../counters/compute-apps.js';
 import type { NodeInventory } from '../counters/inventory-parse.js';
 import type { HostSample } from '../counters/host.js';
-import { throttleReasonNames, type GpuSample } from '../counters/types.js';
+import type { GpuSample } from '../counters/types.js';
 import type { DurationCounts } from '../store/duration-counts.js';
 import type { JobSnapshot, RankSnapshot, RankView } from '../store/job-store.js';
 import type { StepSums } from '../store/step-buckets.js';
@@ -192,58 +192,4 @@ export function freeze<T>(value: T): T {
     for (const child of Object.values(value as object)) freeze(child);
   }
   return value;
-}
-
-export function gpuSummary(known: KnownGpu, processes: readonly ComputeApp[] | null) {
-  const sample = known.latest;
-  return {
-    index: sample.index,
-    uuid: sample.uuid,
-    name: sample.name,
-    at: new Date(sample.at).toISOString(),
-    util_gpu: sample.utilGpu,
-    util_mem: sample.utilMem,
-    sm_clock_mhz: sample.smClockMHz,
-    sm_clock_max_mhz: sample.smClockMaxMHz,
-    mem_clock_mhz: sample.memClockMHz,
-    temp_c: sample.tempC,
-    power_w: sample.powerW,
-    power_limit_w: sample.powerLimitW,
-    mem_used_mib: sample.memUsedMiB,
-    mem_total_mib: sample.memTotalMiB,
-    pstate: sample.pstate,
-    throttle_reasons: throttleReasonNames(sample.throttleReasons),
-    sm_active: sample.smActive,
-    tensor_active: sample.tensorActive,
-    key: known.key,
-    parent_uuid: known.parentUuid,
-    gpu_instance_id: known.gpuInstanceId,
-    compute_instance_id: sample.computeInstanceId ?? null,
-    mig_profile: sample.migProfile ?? null,
-    processes:
-      processes === null
-        ? null
-        : processes.map((app) => ({ pid: app.pid, name: app.name, used_mib: app.usedMiB })).sort(largestFirst((p) => p.used_mib)),
-  };
-}
-
-export function hostSummary(sample: HostSample | null) {
-  if (!sample) return null;
-  return {
-    at: new Date(sample.at).toISOString(),
-    cpu_pct: sample.cpuPct,
-    cpu_per_core_pct: sample.cpuPerCorePct,
-    iowait_pct: sample.iowaitPct,
-    steal_pct: sample.stealPct,
-    load1: sample.load1,
-    load5: sample.load5,
-    load15: sample.load15,
-    mem_used_bytes: sample.memUsedBytes,
-    mem_total_bytes: sample.memTotalBytes,
-    mem_available_bytes: sample.memAvailableBytes,
-    disk_read_bps: sample.diskReadBps,
-    disk_write_bps: sample.diskWriteBps,
-    net_rx_bps: sample.netRxBps,
-    net_tx_bps: sample.netTxBps,
-  };
 }

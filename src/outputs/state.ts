@@ -1,7 +1,8 @@
 import { coresPerGpu } from '../counters/inventory-parse.js';
 import type { SourceStatus } from '../counters/status.js';
-import { gpuSummary, hostSummary, type EngineSnapshot, type SnapshotJob, type SnapshotStop, type SnapshotVerdict } from '../engine/snapshot.js';
+import type { EngineSnapshot, SnapshotJob, SnapshotStop, SnapshotVerdict } from '../engine/snapshot.js';
 import type { JobStopState } from '../protocol/stall-state.js';
+import { gpuReading, hostReading } from './state-counters.js';
 import type { JournalHealth } from '../journal/health.js';
 import { STATE_SCHEMA, type IngestStats, type JobState, type SidecarState, type VerdictState } from '../protocol/state.js';
 
@@ -32,8 +33,8 @@ export function sidecarState(input: StateInput): SidecarState {
       gpu_source_reason: input.sources.gpu.reason,
       gpu_health: input.sources.gpu.health,
       host_health: input.sources.host,
-      gpus: snapshot.gpus.map((gpu) => gpuSummary(gpu.known, gpu.processes)),
-      host: hostSummary(snapshot.host),
+      gpus: snapshot.gpus.map((gpu) => gpuReading(gpu.known, gpu.processes)),
+      host: hostReading(snapshot.host),
     },
     node: snapshot.node === null ? null : { ...snapshot.node, cores_per_gpu: coresPerGpu(snapshot.node, snapshot.node.gpu_count) },
     jobs: snapshot.jobs.map(jobState),
