@@ -41,33 +41,11 @@ export interface WindowInput {
   memory: MemoryAt[];
 }
 
-export interface OtherProcesses {
-  /** `gpu`: listed on this GPU; `physical-gpu`: on the physical GPU of this MIG instance (nvidia-smi does not say which slice). */
-  scope: 'gpu' | 'physical-gpu';
-  /**
-   * Whether a rank's pid was among this GPU's processes. False: the ranks' pids are in another pid
-   * namespace than nvidia-smi's (a container), so the job's own process may be among those listed.
-   */
-  job_pid_seen: boolean;
-  /** The largest first. */
-  processes: Array<{ pid: number; name: string; used_mib: number | null }>;
-  /** What they hold together, MiB; null where the driver does not say for any. */
-  used_mib: number | null;
-}
+/** Compute processes on the rank's GPU that are not the job's: the state's own type (GpuWindow.other_processes). */
+export type OtherProcesses = NonNullable<GpuWindow['other_processes']>;
 
-export interface TopConsumers {
-  /** `node`: every process on the node was visible; `pod`: only the sidecar's pid namespace (its pod), so others on the node are not seen. */
-  visible: 'node' | 'pod';
-  /** Whether procfs held more processes than were read (MAX_PIDS or the time box): a busy one may be missing. */
-  truncated: boolean;
-  /**
-   * Whether the job's own processes were among the busiest read. False for a busy job means its pids
-   * are in another pid namespace than the sidecar's, and those listed may include its own.
-   */
-  job_seen: boolean;
-  /** The busiest first, at most TOP_CONSUMERS_KEPT. */
-  processes: Array<{ pid: number; name: string; cores: number }>;
-}
+/** The busiest processes outside the job's: the state's own type (HostWindow.top_consumers). */
+export type TopConsumers = NonNullable<HostWindow['top_consumers']>;
 
 /** Enough to name the culprits; the rest is in `top`. */
 export const TOP_CONSUMERS_KEPT = 5;
