@@ -1,3 +1,4 @@
+import type { StepWindow } from '../src/analysis/window.js';
 import { describe, expect, it } from 'vitest';
 import { inputFixes, type FixContext } from '../src/analysis/fix-estimate.js';
 import { margin, t95, windowLost } from '../src/analysis/limiters.js';
@@ -5,7 +6,6 @@ import { judge, type RankContext } from '../src/analysis/verdict.js';
 import type { StepRecord } from '../src/protocol/messages.js';
 import { StepBuckets } from '../src/store/step-buckets.js';
 import { window } from './support/rank-window.js';
-import type { RankWindow } from '../src/protocol/state.js';
 
 /**
  * What each limiter costs (src/analysis/limiters.ts) and what fixing each cause would buy
@@ -81,7 +81,7 @@ describe('the share a limiter costs, and the bound it holds at across the window
   });
 });
 
-const process = (over: Partial<NonNullable<RankWindow['process']>> = {}): NonNullable<RankWindow['process']> => ({
+const process = (over: Partial<NonNullable<StepWindow['process']>> = {}): NonNullable<StepWindow['process']> => ({
   seconds: 1,
   cpu_main_cores: 1,
   cpu_workers_cores: null,
@@ -94,7 +94,7 @@ const process = (over: Partial<NonNullable<RankWindow['process']>> = {}): NonNul
   ...over,
 });
 
-const host = (cpuPct: number, over: Partial<NonNullable<RankWindow['host']>> = {}): NonNullable<RankWindow['host']> => ({
+const host = (cpuPct: number, over: Partial<NonNullable<StepWindow['host']>> = {}): NonNullable<StepWindow['host']> => ({
   samples: 4,
   cpu_pct_mean: cpuPct,
   iowait_pct_mean: 0,
@@ -111,7 +111,7 @@ const host = (cpuPct: number, over: Partial<NonNullable<RankWindow['host']>> = {
  * The issue's case: num_workers=0, ~50 ms of loading a step against 0.66 ms of training (98.7% of
  * the step waiting for data), a CPU-only job.
  */
-const loadingInProcess = (over: Partial<RankWindow>) => window({ data: 0.987 }, { step_ms_mean: 50.66, step_ms_p50: 50.66, gpu: null, ...over });
+const loadingInProcess = (over: Partial<StepWindow>) => window({ data: 0.987 }, { step_ms_mean: 50.66, step_ms_p50: 50.66, gpu: null, ...over });
 const context = (over: Partial<RankContext> = {}): RankContext => ({ totalSteps: 1000, sinceLastStepMs: 50, env: { loader: { num_workers: 0 } }, hostCores: 2, current: null, ...over });
 
 describe('causes ranked by what fixing them buys', () => {

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { gpuSharedCause, SHARED_GPU_MEMORY_MIB, topConsumersText } from '../src/analysis/neighbours.js';
-import { rankWindow } from '../src/analysis/window.js';
+import { rankWindow, type StepWindow } from '../src/analysis/window.js';
 import { parseComputeApps, type ComputeApp } from '../src/counters/compute-apps.js';
 import { type HostSample } from '../src/counters/host.js';
 import type { TopProcess } from '../src/counters/proc-pid.js';
@@ -10,7 +10,6 @@ import { emptyGpuSample } from '../src/counters/types.js';
 import type { StepRecord } from '../src/protocol/messages.js';
 import { StepBuckets } from '../src/store/step-buckets.js';
 import { ROOT } from './support/sidecar.js';
-import type { RankWindow } from '../src/protocol/state.js';
 import { computeAppFields, emptyHostSample } from './support/counters.js';
 
 const H100 = 'GPU-00000000-0000-0000-0000-000000000000';
@@ -23,7 +22,7 @@ const step = (seq: number, idleMs: number): StepRecord => ({
   gpuH2dNs: null, gpuComputeNs: (100 - idleMs) * 1e6, gpuIdleNs: idleMs * 1e6, commNs: null, commWaitNs: null, commBytes: null, evalNs: null,
 });
 
-function windowOf(options: { apps: ComputeApp[] | null; jobPids: number[]; util?: number; idleMs?: number; host?: HostSample[]; parentUuid?: string }): RankWindow {
+function windowOf(options: { apps: ComputeApp[] | null; jobPids: number[]; util?: number; idleMs?: number; host?: HostSample[]; parentUuid?: string }): StepWindow {
   const buckets = new StepBuckets();
   for (let i = 0; i < 20; i++) buckets.add(step(i + 1, options.idleMs ?? 10), 1_000 + i * 100);
   const gpu = { ...emptyGpuSample(2_000, 0), uuid: options.parentUuid ? 'MIG-1' : H100, parentUuid: options.parentUuid ?? null, utilGpu: options.util ?? 90, memTotalMiB: 81559 };

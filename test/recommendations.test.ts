@@ -1,10 +1,11 @@
+import type { StepWindow } from '../src/analysis/window.js';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { Env } from '../src/protocol/messages.js';
 import { RECOMPILE_ADVICE, recommendationsFor } from '../src/analysis/recommendations.js';
 import { CAUSES, VERDICTS, type Cause, type Verdict } from '../src/model/verdict.js';
 import { gpu, window as rankWindow } from './support/rank-window.js';
-import type { ProcessWindow, RankWindow } from '../src/protocol/state.js';
+import type { ProcessWindow } from '../src/protocol/state.js';
 
 /** Advice fitted to the job (src/analysis/recommendations.ts): nothing its setup contradicts, the largest expected gain first. */
 
@@ -22,12 +23,12 @@ const processWindow = (over: Partial<ProcessWindow>): ProcessWindow => ({
 });
 
 const a100 = gpu({ name: 'NVIDIA A100-SXM4-80GB', sm_clock_mhz_mean: 1410, sm_clock_max_mhz: 1410, power_w_mean: 300, power_limit_w: 400, power_frac_mean: 0.75, temp_c_max: 60, mem_used_mib_max: 40_000, mem_total_mib: 81_920, mem_used_frac: 0.5 });
-const window = (over: Partial<RankWindow> = {}): RankWindow => rankWindow({ data: 0.4, compute: 0.6 }, { gpu: a100, host: null, ...over });
+const window = (over: Partial<StepWindow> = {}): StepWindow => rankWindow({ data: 0.4, compute: 0.6 }, { gpu: a100, host: null, ...over });
 
 const GPU_ENV: Env = { torch: '2.5.1', cuda: '12.4', gpu_name: 'NVIDIA A100-SXM4-80GB' };
 const CPU_ENV: Env = { torch: '2.5.1', stack: { cuda_in_use: false, amp: 'off', matmul_precision: 'highest' } };
 
-const advise = (verdict: Verdict, cause: Cause, env: Env, over: { window?: Partial<RankWindow>; hostCores?: number | null } = {}) =>
+const advise = (verdict: Verdict, cause: Cause, env: Env, over: { window?: Partial<StepWindow>; hostCores?: number | null } = {}) =>
   recommendationsFor(verdict, cause, { window: window(over.window), env, hostCores: over.hostCores === undefined ? 64 : over.hostCores });
 const ids = (list: Array<{ id: string }>) => list.map((r) => r.id);
 const text = (list: Array<{ text: string }>) => list.map((r) => r.text).join('\n');
@@ -157,7 +158,7 @@ describe('advice that fits the job', () => {
  */
 describe('advice that fits the machine: CPU-only, GPU, no free core, free cores', () => {
   const hostAt = (cpuPct: number) => ({ samples: 4, cpu_pct_mean: cpuPct, iowait_pct_mean: 0, steal_pct_mean: 0, load1: 1, mem_used_frac: 0.3, cpu_pressure_pct: null, memory_pressure_pct: null, top_consumers: null });
-  type Shape = { env: Env; window: Partial<RankWindow>; hostCores: number; cpuOnly: boolean; free: boolean };
+  type Shape = { env: Env; window: Partial<StepWindow>; hostCores: number; cpuOnly: boolean; free: boolean };
   const SHAPES: Record<string, Shape> = {
     'CPU-only, free cores': { env: CPU_ENV, window: { gpu: null, host: hostAt(30) }, hostCores: 8, cpuOnly: true, free: true },
     'CPU-only, no free core (a neighbour holds the other core)': { env: CPU_ENV, window: { gpu: null, host: hostAt(99) }, hostCores: 2, cpuOnly: true, free: false },

@@ -1,7 +1,8 @@
+import type { StepWindow } from '../src/analysis/window.js';
 import { describe, expect, it } from 'vitest';
 import { judge, workersStarveStep, type RankContext } from '../src/analysis/verdict.js';
 import { window } from './support/rank-window.js';
-import type { ProcessWindow, RankWindow } from '../src/protocol/state.js';
+import type { ProcessWindow } from '../src/protocol/state.js';
 
 /**
  * Loader workers that starve the step (issue 26): under neighbour load the step slowed by 42% while
@@ -14,7 +15,7 @@ const process = (over: Partial<ProcessWindow> = {}): ProcessWindow => ({
   cgroup_throttled_share: null, cgroup_throttled_s_per_s: null, train_cpu_cores: 0.55, train_wait_share: 0.35, ...over,
 });
 const host = (cpuPct: number, psi: number | null) => ({ samples: 4, cpu_pct_mean: cpuPct, iowait_pct_mean: 0, steal_pct_mean: 0, load1: 2, mem_used_frac: 0.3, cpu_pressure_pct: psi, memory_pressure_pct: null, top_consumers: null });
-const starved = (over: Partial<RankWindow> = {}) => window({ data: 0.02 }, { gpu: null, host: host(98, 60), process: process(), ...over });
+const starved = (over: Partial<StepWindow> = {}) => window({ data: 0.02 }, { gpu: null, host: host(98, 60), process: process(), ...over });
 const context = (over: Partial<RankContext> = {}): RankContext => ({
   totalSteps: 1000, sinceLastStepMs: 20, env: { torch: '2.5.1', loader: { num_workers: 2 }, stack: { cuda_in_use: false } }, hostCores: 2, jobCpuCores: 1.8, current: null, ...over,
 });
@@ -46,8 +47,8 @@ describe('loader workers that starve the step', () => {
     ['no loader workers', { process: process({ workers: 0, cpu_workers_cores: 0 }) }, null],
     ['an older hook: the wait not measured', { process: process({ train_wait_share: null }) }, null],
   ])('are not named where %s', (_title, over, expected) => {
-    expect(workersStarveStep(starved(over as Partial<RankWindow>))).toBe(expected);
-    expect(judge(starved(over as Partial<RankWindow>), context()).verdict).toBe('compute-bound');
+    expect(workersStarveStep(starved(over as Partial<StepWindow>))).toBe(expected);
+    expect(judge(starved(over as Partial<StepWindow>), context()).verdict).toBe('compute-bound');
   });
 
   it('take the step of a GPU job too (its launching thread starved the same way)', () => {

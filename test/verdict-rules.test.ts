@@ -1,10 +1,10 @@
+import type { StepGpuWindow, StepWindow } from '../src/analysis/window.js';
 import { describe, expect, it } from 'vitest';
 import { findStraggler } from '../src/model/straggler.js';
 import { VerdictTracker } from '../src/analysis/tracker.js';
 import { judge, type RankContext } from '../src/analysis/verdict.js';
 import { gpu, window } from './support/rank-window.js';
 import { WasteLedger } from '../src/analysis/waste.js';
-import type { GpuWindow, RankWindow } from '../src/protocol/state.js';
 
 const context = (over: Partial<RankContext> = {}): RankContext => ({
   totalSteps: 1000,
@@ -75,7 +75,7 @@ describe('the verdict rules', () => {
     ['few-workers', { process: { seconds: 1, cpu_main_cores: 0.3, cpu_workers_cores: 3.8, workers: 4, rss_bytes: 1, cgroup_quota_cores: null, cgroup_usage_cores: null, cgroup_throttled_share: null, cgroup_throttled_s_per_s: null } }],
     ['unknown', {}],
   ] as const)('names the input-bound cause %s from the counters', (cause, over) => {
-    expect(judge(window({ data: 0.5 }, over as Partial<RankWindow>), context())).toMatchObject({ verdict: 'input-bound', cause });
+    expect(judge(window({ data: 0.5 }, over as Partial<StepWindow>), context())).toMatchObject({ verdict: 'input-bound', cause });
   });
 
   it('with CUDA idle gaps, counts only the data wait the GPU felt', () => {
@@ -226,7 +226,7 @@ describe('findStraggler', () => {
 
 describe('communication, memory and what compute is made of', () => {
   const comm = (wait: number, bytesPerS: number | null = 2e9) => ({ comm: { steps: 100, share: wait + 0.1, wait_share: wait, bytes_per_s: bytesPerS } });
-  const memory = (over: Partial<NonNullable<RankWindow['memory']>> = {}): Partial<RankWindow> => ({
+  const memory = (over: Partial<NonNullable<StepWindow['memory']>> = {}): Partial<StepWindow> => ({
     memory: {
       device: 0,
       allocated_bytes: 60e9,
@@ -271,7 +271,7 @@ describe('communication, memory and what compute is made of', () => {
   });
 
   it('splits compute-bound by the profiling counters, and says when they are absent', () => {
-    const split = (over: Partial<GpuWindow>) => judge(window({ compute: 0.95 }, { gpu: gpu(over) }), context());
+    const split = (over: Partial<StepGpuWindow>) => judge(window({ compute: 0.95 }, { gpu: gpu(over) }), context());
     expect(split({}).cause).toBeNull();
     expect(split({}).evidence.figures.compute_split).toMatch(/not measured/);
     expect(split({ util_mean: 97, sm_active_mean: 0.12 }).cause).toBe('launch-bound');
@@ -309,7 +309,7 @@ describe('throttling that cannot be checked', () => {
 });
 
 describe('whose CPU, and host memory', () => {
-  const busyHost = (over: Partial<NonNullable<RankWindow['host']>> = {}) => ({
+  const busyHost = (over: Partial<NonNullable<StepWindow['host']>> = {}) => ({
     host: { samples: 4, cpu_pct_mean: 95, iowait_pct_mean: 0, steal_pct_mean: 0, load1: 8, mem_used_frac: 0.5, cpu_pressure_pct: 40, memory_pressure_pct: 0, top_consumers: null, ...over },
   });
 

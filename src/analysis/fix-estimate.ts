@@ -1,7 +1,8 @@
+import type { StepWindow } from './window.js';
 import type { Cause, InputCause, Limiter } from '../model/verdict.js';
 import { round } from '../model/round.js';
 import type { Env } from '../protocol/messages.js';
-import type { FixEstimate, RankWindow } from '../protocol/state.js';
+import type { FixEstimate } from '../protocol/state.js';
 import { envGroup, num } from './stack.js';
 import { freeCores, workerRoom } from './recommendations.js';
 
@@ -12,7 +13,7 @@ import { freeCores, workerRoom } from './recommendations.js';
  */
 
 export interface FixContext {
-  window: RankWindow;
+  window: StepWindow;
   env: Env;
   hostCores: number | null;
   /** CPU cores the job's processes on this host use (every rank and its workers); null unknown. */
@@ -123,7 +124,7 @@ function withoutNeighbours(f: LoaderFacts, others: string): Estimate {
 }
 
 /** What removing one input-bound cause would give back. */
-function inputEstimate(cause: InputCause, f: LoaderFacts, window: RankWindow, why: string, measured?: number): Estimate {
+function inputEstimate(cause: InputCause, f: LoaderFacts, window: StepWindow, why: string, measured?: number): Estimate {
   const process = window.process;
   switch (cause) {
     case 'few-workers':

@@ -1,3 +1,4 @@
+import type { StepWindow } from './window.js';
 import type { AnalysisCheckpoint } from './analysis-checkpoint.js';
 import { FixFold } from './fix-fold.js';
 import { findStraggler, type Straggler } from '../model/straggler.js';
@@ -7,7 +8,7 @@ import { jobStop, jobStopJudgement, jobStopParts, rankStall, stackDumpDir, STALL
 import { RunSeries } from './summary-series.js';
 import { VerdictTracker, type VerdictChange } from './tracker.js';
 import { judge, LIMITER_BARS, type Judgement, type RankContext } from './verdict.js';
-import type { FoldedFix, LimiterCost, RankWindow, TimelineSegment, Waste } from '../protocol/state.js';
+import type { FoldedFix, LimiterCost, TimelineSegment, Waste } from '../protocol/state.js';
 import { WasteLedger } from './waste.js';
 
 /**
@@ -18,7 +19,7 @@ import { WasteLedger } from './waste.js';
 
 export interface RankInput {
   rank: number;
-  window: RankWindow;
+  window: StepWindow;
   context: Omit<RankContext, 'current'>;
   /** Whether it is there and heard from, for telling a stalled or gone rank (absent: judged on its window alone). */
   stall?: StallInput;
@@ -150,7 +151,7 @@ export class JobAnalysis {
 
   evaluate(inputs: RankInput[], at: number, worldSize = inputs.length): VerdictEvent[] {
     const events: VerdictEvent[] = [];
-    const judged: Array<{ rank: number; window: RankWindow; held: Judgement }> = [];
+    const judged: Array<{ rank: number; window: StepWindow; held: Judgement }> = [];
     this.stallsNow = new Map();
     const figures = inputs.map((input) => ({ rank: input.rank, commWaitShare: input.window.comm?.wait_share ?? null, stepMsMean: input.window.step_ms_mean }));
     // The job's own CPU on this host: every rank's training process and loader workers, where all are measured.

@@ -1,5 +1,5 @@
+import type { StepWindow } from './window.js';
 import { processList } from '../model/process-list.js';
-import type { RankWindow } from '../protocol/state.js';
 
 /**
  * What else runs beside a job: other processes on its GPU and the busiest processes on its node.
@@ -35,7 +35,7 @@ export interface GpuShared {
  * the job's own pids were not seen on the GPU (another pid namespace: the job's own process cannot
  * be told from the others, so nothing is claimed).
  */
-export function gpuSharedCause(window: RankWindow): GpuShared | null {
+export function gpuSharedCause(window: StepWindow): GpuShared | null {
   const gpu = window.gpu;
   const others = gpu?.other_processes;
   if (!gpu || !others || !others.job_pid_seen || others.processes.length === 0) return null;
@@ -54,7 +54,7 @@ export function gpuSharedCause(window: RankWindow): GpuShared | null {
 }
 
 /** "busiest others: python3 (pid 4242) 5.1 cores, …"; null where none were read or none are busy. */
-export function topConsumersText(window: RankWindow): string | null {
+export function topConsumersText(window: StepWindow): string | null {
   const top = window.host?.top_consumers;
   if (!top || top.processes.length === 0) return null;
   const list = processList(top.processes.map((p) => ({ pid: p.pid, name: p.name, figure: `${p.cores.toFixed(1)} cores` })));

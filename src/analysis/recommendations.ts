@@ -1,7 +1,8 @@
+import type { StepWindow } from './window.js';
 import type { Env } from '../protocol/messages.js';
 import type { Cause, Verdict } from '../model/verdict.js';
 import { envGroup, num, REDUCED } from './stack.js';
-import type { RankWindow, Recommendation } from '../protocol/state.js';
+import type { Recommendation } from '../protocol/state.js';
 
 /**
  * What to do about a verdict: the checklist an experienced engineer works through, fitted to the job.
@@ -18,7 +19,7 @@ import type { RankWindow, Recommendation } from '../protocol/state.js';
  */
 
 export interface Context {
-  window: RankWindow;
+  window: StepWindow;
   env: Env;
   hostCores: number | null;
 }
@@ -60,7 +61,7 @@ export const FREE_CORE = 0.5;
  * included), within the unused part of the container's CPU quota where it has one. Null where the
  * host's cores or load were not measured.
  */
-export function freeCores(window: RankWindow, hostCores: number | null): { free: number | null; why: string } {
+export function freeCores(window: StepWindow, hostCores: number | null): { free: number | null; why: string } {
   const busyPct = window.host?.cpu_pct_mean ?? null;
   const process = window.process;
   const hostFree = hostCores === null || busyPct === null ? null : Math.max(0, hostCores * (1 - busyPct / 100));

@@ -1,3 +1,4 @@
+import type { StepWindow } from './window.js';
 import type { Env } from '../protocol/messages.js';
 import type { ThrottleReasonName } from '../counters/types.js';
 import { LIMITER_OF, type Cause, type CommCause, type ComputeCause, type Evidence, type InputCause, type Limiter, type MemoryCause, type ThrottleCause, type Verdict } from '../model/verdict.js';
@@ -7,7 +8,7 @@ import { recommendationsFor } from './recommendations.js';
 import { gpuSharedCause, topConsumersText } from './neighbours.js';
 import { envGroup, num, recompileCause } from './stack.js';
 import { WARMUP, warmupState } from './warmup.js';
-import type { FixEstimate, LimiterCost, LostShare, RankWindow, Recommendation } from '../protocol/state.js';
+import type { FixEstimate, LimiterCost, LostShare, Recommendation } from '../protocol/state.js';
 
 /**
  * The bottleneck rules: one rank's window in, a verdict with its evidence out. Pure. The rules,
@@ -137,7 +138,7 @@ function loaderWorkers(env: Env): number | null {
 }
 
 /** Every cause of input-bound whose evidence is present, the more specific first; `unknown` where none is. */
-function inputCauses(window: RankWindow, context: RankContext): Array<PresentCause<InputCause>> {
+function inputCauses(window: StepWindow, context: RankContext): Array<PresentCause<InputCause>> {
   const { process, host } = window;
   const present: Array<PresentCause<InputCause>> = [];
   const starving = workersStarveStep(window);
@@ -185,7 +186,7 @@ function inputCauses(window: RankWindow, context: RankContext): Array<PresentCau
  * than the time it waited for a CPU. An upper estimate: the freed CPU may go to other tasks too.
  * Null where the evidence is absent or unmeasured.
  */
-export function workersStarveStep(window: RankWindow): { share: number; why: string } | null {
+export function workersStarveStep(window: StepWindow): { share: number; why: string } | null {
   const process = window.process;
   const wait = process?.train_wait_share ?? null;
   const workersCores = process?.cpu_workers_cores ?? null;
@@ -206,7 +207,7 @@ export function workersStarveStep(window: RankWindow): { share: number; why: str
   return { share, why: `the training thread waited for a CPU ${pct(wait)} of the time while its ${process.workers} loader workers used ${workersCores.toFixed(2)} cores beside its ${train.toFixed(2)} (${where}): the workers cost the step up to ${pct(share)} without it waiting in next()` };
 }
 
-function throttleCause(window: RankWindow): { cause: ThrottleCause; share: number } | null {
+function throttleCause(window: StepWindow): { cause: ThrottleCause; share: number } | null {
   const gpu = window.gpu;
   if (!gpu || gpu.sm_clock_frac_mean === null || gpu.util_mean === null || gpu.util_mean < THRESHOLDS.busyUtil) return null;
   let best: { cause: ThrottleCause; share: number } | null = null;
@@ -221,7 +222,7 @@ function throttleCause(window: RankWindow): { cause: ThrottleCause; share: numbe
 
 const pct = (x: number) => `${Math.round(x * 100)}%`;
 
-export function judge(window: RankWindow, context: RankContext): Judgement {
+export function judge(window: StepWindow, context: RankContext): Judgement {
   const figures = evidenceFigures(window, context);
   let limiters: LimiterCost[] = [];
   let lostLow: Evidence['lost_low'] = {};
@@ -374,7 +375,7 @@ function dedupe(recommendations: Recommendation[]): Recommendation[] {
 }
 
 /** A slow rank when a peer waits far less in the collectives (everyone waits for it); else the collective itself. */
-function commCause(window: RankWindow, context: RankContext): { cause: CommCause; why: string } {
+function commCause(window: StepWindow, context: RankContext): { cause: CommCause; why: string } {
   const wait = window.comm?.wait_share ?? 0;
   const waitsLess = (context.peers ?? []).filter((peer) => peer.commWaitShare !== null && peer.commWaitShare < wait * THRESHOLDS.slowRankWaitFrac);
   const slowest = waitsLess.sort((a, b) => a.commWaitShare! - b.commWaitShare!)[0];
@@ -387,7 +388,7 @@ function commCause(window: RankWindow, context: RankContext): { cause: CommCause
 }
 
 /** Memory-bound only when the allocator's retries cost time; the cause says why it has to retry. */
-function memoryCause(window: RankWindow): { cause: MemoryCause; why: string } | null {
+function memoryCause(window: StepWindow): { cause: MemoryCause; why: string } | null {
   const memory = window.memory;
   if (!memory || memory.alloc_retries === null) return null;
   const ooms = memory.ooms ?? 0;
@@ -404,7 +405,7 @@ function memoryCause(window: RankWindow): { cause: MemoryCause; why: string } | 
 }
 
 /** What the GPU's busy time is made of, where DCGM's profiling counters say; null where balanced or unmeasured. */
-function computeSplit(window: RankWindow): { cause: ComputeCause | null; why: string | null } {
+function computeSplit(window: StepWindow): { cause: ComputeCause | null; why: string | null } {
   const gpu = window.gpu;
   const sm = gpu?.sm_active_mean ?? null;
   const tensor = gpu?.tensor_active_mean ?? null;
@@ -423,7 +424,7 @@ function computeSplit(window: RankWindow): { cause: ComputeCause | null; why: st
 
 const compileFigure = (env: Env, key: 'recompiles_1m' | 'recompile_s_1m'): number | null => num(envGroup(env, 'compile')[key]);
 
-function evidenceFigures(window: RankWindow, context: RankContext): Record<string, number | string | null> {
+function evidenceFigures(window: StepWindow, context: RankContext): Record<string, number | string | null> {
   const b = window.breakdown;
   return {
     window_s: window.seconds,

@@ -41,6 +41,14 @@ export interface WindowInput {
   memory: MemoryAt[];
 }
 
+/**
+ * A rank's window as the core holds it: the state's RankWindow with its times in ms since the epoch
+ * (times stay numbers in the core; outputs/state.ts writes them as ISO times).
+ */
+export type StepWindow = Omit<RankWindow, 'from' | 'to' | 'gpu'> & { from: number; to: number; gpu: StepGpuWindow | null };
+/** The GPU's part of it: the state's GpuWindow with its latest sample's time in ms. */
+export type StepGpuWindow = Omit<GpuWindow, 'latest'> & { latest: Omit<GpuWindow['latest'], 'at'> & { at: number } };
+
 /** Compute processes on the rank's GPU that are not the job's: the state's own type (GpuWindow.other_processes). */
 export type OtherProcesses = NonNullable<GpuWindow['other_processes']>;
 
@@ -74,14 +82,14 @@ const lastOf = <T>(values: T[], pick: (v: T) => Num): Num => {
   return null;
 };
 
-export function rankWindow(input: WindowInput): RankWindow {
+export function rankWindow(input: WindowInput): StepWindow {
   const { steps } = input;
   const seconds = (input.to - input.from) / 1000;
   const phaseTotal = steps.dataNs + steps.h2dNs + steps.computeNs + steps.otherNs;
   const sorted = input.stepMs.slice().sort((a, b) => a - b);
   return {
-    from: new Date(input.from).toISOString(),
-    to: new Date(input.to).toISOString(),
+    from: input.from,
+    to: input.to,
     seconds,
     steps: steps.steps,
     step_ms_mean: steps.steps ? round(steps.durNs / steps.steps / 1e6, 3) : null,
@@ -130,7 +138,7 @@ export function otherProcesses(apps: readonly ComputeApp[] | null, gpu: Pick<Gpu
   };
 }
 
-function gpuWindow(samples: HeldGpuSample[], matchedBy: MatchedBy, others: OtherProcesses | null): GpuWindow {
+function gpuWindow(samples: HeldGpuSample[], matchedBy: MatchedBy, others: OtherProcesses | null): StepGpuWindow {
   const latest = samples.at(-1)!;
   const clockMax = lastOf(samples, (s) => s.smClockMaxMHz);
   const clockFrac = samples.map((s) => ratio(s.smClockMHz, s.smClockMaxMHz ?? clockMax));
@@ -172,7 +180,7 @@ function gpuWindow(samples: HeldGpuSample[], matchedBy: MatchedBy, others: Other
     dram_active_mean: mean(samples.map((s) => s.dramActive)),
     profiling_filled: samples.some((s) => s.profilingFrom === 'hook') ? "SM, tensor-pipe and memory activity from the hooks' NVML GPM readings" : null,
     latest: {
-      at: new Date(latest.at).toISOString(),
+      at: latest.at,
       util: latest.utilGpu,
       sm_clock_mhz: latest.smClockMHz,
       temp_c: latest.tempC,

@@ -1,3 +1,4 @@
+import type { StepWindow } from '../analysis/window.js';
 import { deviceHint, matchGpu } from '../analysis/gpu-match.js';
 import { JobAnalysis, type RankInput, type VerdictEvent } from '../analysis/job-analysis.js';
 import { buildSummary } from '../analysis/summary.js';
@@ -10,7 +11,6 @@ import { describeAggregate } from '../counters/gpu-aggregate.js';
 import { jobStart } from '../store/job-snapshot.js';
 import type { World } from './world.js';
 import { WARMUP } from '../analysis/warmup.js';
-import type { RankWindow } from '../protocol/state.js';
 
 export interface AnalystOptions {
   holdMs: number;
@@ -26,7 +26,7 @@ export interface AnalystOptions {
 const RECENT_FOR_P50 = 64;
 
 /** Each rank's window at one tick, by job and rank. */
-export type Windows = Map<string, Map<number, RankWindow>>;
+export type Windows = Map<string, Map<number, StepWindow>>;
 
 /** Runs the verdict rules over every live job at each tick, and writes up a job's summary. */
 export class Analyst {
@@ -101,7 +101,7 @@ export class Analyst {
     return cores ? cores : null;
   }
 
-  private rankInputs(jobId: string, at: number, windows: Map<number, RankWindow>): RankInput[] {
+  private rankInputs(jobId: string, at: number, windows: Map<number, StepWindow>): RankInput[] {
     const hostCores = this.hostCores();
     return this.world.jobs.rankViews(jobId).flatMap((view) => {
       const window = windows.get(view.rank);

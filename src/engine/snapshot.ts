@@ -1,3 +1,4 @@
+import type { StepWindow } from '../analysis/window.js';
 import { deviceHint, matchGpu, type GpuMatch } from '../analysis/gpu-match.js';
 import type { VerdictEvent } from '../analysis/job-analysis.js';
 import { round } from '../model/round.js';
@@ -13,7 +14,7 @@ import type { DurationCounts } from '../store/duration-counts.js';
 import type { JobSnapshot, RankSnapshot, RankView } from '../store/job-store.js';
 import type { StepSums } from '../store/step-buckets.js';
 import type { JobStopState, RankStallState } from '../protocol/stall-state.js';
-import type { JobState, RankState, RankWindow, VerdictState } from '../protocol/state.js';
+import type { JobState, RankState, VerdictState } from '../protocol/state.js';
 import type { ChosenReference, JobRegression, RegressionChange } from './runs.js';
 
 /**
@@ -38,7 +39,8 @@ export type SnapshotStop = Omit<JobStopState, 'since'> & { since: number };
 
 /** A rank: the store's description of it with what the analysis adds. */
 export type SnapshotRank = RankSnapshot &
-  Pick<RankState, 'window' | 'straggler' | 'mfu'> & {
+  Pick<RankState, 'straggler' | 'mfu'> & {
+    window: StepWindow;
     verdict: SnapshotVerdict | null;
     /** Whether it steps, and where it is if it stopped (null where it was not judged: an ended run). */
     stall: RankStallState | null;
@@ -122,7 +124,7 @@ const MIN_WINDOW_STEPS = 5;
 const MAX_WINDOW_MS = 60_000;
 
 /** The window of one rank ending at `at`: its steps matched with its GPU's, the host's and its process's counters. */
-export function windowFor(view: RankView, counters: CounterStore<HostSample>, at: number, windowMs: number, jobPids: ReadonlySet<number> = new Set()): RankWindow {
+export function windowFor(view: RankView, counters: CounterStore<HostSample>, at: number, windowMs: number, jobPids: ReadonlySet<number> = new Set()): StepWindow {
   let span = windowMs;
   while (span < MAX_WINDOW_MS && view.buckets.between(at - span, at).steps < MIN_WINDOW_STEPS) span = Math.min(MAX_WINDOW_MS, span * 2);
   const from = at - span;

@@ -1,10 +1,11 @@
+import type { StepWindow } from '../analysis/window.js';
 import { coresPerGpu } from '../counters/inventory-parse.js';
 import type { SourceStatus } from '../counters/status.js';
 import type { EngineSnapshot, SnapshotJob, SnapshotStop, SnapshotVerdict } from '../engine/snapshot.js';
 import type { JobStopState } from '../protocol/stall-state.js';
 import { gpuReading, hostReading } from './state-counters.js';
 import type { JournalHealth } from '../journal/health.js';
-import { STATE_SCHEMA, type IngestStats, type JobState, type SidecarState, type VerdictState } from '../protocol/state.js';
+import { STATE_SCHEMA, type IngestStats, type JobState, type RankWindow, type SidecarState, type VerdictState } from '../protocol/state.js';
 
 export interface StateInput {
   snapshot: EngineSnapshot;
@@ -49,6 +50,11 @@ function verdictState(held: SnapshotVerdict | null): VerdictState | null {
   return { ...held, since: iso(held.since), pending: held.pending === null ? null : { ...held.pending, since: iso(held.pending.since) } };
 }
 
+function windowState(window: StepWindow): RankWindow {
+  const { gpu } = window;
+  return { ...window, from: iso(window.from), to: iso(window.to), gpu: gpu === null ? null : { ...gpu, latest: { ...gpu.latest, at: iso(gpu.latest.at) } } };
+}
+
 function stopState(stop: SnapshotStop | null): JobStopState | null {
   return stop === null ? null : { ...stop, since: iso(stop.since) };
 }
@@ -57,7 +63,12 @@ function jobState(job: SnapshotJob): JobState {
   return {
     ...job,
     started_at: iso(job.started_at),
-    ranks: job.ranks.map((rank) => ({ ...rank, last_step_at: rank.last_step_at === null ? null : iso(rank.last_step_at), verdict: verdictState(rank.verdict) })),
+    ranks: job.ranks.map((rank) => ({
+      ...rank,
+      last_step_at: rank.last_step_at === null ? null : iso(rank.last_step_at),
+      window: windowState(rank.window),
+      verdict: verdictState(rank.verdict),
+    })),
     verdict: verdictState(job.verdict),
     stop: stopState(job.stop),
   };

@@ -1,5 +1,5 @@
+import type { StepGpuWindow, StepWindow } from '../../src/analysis/window.js';
 import { lostOf } from '../../src/analysis/limiters.js';
-import type { GpuWindow, RankWindow } from '../../src/protocol/state.js';
 
 /**
  * A rank's window as the rules read it, for tests of the rules and the advice: 100 steps of 40 ms on
@@ -8,7 +8,7 @@ import type { GpuWindow, RankWindow } from '../../src/protocol/state.js';
  * window (each bound equal to its share) unless `lost` is given.
  */
 
-export const gpu = (over: Partial<GpuWindow> = {}): GpuWindow => ({
+export const gpu = (over: Partial<StepGpuWindow> = {}): StepGpuWindow => ({
   index: 0,
   uuid: 'GPU-0',
   key: 'GPU-0',
@@ -36,18 +36,18 @@ export const gpu = (over: Partial<GpuWindow> = {}): GpuWindow => ({
   dram_active_mean: null,
   throttle_filled: null,
   other_processes: null,
-  latest: { at: '', util: 95, sm_clock_mhz: 1695, temp_c: 70, throttle_reasons: [] },
+  latest: { at: 0, util: 95, sm_clock_mhz: 1695, temp_c: 70, throttle_reasons: [] },
   ...over,
 });
 
-export const window = (shares: { data?: number; h2d?: number; compute?: number; other?: number }, over: Partial<RankWindow> = {}): RankWindow => {
+export const window = (shares: { data?: number; h2d?: number; compute?: number; other?: number }, over: Partial<StepWindow> = {}): StepWindow => {
   const data = shares.data ?? 0;
   const h2d = shares.h2d ?? 0;
   const other = shares.other ?? 0;
   const compute = shares.compute ?? 1 - data - h2d - other;
-  const base: Omit<RankWindow, 'lost'> = {
-    from: '',
-    to: '',
+  const base: Omit<StepWindow, 'lost'> = {
+    from: 0,
+    to: 0,
     seconds: 4,
     steps: 100,
     step_ms_mean: 40,
