@@ -2,6 +2,7 @@ import type { StepWindow } from '../analysis/window.js';
 import { deviceHint, matchGpu, type GpuMatch } from '../analysis/gpu-match.js';
 import type { VerdictEvent } from '../analysis/job-analysis.js';
 import { round } from '../model/round.js';
+import type { StreamHistory } from '../protocol/stream.js';
 import type { Summary } from '../protocol/summary.js';
 import type { Judgement } from '../analysis/verdict.js';
 import { rankWindow } from '../analysis/window.js';
@@ -64,13 +65,8 @@ export interface RankTotals {
   gpu: GpuMatch | null;
 }
 
-/** Per-slice figures for sparklines, oldest first; slice `i` covers [from + i·slice_s, from + (i+1)·slice_s). */
-export interface HistorySeries {
-  from: number;
-  sliceMs: number;
-  ranks: Array<{ job: string; rank: number; step_ms: Array<number | null> }>;
-  gpus: Array<{ index: number; uuid: string | null; util: Array<number | null>; sm_clock_pct: Array<number | null> }>;
-}
+/** Per-slice figures for sparklines, oldest first: the stream's history with its start and slice in ms (outputs/stream.ts writes them). */
+export type HistorySeries = Omit<StreamHistory, 'from' | 'slice_s'> & { from: number; sliceMs: number };
 
 export interface EndedRun {
   job: string;
