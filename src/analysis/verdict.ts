@@ -8,7 +8,7 @@ import { recommendationsFor } from './recommendations.js';
 import { gpuSharedCause, topConsumersText } from './neighbours.js';
 import { envGroup, num, recompileCause } from './stack.js';
 import { WARMUP, warmupState } from './warmup.js';
-import type { FixEstimate, LimiterCost, LostShare, Recommendation } from '../protocol/state.js';
+import type { FixEstimate, LimiterCost, LostShare, Recommendation, VerdictState } from '../protocol/state.js';
 
 /**
  * The bottleneck rules: one rank's window in, a verdict with its evidence out. Pure. The rules,
@@ -16,16 +16,8 @@ import type { FixEstimate, LimiterCost, LostShare, Recommendation } from '../pro
  * The verdicts' and causes' names are in src/model/verdict.ts.
  */
 
-export interface Judgement {
-  verdict: Verdict;
-  cause: Cause;
-  evidence: Evidence;
-  recommendations: Recommendation[];
-  /** Every limiter costing at least 5% of step time, most costly first. */
-  limiters: LimiterCost[];
-  /** The causes present, by what fixing each would buy (the verdict's cause first). */
-  causes: FixEstimate[];
-}
+/** What the rules decide for a window: the state's verdict without when it began and what waits (the tracker's). */
+export type Judgement = Omit<VerdictState, 'since' | 'pending'>;
 
 export const THRESHOLDS = {
   /** Fewer steps than this in all are still warming up (compilation, autotuning, worker start), unless steady for a few seconds (warmup.ts). */

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { compareTo, medianReference, msPerSample, referenceOf, type Reference } from '../analysis/compare.js';
 import type { Comparison } from '../protocol/state.js';
+import type { RunsReference } from '../protocol/runs.js';
 import type { RunsCheckpoint } from './checkpoint.js';
 import type { ReferenceEntry } from './entries.js';
 import type { Regression, Summary } from '../protocol/summary.js';
@@ -99,19 +100,11 @@ export interface JobRegression {
   began: RegressionChange | null;
 }
 
-/** A run's reference as chosen at its latest comparison, described (for /v1/runs). */
-export interface ChosenReference {
-  kind: Reference['kind'];
-  label: string;
-  runs: number;
-  ms_per_sample: number | null;
-}
-
 interface Tracked {
   run: number;
   comparedAt: number;
   comparison: Comparison | null;
-  reference: ChosenReference | null;
+  reference: RunsReference | null;
   /** Since when the comparison has been past the threshold (or, while regressed, under it). */
   crossedAt: number | null;
   /** The regression holding, as told when it began; null while none does. */
@@ -198,7 +191,7 @@ export class RunComparisons {
   }
 
   /** The jobs with references journaled, each with what its running run was last compared with (null before its first comparison). */
-  referenced(): Array<{ job: string; run: number | null; reference: ChosenReference | null }> {
+  referenced(): Array<{ job: string; run: number | null; reference: RunsReference | null }> {
     return [...this.references.keys()].map((job) => {
       const tracked = this.tracked.get(job);
       return { job, run: tracked?.run ?? null, reference: tracked?.reference ?? null };

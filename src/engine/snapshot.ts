@@ -16,7 +16,8 @@ import type { JobSnapshot, RankSnapshot, RankView } from '../store/job-store.js'
 import type { StepSums } from '../store/step-buckets.js';
 import type { JobStopState, RankStallState } from '../protocol/stall-state.js';
 import type { JobState, RankState, VerdictState } from '../protocol/state.js';
-import type { ChosenReference, JobRegression, RegressionChange } from './runs.js';
+import type { JobRegression, RegressionChange } from './runs.js';
+import type { RunsReference } from '../protocol/runs.js';
 
 /**
  * What the engine publishes at each tick: one immutable reading of everything the outputs show.
@@ -97,7 +98,7 @@ export interface EngineSnapshot {
   /** Regressions that began or ended at this tick. */
   regressionChanges: readonly RegressionChange[];
   /** The jobs with their references journaled, each with what its running run was last compared with (`run` and `reference` null before its first comparison). */
-  references: ReadonlyArray<{ job: string; run: number | null; reference: ChosenReference | null }>;
+  references: ReadonlyArray<{ job: string; run: number | null; reference: RunsReference | null }>;
 }
 
 export function snapshotVerdict(held: { judgement: Judgement; since: number; pending?: { judgement: Judgement; since: number } | null } | null): SnapshotVerdict | null {
