@@ -17,12 +17,6 @@ type Phase = (typeof PHASES)[number];
 
 const PHASE_WORDS: Record<Phase, string> = { data: 'data wait', h2d: 'host-to-device copies', compute: 'compute', other: 'time outside the phases' };
 
-/**
- * A change of the environment, with its usual effect on speed and why (src/analysis/stack.ts); the
- * effect and reason are optional because comparisons kept in summaries written before them lack them.
- */
-export type EnvChange = Pick<Drift, 'key' | 'baseline' | 'current'> & Partial<Pick<Drift, 'effect' | 'direction' | 'reason'>>;
-
 /** What a run is compared with: one run's figures, or the median run of several, named for people. */
 export interface Reference {
   kind: 'baseline' | 'history';

@@ -1,4 +1,4 @@
-import type { NodeSummary, RankWindow } from '../protocol/state.js';
+import type { Comparison, NodeSummary, RankWindow } from '../protocol/state.js';
 
 /**
  * The software stack: what changed between two runs' fingerprints (the hooks' `env`, and the node
@@ -6,21 +6,16 @@ import type { NodeSummary, RankWindow } from '../protocol/state.js';
  * torch.compile recompiles as a cause. Pure. docs/stack.md lists the keys and why each ranks where it does.
  */
 
+/**
+ * A change between the runs, ranked: the comparison's env change (the state's and the summary's,
+ * whose effect, direction and reason are optional only in comparisons written before them).
+ * `key` is one level deep: `stack.amp`, `loader.num_workers`, `node.cores_per_gpu`.
+ */
+export type Drift = Required<Comparison['env_changes'][number]>;
 /** How much such a change usually moves a step's time: large (≥ ~1.5×), medium (10–50%), small, unknown. */
-export type Effect = 'large' | 'medium' | 'small' | 'unknown';
+export type Effect = Drift['effect'];
 /** Which way such a change usually moves speed; `either` where it depends on the model. */
-export type Direction = 'slower' | 'faster' | 'either';
-
-export interface Drift {
-  /** One level deep: `stack.amp`, `loader.num_workers`, `node.cores_per_gpu`. */
-  key: string;
-  baseline: unknown;
-  current: unknown;
-  effect: Effect;
-  direction: Direction;
-  /** Why it matters, in a few words. */
-  reason: string;
-}
+export type Direction = Drift['direction'];
 
 type Flat = Map<string, unknown>;
 interface Judged {
