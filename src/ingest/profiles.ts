@@ -10,7 +10,7 @@ import type { Hello } from '../protocol/messages.js';
 import type { Static } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import { parseInput } from '../protocol/parse.js';
-import { CaptureBodySchema, PROFILE_LIMITS, type CaptureRecord, type ProfileFrame } from '../protocol/profile.js';
+import { CaptureBodySchema, PROFILE_LIMITS, type CaptureAnswer, type CaptureRecord, type ProfileFrame } from '../protocol/profile.js';
 import type { Ingest } from './ingest.js';
 
 /**
@@ -138,10 +138,10 @@ export class ProfileCaptures {
       try {
         body = parseInput(CaptureBodySchema, request.body ?? {}, 'capture request');
       } catch (error) {
-        return reply.code(400).send({ ok: false, capture: null, reason: (error as Error).message });
+        return reply.code(400).send({ ok: false, capture: null, reason: (error as Error).message } satisfies CaptureAnswer);
       }
       const result = this.request(snapshot(), body.job, body.rank ?? null, body.steps ?? this.options.steps, 'demand');
-      return result.ok ? reply.code(202).send({ ok: true, capture: result.capture, reason: null }) : reply.code(result.status).send({ ok: false, capture: null, reason: result.reason });
+      return result.ok ? reply.code(202).send({ ok: true, capture: result.capture, reason: null } satisfies CaptureAnswer) : reply.code(result.status).send({ ok: false, capture: null, reason: result.reason } satisfies CaptureAnswer);
     });
   }
 
