@@ -21,7 +21,7 @@ export const StragglerSchema = Type.Object(
 );
 export type Straggler = Static<typeof StragglerSchema>;
 
-/** What the finder reads of a rank's window (a RankWindow of the analysis, or of the state). */
+/** What the finder reads of a rank's window (the analysis' StepWindow, or the state's RankWindow). */
 export interface StragglerWindow {
   step_ms_mean: number | null;
   breakdown: { data: number; h2d: number; compute: number; other: number } | null;
