@@ -11,7 +11,6 @@ import type { DurationCounts } from '../store/duration-counts.js';
 import type { RankSnapshot } from '../store/job-store.js';
 import type { StepSums } from '../store/step-buckets.js';
 import type { Waste } from '../protocol/state.js';
-import type { Cause, Verdict } from '../model/verdict.js';
 
 /** What /metrics is made from: the engine's latest snapshot, read once per scrape for every family. */
 
@@ -26,14 +25,8 @@ export interface MetricsInputs {
   viewers: () => number;
 }
 
-export interface VerdictNow {
-  verdict: Verdict;
-  cause: Cause;
-  /** The limiters costing at least 5% of step time beside it. */
-  limiters: SnapshotVerdict['limiters'];
-  /** Its causes, with what fixing each would buy. */
-  causes: SnapshotVerdict['causes'];
-}
+/** What /metrics reads of a verdict in force: the verdict and cause, its limiters and its causes with what fixing each would buy. */
+export type VerdictNow = Pick<SnapshotVerdict, 'verdict' | 'cause' | 'limiters' | 'causes'>;
 
 export interface RankScrape {
   rank: number;
