@@ -104,7 +104,9 @@ function registerJournalFamilies(registry: Registry, scrape: () => Scrape): void
  */
 export function registerMetrics(app: FastifyInstance, inputs: MetricsInputs): void {
   const registry = new Registry();
-  collectDefaultMetrics({ register: registry, prefix: 'stepscope_' });
+  // prom-client samples event-loop delay every 10 ms by default: 100 wakeups a second, about a third
+  // of the idle sidecar's CPU (issue 24, target 8). Once a second still shows a stalled loop.
+  collectDefaultMetrics({ register: registry, prefix: 'stepscope_', eventLoopMonitoringPrecision: 1_000 });
   let scrape: Scrape | null = null;
   const current = () => (scrape ??= readScrape(inputs));
   registerIngestFamilies(registry, inputs);
