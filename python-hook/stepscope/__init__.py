@@ -69,7 +69,8 @@ def init(
     cuda         None: time h2d/compute with CUDA events once torch has initialized CUDA;
                  False: CPU clock only; True: CUDA events even if CUDA must be initialized for it.
                  Default: ``$STEPSCOPE_CUDA`` (0/off or 1/on) if set, else None.
-    batch_interval  seconds between sends (sooner once 256 records wait).
+    batch_interval  seconds between sends while a viewer watches (0.5 s at least while the sidecar
+                    says none does; sooner once 1,024 records wait).
     buffer_size  records the training thread may queue for the sender thread (oldest dropped beyond).
     max_unacked  records kept until the sidecar acknowledges them (oldest dropped beyond).
     gpu_event_pairs  size of the CUDA event pool.
