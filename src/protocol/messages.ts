@@ -221,6 +221,8 @@ export const COMM_FIELDS = ['comm_ns', 'comm_wait_ns', 'comm_bytes'] as const;
 export const EVAL_FIELD = 'eval_ns';
 const OPTIONAL_COLUMNS = [...GPU_COLUMNS, ...COMM_FIELDS, EVAL_FIELD] as const;
 const NULLABLE = new Set<string>(['samples', ...OPTIONAL_COLUMNS]);
+/** A step record's columns in StepRecord's order (parseSteps reads them by position). */
+const RECORD_COLUMNS = [...REQUIRED_COLUMNS, ...OPTIONAL_COLUMNS] as const;
 
 /** The columns every hook sends. */
 export const STEP_FIELDS = [...REQUIRED_COLUMNS, ...GPU_COLUMNS] as const;
@@ -258,7 +260,8 @@ function describeValue(value: unknown): string {
 function parseSteps(frame: Static<typeof StepsFrame>): Steps {
   const { fields, rows } = frame;
   const index = columnIndex(fields);
-  const at = (name: string) => index.get(name);
+  // Each column's position, looked up once a frame rather than once a value (the ingest's hottest loop).
+  const [seq, step, endNs, durNs, dataNs, h2dNs, computeNs, samples, gpuH2dNs, gpuComputeNs, gpuIdleNs, commNs, commWaitNs, commBytes, evalNs] = RECORD_COLUMNS.map((name) => index.get(name));
   const records: StepRecord[] = new Array(rows.length);
   let previousSeq = 0;
   for (let r = 0; r < rows.length; r++) {
@@ -266,25 +269,26 @@ function parseSteps(frame: Static<typeof StepsFrame>): Steps {
     if (row.length !== fields.length) {
       throw new ProtocolError(CloseCode.invalidPayload, `steps.rows[${r}]: has ${row.length} values for ${fields.length} fields`);
     }
-    const col = (name: string) => readColumn(row, r, name, at(name));
     const record: StepRecord = {
-      seq: col('seq')!,
-      step: col('step')!,
-      endNs: col('end_ns')!,
-      durNs: col('dur_ns')!,
-      dataNs: col('data_ns')!,
-      h2dNs: col('h2d_ns')!,
-      computeNs: col('compute_ns')!,
-      samples: col('samples'),
-      gpuH2dNs: col('gpu_h2d_ns'),
-      gpuComputeNs: col('gpu_compute_ns'),
-      gpuIdleNs: col('gpu_idle_ns'),
-      commNs: col('comm_ns'),
-      commWaitNs: col('comm_wait_ns'),
-      commBytes: col('comm_bytes'),
-      evalNs: col(EVAL_FIELD),
+      seq: readColumn(row, r, 'seq', seq)!,
+      step: readColumn(row, r, 'step', step)!,
+      endNs: readColumn(row, r, 'end_ns', endNs)!,
+      durNs: readColumn(row, r, 'dur_ns', durNs)!,
+      dataNs: readColumn(row, r, 'data_ns', dataNs)!,
+      h2dNs: readColumn(row, r, 'h2d_ns', h2dNs)!,
+      computeNs: readColumn(row, r, 'compute_ns', computeNs)!,
+      samples: readColumn(row, r, 'samples', samples),
+      gpuH2dNs: readColumn(row, r, 'gpu_h2d_ns', gpuH2dNs),
+      gpuComputeNs: readColumn(row, r, 'gpu_compute_ns', gpuComputeNs),
+      gpuIdleNs: readColumn(row, r, 'gpu_idle_ns', gpuIdleNs),
+      commNs: readColumn(row, r, 'comm_ns', commNs),
+      commWaitNs: readColumn(row, r, 'comm_wait_ns', commWaitNs),
+      commBytes: readColumn(row, r, 'comm_bytes', commBytes),
+      evalNs: readColumn(row, r, EVAL_FIELD, evalNs),
     };
-    checkRecord(record, r, previousSeq);
+    // readColumn has checked every value is a non-negative integer or null.
+    const problem = relationProblem(record, previousSeq);
+    if (problem !== null) throw new ProtocolError(CloseCode.invalidPayload, `steps.rows[${r}].${problem}`);
     previousSeq = record.seq;
     records[r] = record;
   }
@@ -293,43 +297,34 @@ function parseSteps(frame: Static<typeof StepsFrame>): Steps {
 
 /** Why a step record cannot be one (durations, phases, order), or null: the same checks for a frame and a journal row. */
 export function recordProblem(record: StepRecord, previousSeq: number): string | null {
-  try {
-    checkRecord(record, 0, previousSeq);
-    return null;
-  } catch (error) {
-    return (error as Error).message.replace(/^steps\.rows\[0\]\./, '');
+  for (const [name, value] of Object.entries(record)) {
+    if (value !== null && !(Number.isSafeInteger(value) && value >= 0)) return `${name}: must be a non-negative integer`;
   }
+  return relationProblem(record, previousSeq);
 }
 
-function checkRecord(record: StepRecord, r: number, previousSeq: number): void {
-  const fail = (what: string) => {
-    throw new ProtocolError(CloseCode.invalidPayload, `steps.rows[${r}].${what}`);
-  };
-  for (const [name, value] of Object.entries(record)) {
-    if (value !== null && !(Number.isSafeInteger(value) && value >= 0)) fail(`${name}: must be a non-negative integer`);
-  }
-  if (record.seq < 1) fail('seq: must be >= 1');
-  if (record.seq <= previousSeq) fail(`seq: ${record.seq} does not follow ${previousSeq}`);
-  if (record.durNs <= 0) fail('dur_ns: must be > 0');
-  if (record.durNs > DAY_NS) fail(`dur_ns: ${record.durNs} is longer than a day`);
-  if (record.dataNs + record.h2dNs + record.computeNs > record.durNs + PHASE_SLACK_NS) {
-    fail('phases: data_ns + h2d_ns + compute_ns exceed dur_ns');
-  }
-  if (record.evalNs !== null && record.dataNs + record.h2dNs + record.computeNs + record.evalNs > record.durNs + PHASE_SLACK_NS) {
-    fail('eval_ns: data_ns + h2d_ns + compute_ns + eval_ns exceed dur_ns');
-  }
-  for (const [name, value] of [
-    ['gpu_h2d_ns', record.gpuH2dNs],
-    ['gpu_compute_ns', record.gpuComputeNs],
-    ['gpu_idle_ns', record.gpuIdleNs],
-    ['comm_ns', record.commNs],
-  ] as const) {
-    if (value !== null && value > DAY_NS) fail(`${name}: ${value} is longer than a day`);
-  }
+/**
+ * What is wrong between a record's values (its order, its phases against its duration), or null;
+ * each value already a non-negative integer or null. No allocation on the way to null: it runs for
+ * every step record received.
+ */
+function relationProblem(record: StepRecord, previousSeq: number): string | null {
+  if (record.seq < 1) return 'seq: must be >= 1';
+  if (record.seq <= previousSeq) return `seq: ${record.seq} does not follow ${previousSeq}`;
+  if (record.durNs <= 0) return 'dur_ns: must be > 0';
+  if (record.durNs > DAY_NS) return `dur_ns: ${record.durNs} is longer than a day`;
+  const phases = record.dataNs + record.h2dNs + record.computeNs;
+  if (phases > record.durNs + PHASE_SLACK_NS) return 'phases: data_ns + h2d_ns + compute_ns exceed dur_ns';
+  if (record.evalNs !== null && phases + record.evalNs > record.durNs + PHASE_SLACK_NS) return 'eval_ns: data_ns + h2d_ns + compute_ns + eval_ns exceed dur_ns';
+  if (record.gpuH2dNs !== null && record.gpuH2dNs > DAY_NS) return `gpu_h2d_ns: ${record.gpuH2dNs} is longer than a day`;
+  if (record.gpuComputeNs !== null && record.gpuComputeNs > DAY_NS) return `gpu_compute_ns: ${record.gpuComputeNs} is longer than a day`;
+  if (record.gpuIdleNs !== null && record.gpuIdleNs > DAY_NS) return `gpu_idle_ns: ${record.gpuIdleNs} is longer than a day`;
+  if (record.commNs !== null && record.commNs > DAY_NS) return `comm_ns: ${record.commNs} is longer than a day`;
   // The wait is part of the time in collectives, and the training thread cannot wait longer than its step.
   if (record.commWaitNs !== null && record.commWaitNs > Math.min(record.commNs ?? Infinity, record.durNs) + PHASE_SLACK_NS) {
-    fail('comm_wait_ns: exceeds comm_ns or dur_ns');
+    return 'comm_wait_ns: exceeds comm_ns or dur_ns';
   }
+  return null;
 }
 
 export interface Welcome {
