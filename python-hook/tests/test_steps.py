@@ -262,8 +262,8 @@ class BufferTest(StepCase):
             scope.step()
         self.assertEqual([r[SEQ] for r in scope._queue], [7, 8, 9, 10])
 
-    def test_sender_is_woken_at_256_queued(self):
-        for _ in range(255):
+    def test_sender_is_woken_at_the_early_send_count(self):
+        for _ in range(_scope._WAKE_AT - 1):
             self.scope.step()
         self.assertFalse(self.scope._wake.is_set())
         self.scope.step()
