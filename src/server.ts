@@ -6,7 +6,7 @@ import { Flow } from './ingest/flow.js';
 import type { SourceStatus } from './counters/status.js';
 import type { EngineSnapshot } from './engine/snapshot.js';
 import type { Ingest } from './ingest/ingest.js';
-import type { JournalHealth } from './journal/health.js';
+import type { JournalHealth } from './protocol/state.js';
 import { CloseCode } from './protocol/messages.js';
 import { registerMetrics } from './outputs/metrics.js';
 import { registerStream, type StreamOptions } from './outputs/stream.js';

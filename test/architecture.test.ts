@@ -179,14 +179,11 @@ const DECLARED = /^export (?:interface|type) (\w+)\b([^\n]*)/gm;
  * from (`Names(VERDICTS)` is made of the list `Verdict` is the union of). The model is the leaf below
  * the protocol ('keep the model a leaf'): its shapes (a straggler, a verdict's evidence) are schemas
  * there, which the protocol reuses.
- * Still to move, each in the step of issue 25 that rewrites its folder (concurrently, by others):
- * the journal's health (step 4, "typed three times"), the collectors' health (step 6).
  */
 const NOT_TWINS: Record<string, string> = {
   'src/model/verdict.ts:Verdict': 'the name list VerdictSchema is built from',
   'src/model/verdict.ts:Cause': 'the union of the name lists CauseSchema is built from',
   'src/model/gpu.ts:ThrottleReasonName': 'the name list ThrottleReasonNameSchema is built from',
-  'src/journal/health.ts:JournalHealth': 'issue 25 step 4',
 };
 
 describe('the outward shapes', () => {

@@ -166,33 +166,6 @@ describe('Wal round trip', () => {
     expect(items.map((item) => item.value)).toEqual([{ state: 'a+b' }, 'c']);
   });
 
-  it('a state function is taken once earlier appends have resolved and their .then ran, before later ones resolve', async () => {
-    const dir = tempDir();
-    const wal = await Wal.open({ dir, maxBytes: BIG, flushDelayMs: 2 });
-    const applied: string[] = [];
-    const log = (value: string): Promise<void> => wal.append(value).then(() => void applied.push(value));
-    const first = [log('a'), log('b')];
-    const done = wal.checkpoint(() => ({ applied: [...applied] }));
-    const later = [log('c'), log('d')];
-    await Promise.all([...first, done, ...later]);
-    await wal.close();
-    const { items } = await readAll(dir);
-    expect(items.map((item) => item.value)).toEqual([{ applied: ['a', 'b'] }, 'c', 'd']);
-  });
-
-  it('coalesces checkpoints called while one runs: one follow-up with the latest state', async () => {
-    const dir = tempDir();
-    const wal = await Wal.open({ dir, maxBytes: BIG, flushDelayMs: 0 });
-    await wal.append(1);
-    const calls = [wal.checkpoint({ n: 1 }), wal.checkpoint({ n: 2 }), wal.checkpoint({ n: 3 })];
-    await wal.append(2);
-    await Promise.all(calls);
-    await wal.close();
-    const { items } = await readAll(dir);
-    expect(items.map((item) => item.value)).toEqual([{ n: 3 }, 2]);
-    expect(walFiles(dir).filter((name) => name.startsWith('checkpoint-'))).toHaveLength(1);
-  });
-
   it('reads the legacy journal.ndjson first, until a checkpoint covers it; never touches it', async () => {
     const dir = tempDir();
     const legacy = [{ t: 'hello', at: 1 }, { t: 'end', at: 2 }].map((entry) => JSON.stringify(entry) + '\n').join('');

@@ -2,7 +2,7 @@ import type { Engine } from '../engine/engine.js';
 import type { JournalEntry } from '../engine/entries.js';
 import type { EngineSnapshot } from '../engine/snapshot.js';
 import type { Logger } from '../log/log.js';
-import type { JournalHealth } from './health.js';
+import type { JournalHealth } from '../protocol/state.js';
 import type { Wal } from './wal.js';
 
 /** Entries that lead to an acknowledgement: applied only once durably written, else refused. */

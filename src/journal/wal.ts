@@ -9,6 +9,7 @@ import {
   parseWalName,
   segmentName,
 } from './wal-files.js';
+import type { JournalHealth } from '../protocol/state.js';
 import { errorCode, errorMessage, nodeWalFs, type WalFileHandle, type WalFs } from './wal-fs.js';
 
 /**
@@ -20,9 +21,11 @@ import { errorCode, errorMessage, nodeWalFs, type WalFileHandle, type WalFs } fr
  * was seen too: a caller that logged B assuming A was on its way must never see B durable without
  * A. The bytes of a failed batch are cut off again, so that nothing rejected reads back.
  *
- * `checkpoint(state)` starts a new segment n at the moment of the call and writes
- * `checkpoint-n.json`, which stands for every segment below n; those are then deleted. The files
- * together never pass `maxBytes`: a batch that would is refused with WalFullError.
+ * `checkpoint(state)` takes its place in the order of appends: once every append made before it
+ * is settled, it starts a new segment n and writes `checkpoint-n.json`, which stands for every
+ * segment below n; those are then deleted. The files together never pass `maxBytes`: a batch that
+ * would is refused with WalFullError. What to do about it (and when to checkpoint) is the owner's
+ * to decide: see Recorder.
  */
 
 export class WalWriteError extends Error {
@@ -43,24 +46,8 @@ export class WalFullError extends WalWriteError {
   }
 }
 
-export interface WalHealth {
-  /** False from a failed write, or a batch refused at the cap, until the next write succeeds. */
-  ok: boolean;
-  reason: string | null;
-  /** Failed write attempts (appends and checkpoints), counted once each. */
-  writeErrors: number;
-  lastError: string | null;
-  /** Segment files now in the folder. */
-  segments: number;
-  /** Bytes of all the log's files (checkpoints, segments, a checkpoint being written). */
-  bytes: number;
-  maxBytes: number;
-  /** Checkpoint files now in the folder (normally 0 or 1). */
-  checkpoints: number;
-  lastCheckpointAt: number | null;
-  lastCheckpointMs: number | null;
-  lastCheckpointBytes: number | null;
-}
+/** The log's part of the journal's health: the rest (what was given up, the replay) is the Recorder's. */
+export type WalHealth = Omit<JournalHealth, 'givenUp' | 'replay'>;
 
 export interface WalOptions {
   dir: string;
@@ -74,16 +61,6 @@ export interface WalOptions {
   retryMs?: number;
   fs?: WalFs;
   now?: () => number;
-  /**
-   * Called when a batch does not fit under `maxBytes`, before it is refused, at most once per
-   * `retryMs`; the batch is tried again once the returned promise settles. The owner is expected
-   * to checkpoint here (return that promise): see `checkpoint` for what its state must cover.
-   * A checkpoint must fit beside the files it replaces, so this is a last resort: checkpoint on
-   * your own well before the cap (say once bytes() passes half of maxBytes).
-   */
-  onPressure?: () => Promise<void> | void;
-  /** Called whenever `health().ok` flips. */
-  onHealthChange?: (health: WalHealth) => void;
   /** A checkpoint larger than this is not written (default MAX_CHECKPOINT_BYTES): the reader would refuse it. */
   maxCheckpointBytes?: number;
   /**
@@ -109,29 +86,16 @@ interface Batch {
   lines: Buffer[];
   bytes: number;
   waiters: Waiter[];
-  /** onPressure was called for it already: the next time it does not fit, it is refused. */
-  pressured: boolean;
 }
 
-/** The place in the order of appends where a checkpoint call was made: the segment changes here. */
+/** A checkpoint, at the place in the order of appends where it was called: the segment changes here. */
 interface Cut {
   kind: 'cut';
-  id: number;
-  job: CheckpointJob;
+  line: Buffer;
+  waiter: Waiter;
 }
 
 type Task = Batch | Cut;
-
-interface CheckpointJob {
-  /** A value is serialized at the call; a function is called at the cut (see `checkpoint`). */
-  source: { json: string } | { thunk: () => unknown };
-  waiters: Waiter[];
-  /** The latest cut made for this job (coalesced calls each make one): only it decides the number. */
-  cutId: number;
-  number: number | null;
-  line: Buffer | null;
-  error: Error | null;
-}
 
 interface Segment {
   number: number;
@@ -152,8 +116,6 @@ export class Wal {
   private readonly flushDelayMs: number;
   private readonly retryMs: number;
   private readonly now: () => number;
-  private readonly onPressure: (() => Promise<void> | void) | null;
-  private readonly onHealthChange: ((health: WalHealth) => void) | null;
   private readonly maxCheckpointBytes: number;
   private readonly stallMs: number;
   /** When each append not yet settled was made, oldest first (appends settle in order); from `pendingHead` on. */
@@ -171,10 +133,6 @@ export class Wal {
   private flushTimer: NodeJS.Timeout | null = null;
   private tasks: Task[] = [];
   private pumping = false;
-  /** Waiting on onPressure: batches hold still, checkpoint cuts still go through. */
-  private pressure = false;
-  private lastPressureAt: number | null = null;
-  private cutIds = 0;
 
   /** Set by a failed write until one succeeds; appends are refused with it until `failedUntil`. */
   private failure: WalWriteError | null = null;
@@ -186,10 +144,6 @@ export class Wal {
   private lastCheckpointAt: number | null = null;
   private lastCheckpointMs: number | null = null;
   private lastCheckpointBytes: number | null = null;
-
-  private checkpointRunning: CheckpointJob | null = null;
-  /** The checkpoint waiting to run; further calls join it (the latest state wins). */
-  private checkpointNext: CheckpointJob | null = null;
 
   private closed = false;
   private closing: Promise<void> | null = null;
@@ -203,8 +157,6 @@ export class Wal {
     this.flushDelayMs = options.flushDelayMs ?? DEFAULT_FLUSH_DELAY_MS;
     this.retryMs = options.retryMs ?? DEFAULT_RETRY_MS;
     this.now = options.now ?? Date.now;
-    this.onPressure = options.onPressure ?? null;
-    this.onHealthChange = options.onHealthChange ?? null;
     this.maxCheckpointBytes = Math.min(options.maxCheckpointBytes ?? MAX_CHECKPOINT_BYTES, MAX_CHECKPOINT_BYTES);
     this.stallMs = options.stallMs ?? DEFAULT_STALL_MS;
     for (const [name, size] of files) this.setFile(name, size);
@@ -292,52 +244,21 @@ export class Wal {
 
   /**
    * Writes `state` as checkpoint n, where n is the segment started at this call, then deletes the
-   * segments below n and older checkpoints.
-   *
-   * What `state` must cover: every append made before this call, resolved or not (they all go to
-   * segments below n). If the owner applies entries only as their appends resolve, pass a
-   * function instead: it is called once, after every append made before this call has settled
-   * and its `.then` callbacks have run, and before any later append resolves.
-   * One exception: a checkpoint called while a batch waits on `onPressure` goes before that
-   * batch, so that batch (unresolved) and later appends go to segment n and are not covered.
-   *
-   * One checkpoint runs at a time. Calls made while one runs are coalesced: they share one
-   * follow-up checkpoint, written with the state of the latest call (an earlier call's function
-   * is then never called), and all resolve or reject with it.
+   * segments below n and older checkpoints. `state` is serialized at the call and must cover every
+   * append made before it, resolved or not (they all go to segments below n). Checkpoints run one
+   * at a time, in the order of appends; later appends wait for it.
    */
   checkpoint(state: unknown): Promise<void> {
     if (this.closed) return Promise.reject(closedError());
-    let source: CheckpointJob['source'];
-    if (typeof state === 'function') {
-      source = { thunk: state as () => unknown };
-    } else {
-      try {
-        source = { json: serialize(state) };
-      } catch (error) {
-        return Promise.reject(new WalWriteError('WAL_BAD_VALUE', `journal checkpoint cannot be stored: ${errorMessage(error)}`, { cause: error }));
-      }
+    let line: Buffer;
+    try {
+      line = encodeLine(serialize(state));
+    } catch (error) {
+      return Promise.reject(new WalWriteError('WAL_BAD_VALUE', `journal checkpoint cannot be stored: ${errorMessage(error)}`, { cause: error }));
     }
     return new Promise<void>((resolve, reject) => {
-      const id = ++this.cutIds;
-      let job = this.checkpointNext;
-      if (job) {
-        job.source = source;
-        job.waiters.push({ resolve, reject });
-        job.cutId = id;
-        job.number = null;
-        job.line = null;
-        job.error = null;
-      } else {
-        job = { source, waiters: [{ resolve, reject }], cutId: id, number: null, line: null, error: null };
-        this.checkpointNext = job;
-      }
-      const cut: Cut = { kind: 'cut', id, job };
-      if (this.pressure) {
-        this.tasks.unshift(cut);
-      } else {
-        this.cutOpen();
-        this.tasks.push(cut);
-      }
+      this.cutOpen();
+      this.tasks.push({ kind: 'cut', line, waiter: { resolve, reject } });
       this.kick();
     });
   }
@@ -435,13 +356,12 @@ export class Wal {
         if (!task) break;
         if (task.kind === 'cut') {
           this.tasks.shift();
-          await this.applyCut(task);
+          await this.runCheckpoint(task);
           continue;
         }
-        if (this.pressure) break;
         await this.writeBatch(this.takeBatch());
         // Group commit: what arrived during that write has waited long enough.
-        if (this.open && !this.pressure) this.cutOpen();
+        if (this.open) this.cutOpen();
       }
     } catch (error) {
       // Not expected (each step handles its own errors); still, no append may hang or go unhandled.
@@ -455,10 +375,9 @@ export class Wal {
   /** The batch at the front, with the batches right behind it merged in (one write, one fdatasync). */
   private takeBatch(): Batch {
     const first = this.tasks.shift() as Batch;
-    if (first.pressured) return first;
     for (;;) {
       const next = this.tasks[0];
-      if (!next || next.kind !== 'batch' || next.pressured) return first;
+      if (!next || next.kind !== 'batch') return first;
       this.tasks.shift();
       first.lines.push(...next.lines);
       first.waiters.push(...next.waiters);
@@ -468,7 +387,6 @@ export class Wal {
 
   private async writeBatch(batch: Batch): Promise<void> {
     if (this.total + batch.bytes > this.maxBytes) {
-      if (this.callPressure(batch)) return;
       this.fail(batch, new WalFullError(this.maxBytes), false);
       return;
     }
@@ -503,28 +421,6 @@ export class Wal {
       this.setHealth(true, null);
     }
     for (const waiter of batch.waiters) waiter.resolve();
-  }
-
-  /** Puts the batch back and asks the owner to make room; false if onPressure is not to be called now. */
-  private callPressure(batch: Batch): boolean {
-    const onPressure = this.onPressure;
-    if (!onPressure || batch.pressured) return false;
-    const now = this.now();
-    if (this.lastPressureAt !== null && now - this.lastPressureAt < this.retryMs) return false;
-    this.lastPressureAt = now;
-    batch.pressured = true;
-    this.tasks.unshift(batch);
-    this.pressure = true;
-    const settle = (): void => {
-      this.pressure = false;
-      this.kick();
-    };
-    try {
-      Promise.resolve(onPressure()).then(settle, settle);
-    } catch {
-      settle();
-    }
-    return true;
   }
 
   /**
@@ -582,15 +478,8 @@ export class Wal {
   }
 
   private setHealth(ok: boolean, reason: string | null): void {
-    const flipped = ok !== this.ok;
     this.ok = ok;
     this.reason = reason;
-    if (!flipped || !this.onHealthChange) return;
-    try {
-      this.onHealthChange(this.health());
-    } catch {
-      // The owner's callback must not break the write loop.
-    }
   }
 
   // --- segments -------------------------------------------------------------------------------
@@ -631,49 +520,18 @@ export class Wal {
 
   // --- checkpoints ----------------------------------------------------------------------------
 
-  /** Reached in the write loop once everything appended before the checkpoint call is settled. */
-  private async applyCut(cut: Cut): Promise<void> {
-    await this.rotate();
-    // Created now so that checkpoint n always has a segment n after it; if this fails, the next write retries.
-    await this.ensureCreated(this.segment).catch(() => undefined);
-    const job = cut.job;
-    if (job.cutId !== cut.id) return;
-    job.number = this.segment.number;
-    const source = job.source;
-    if ('thunk' in source) {
-      // Lets the `.then` callbacks of the appends resolved just now run before the state is taken.
-      await new Promise<void>((resolve) => setImmediate(resolve));
-      if (job.cutId !== cut.id) return;
-      try {
-        job.line = encodeLine(serialize(source.thunk()));
-      } catch (error) {
-        job.error = new WalWriteError('WAL_BAD_VALUE', `journal checkpoint cannot be stored: ${errorMessage(error)}`, { cause: error });
-      }
-    } else {
-      job.line = encodeLine(source.json);
-    }
-    this.startCheckpoint();
-  }
-
-  private startCheckpoint(): void {
-    const job = this.checkpointNext;
-    if (this.checkpointRunning || !job || (job.line === null && job.error === null)) return;
-    this.checkpointNext = null;
-    this.checkpointRunning = job;
-    void this.runCheckpoint(job).then(() => {
-      this.checkpointRunning = null;
-      this.startCheckpoint();
-      this.checkIdle();
-    });
-  }
-
-  /** Never rejects: the outcome goes to the job's waiters. */
-  private async runCheckpoint(job: CheckpointJob): Promise<void> {
+  /**
+   * Reached in the write loop once everything appended before the checkpoint call is settled.
+   * Never rejects: the outcome goes to the caller.
+   */
+  private async runCheckpoint(cut: Cut): Promise<void> {
+    const { line, waiter } = cut;
     try {
+      await this.rotate();
+      // Created now so that checkpoint n always has a segment n after it; if this fails, the next write retries.
+      await this.ensureCreated(this.segment).catch(() => undefined);
+      const number = this.segment.number;
       const started = this.now();
-      const { number, line } = job;
-      if (job.error) throw job.error;
-      if (number === null || line === null) throw new WalWriteError('WAL_INTERNAL', 'journal checkpoint was not prepared');
       if (line.length > this.maxCheckpointBytes) {
         throw new WalWriteError('WAL_TOO_LARGE', `journal checkpoint of ${line.length} bytes is over the ${this.maxCheckpointBytes} byte limit`);
       }
@@ -685,11 +543,10 @@ export class Wal {
       this.lastCheckpointBytes = line.length;
       await this.deleteCovered(number);
     } catch (error) {
-      const failure = error instanceof Error ? error : writeError(error);
-      for (const waiter of job.waiters) waiter.reject(failure);
+      waiter.reject(error instanceof Error ? error : writeError(error));
       return;
     }
-    for (const waiter of job.waiters) waiter.resolve();
+    waiter.resolve();
   }
 
   /** tmp file, fdatasync, rename, fsync of the folder. Its bytes count from before the first one lands. */
@@ -750,7 +607,7 @@ export class Wal {
   }
 
   private checkIdle(): void {
-    if (this.pumping || this.pressure || this.tasks.length > 0 || this.open || this.checkpointRunning || this.checkpointNext) return;
+    if (this.pumping || this.tasks.length > 0 || this.open) return;
     const waiters = this.idleWaiters;
     this.idleWaiters = [];
     for (const resolve of waiters) resolve();
@@ -758,7 +615,7 @@ export class Wal {
 }
 
 function newBatch(): Batch {
-  return { kind: 'batch', lines: [], bytes: 0, waiters: [], pressured: false };
+  return { kind: 'batch', lines: [], bytes: 0, waiters: [] };
 }
 
 function newSegment(number: number): Segment {

@@ -6,7 +6,7 @@ import type { GpuSample } from '../counters/types.js';
 import type { EngineSnapshot, RankTotals, SnapshotVerdict } from '../engine/snapshot.js';
 import type { IngestStats } from '../protocol/state.js';
 import type { SourceStatus } from '../counters/status.js';
-import type { JournalHealth } from '../journal/health.js';
+import type { JournalHealth } from '../protocol/state.js';
 import type { DurationCounts } from '../store/duration-counts.js';
 import type { RankSnapshot } from '../store/job-store.js';
 import type { StepSums } from '../store/step-buckets.js';

@@ -4,8 +4,7 @@ import type { SourceStatus } from '../counters/status.js';
 import type { EngineSnapshot, SnapshotJob, SnapshotStop, SnapshotVerdict } from '../engine/snapshot.js';
 import type { JobStopState } from '../protocol/stall-state.js';
 import { gpuReading, hostReading } from './state-counters.js';
-import type { JournalHealth } from '../journal/health.js';
-import { STATE_SCHEMA, type IngestStats, type JobState, type RankWindow, type SidecarState, type VerdictState } from '../protocol/state.js';
+import { STATE_SCHEMA, type IngestStats, type JobState, type JournalHealth, type RankWindow, type SidecarState, type VerdictState } from '../protocol/state.js';
 
 export interface StateInput {
   snapshot: EngineSnapshot;
