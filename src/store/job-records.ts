@@ -1,10 +1,13 @@
-import type { Capture, ProcReading } from '../protocol/capture.js';
+import { Type, type Static } from '@sinclair/typebox';
+import { CaptureSchema, ProcReadingSchema } from '../protocol/capture.js';
 import type { MemorySample, ProcessSample } from '../protocol/counters.js';
-import type { Env, StepRecord } from '../protocol/messages.js';
-import type { DurationCounts } from './duration-counts.js';
+import { EnvSchema } from '../protocol/hook-schema.js';
+import type { StepRecord } from '../protocol/messages.js';
+import { Keys, Names, Nullable } from '../protocol/schema.js';
+import { STEP_BUCKETS_S } from './duration-counts.js';
 import type { LogHistogram } from './histogram.js';
 import type { Ring } from './ring.js';
-import type { StepBuckets, StepSums } from './step-buckets.js';
+import { STEP_SUM_FIELDS, type StepBuckets } from './step-buckets.js';
 
 /** A process sample from a rank's hook, placed on the sidecar's clock. */
 export type ProcessAt = ProcessSample & { at: number };
@@ -16,49 +19,85 @@ export type MemoryAt = MemorySample & { at: number };
 export const END_REASONS = ['all-ranks-ended', 'disconnected', 'shutdown'] as const;
 export type EndReason = (typeof END_REASONS)[number];
 
-export interface Session {
-  id: string;
-  job: Job;
-  rank: Rank;
-  pid: number;
-  host: string;
-  maxSeq: number;
-  dropped: number;
-  duplicates: number;
-  connections: number;
-  ended: boolean;
-  /** Sidecar clock minus hook wall clock, measured when hello arrived (includes transit). */
-  clockOffsetMs: number;
-  /** Sidecar time and hook monotonic time at the latest hello: maps hook times onto the sidecar's clock. */
-  helloAt: number;
-  monoAtHello: number;
-  /** What a hello must present to resume this session (null: journaled before secrets existed). */
-  secret: string | null;
-  /** The highest seq the hook said was acknowledged when this sidecar first saw the session. */
-  seqBase: number;
-  /** Records refused for implausible times, counted (they are acknowledged, never applied). */
-  refused: number;
-  /**
-   * Seqs passed over between the records held: what of the hook's `dropped` these frames used up.
-   * A frame's `dropped` can count records dropped before its later frames' gaps reach the sidecar.
-   */
-  skipped: number;
-  /** When a frame last came from it (not counter samples: a journal near its cap gives those up). */
-  heardAt: number | null;
-  /** The hook's promise of a frame at least this often (its hello); null: an older hook, no heartbeats. */
-  heartbeatMs: number | null;
-  /** Whether the hook answers `capture` requests. */
-  captures: boolean;
-  /** Its process's start in clock ticks after boot (hello.proc_start), to tell it in /proc; null if not given. */
-  procStart: number | null;
-  /** When its last connection went away while nothing said `end` (cleared when it connects). */
-  disconnectedAt: number | null;
-  /** How: its connection closed, the sidecar closed it as silent, or the sidecar itself restarted. */
-  disconnectReason: SessionDisconnect | null;
-}
-
 export const SESSION_DISCONNECTS = ['closed', 'silent', 'restart'] as const;
 export type SessionDisconnect = (typeof SESSION_DISCONNECTS)[number];
+
+const Int = Type.Integer({ minimum: 0 });
+const NumOrNull = Nullable(Type.Number());
+
+/**
+ * The fields of a session, a rank and a job as plain data, written once: the schema is the type of
+ * the store's records (below, with their links and rings) and of their part of a checkpoint
+ * (src/store/jobs-checkpoint.ts).
+ */
+export const SessionStateSchema = Type.Object({
+  id: Type.String({ minLength: 1 }),
+  pid: Type.Integer(),
+  host: Type.String(),
+  maxSeq: Type.Integer(),
+  dropped: Int,
+  duplicates: Int,
+  connections: Int,
+  ended: Type.Boolean(),
+  clockOffsetMs: Type.Number({ description: 'Sidecar clock minus hook wall clock, measured when hello arrived (includes transit).' }),
+  helloAt: Type.Number({ description: 'Sidecar time at the latest hello: with monoAtHello, maps hook times onto the sidecar clock.' }),
+  monoAtHello: Type.Number({ description: 'Hook monotonic time at the latest hello.' }),
+  secret: Nullable(Type.String(), { description: 'What a hello must present to resume this session (null: journaled before secrets existed).' }),
+  seqBase: Type.Integer({ description: 'The highest seq the hook said was acknowledged when this sidecar first saw the session.' }),
+  refused: Type.Integer({ minimum: 0, description: 'Records refused for implausible times, counted (they are acknowledged, never applied).' }),
+  /** A frame's `dropped` can count records dropped before its later frames' gaps reach the sidecar. */
+  skipped: Type.Integer({ minimum: 0, description: "Seqs passed over between the records held: what of the hook's `dropped` these frames used up." }),
+  heardAt: Nullable(Type.Number(), { description: 'When a frame last came from it (not counter samples: a journal near its cap gives those up).' }),
+  heartbeatMs: Nullable(Type.Number(), { description: "The hook's promise of a frame at least this often (its hello); null: an older hook, no heartbeats." }),
+  captures: Type.Boolean({ description: 'Whether the hook answers `capture` requests.' }),
+  procStart: Nullable(Type.Integer(), { description: "Its process's start in clock ticks after boot (hello.proc_start), to tell it in /proc; null if not given." }),
+  disconnectedAt: Nullable(Type.Number(), { description: 'When its last connection went away while nothing said `end` (cleared when it connects).' }),
+  disconnectReason: Nullable(Names(SESSION_DISCONNECTS), { description: 'How: its connection closed, the sidecar closed it as silent, or the sidecar itself restarted.' }),
+});
+export type SessionState = Static<typeof SessionStateSchema>;
+
+export const RankStateSchema = Type.Object({
+  rank: Int,
+  localRank: Type.Integer(),
+  forgotten: Keys(['sessions', 'dropped', 'duplicates'] as const, Int, { description: 'What the sessions forgotten to keep `sessions` bounded had counted.' }),
+  env: EnvSchema,
+  steps: Int,
+  lastStep: Type.Integer(),
+  lastStepAt: NumOrNull,
+  lastStepEndAt: Nullable(Type.Number(), { description: 'Sidecar-clock end of the newest step.' }),
+  totals: Keys(STEP_SUM_FIELDS, Type.Number()),
+  durations: Type.Object(
+    {
+      buckets: Type.Array(Int, { minItems: STEP_BUCKETS_S.length + 1, maxItems: STEP_BUCKETS_S.length + 1 }),
+      sumS: Type.Number(),
+      count: Int,
+    },
+    { description: "Step durations in the Prometheus histogram's buckets, for /metrics." },
+  ),
+  capture: Nullable(CaptureSchema, { description: 'Where it was when the sidecar last asked (it had stalled); null before.' }),
+  proc: Nullable(Type.Composite([ProcReadingSchema, Type.Object({ at: Type.Number() })]), { description: 'Its process as the sidecar last read it in /proc; null before.' }),
+});
+export type RankState = Static<typeof RankStateSchema>;
+
+export const JobStateSchema = Type.Object({
+  id: Type.String({ minLength: 1 }),
+  run: Type.Integer({ minimum: 1, description: '1 for the first run of this job name, then one more for each run after one that ended.' }),
+  worldSize: Type.Integer(),
+  helloAt: Type.Number({ description: 'When the first hello came.' }),
+  firstStepAt: Nullable(Type.Number(), { description: "Sidecar-clock start of the earliest step received: the job's real start, whenever the sidecar started." }),
+  summarized: Type.Boolean(),
+  connections: Int,
+  disconnectedSince: NumOrNull,
+  endedAt: NumOrNull,
+  endReason: Nullable(Names(END_REASONS)),
+  lastHeardAt: Nullable(Type.Number(), { description: 'When any of its ranks was last heard from (a frame, or a connection closing); null before.' }),
+});
+export type JobState = Static<typeof JobStateSchema>;
+
+export interface Session extends SessionState {
+  job: Job;
+  rank: Rank;
+}
 
 /** A step record placed on the sidecar's clock. */
 export interface TimedStep {
@@ -66,54 +105,21 @@ export interface TimedStep {
   endAt: number;
 }
 
-export interface Rank {
-  rank: number;
-  localRank: number;
+export interface Rank extends RankState {
   latest: Session;
   /** The newest processes of this rank (a restarted process is a new session), oldest first. */
   sessions: Session[];
-  /** What the sessions forgotten to keep `sessions` bounded had counted. */
-  forgotten: { sessions: number; dropped: number; duplicates: number };
-  env: Env;
-  steps: number;
-  lastStep: number;
-  lastStepAt: number | null;
-  /** Sidecar-clock end of the newest step. */
-  lastStepEndAt: number | null;
-  totals: StepSums;
   recent: Ring<TimedStep>;
   buckets: StepBuckets;
   histogram: LogHistogram;
-  /** Step durations in the Prometheus histogram's buckets, for /metrics. */
-  durations: DurationCounts;
   process: Ring<ProcessAt>;
   /** Allocator samples (about 1 a second): the last 10 minutes give the growth trend. */
   memory: Ring<MemoryAt>;
-  /** Where it was when the sidecar last asked (it had stalled); null before. */
-  capture: Capture | null;
-  /** Its process as the sidecar last read it in /proc; null before. */
-  proc: (ProcReading & { at: number }) | null;
 }
 
-export interface Job {
-  id: string;
-  /** 1 for the first run of this job name, then one more for each run after one that ended. */
-  run: number;
-  worldSize: number;
-  /** When the first hello came. */
-  helloAt: number;
-  /** Sidecar-clock start of the earliest step received: the job's real start, whenever the sidecar started. */
-  firstStepAt: number | null;
-  summarized: boolean;
+export interface Job extends JobState {
   ranks: Map<number, Rank>;
-  connections: number;
-  disconnectedSince: number | null;
-  endedAt: number | null;
-  endReason: EndReason | null;
-  /** When any of its ranks was last heard from (a frame, or a connection closing); null before. */
-  lastHeardAt: number | null;
 }
-
 
 /** Hook monotonic ns -> sidecar clock ms, through the latest hello's pair of readings. */
 export function toSidecarMs(session: Session, monoNs: number): number {
