@@ -7,15 +7,7 @@ import { PROFILE_LIMITS } from './protocol/profile.js';
 import { StackDumps } from './outputs/stack-dumps.js';
 import type { FastifyInstance, FastifyServerFactory } from 'fastify';
 import type { Summary } from './protocol/summary.js';
-import type { ComputeApp } from './counters/compute-apps.js';
-import { DcgmCollector } from './counters/dcgm.js';
-import { HostCollector } from './counters/host.js';
-import { readInventory } from './counters/inventory.js';
-import { NvidiaSmiCollector } from './counters/nvidia-smi.js';
-import { gpuSourceDetail, GpuSourceError, startGpuSource, type GpuSourceChoice, type GpuSourceOption } from './counters/registry.js';
-import { SimCollector } from './counters/sim.js';
-import { computeAppsSource } from './counters/compute-apps-source.js';
-import { Supervised } from './counters/source.js';
+import { gpuSourceDetail, GpuSourceError, Sources, type GpuSourceChoice, type GpuSourceOption } from './counters/registry.js';
 import { Engine } from './engine/engine.js';
 import type { EndedRun, EngineSnapshot } from './engine/snapshot.js';
 import { Ingest } from './ingest/ingest.js';
@@ -104,8 +96,6 @@ export interface Sidecar {
 }
 
 const CHECKPOINT_MS = 5 * 60_000;
-/** Which processes hold a GPU changes slowly, and each reading is a process spawn. */
-const APPS_INTERVAL_MS = 5_000;
 
 async function loadBaseline(file: string | undefined): Promise<Summary | null> {
   if (!file) return null;
@@ -145,39 +135,6 @@ async function openJournal(options: ServeOptions, log: Logger): Promise<{ engine
   return { engine, recorder };
 }
 
-function collectorFactories(options: ServeOptions, log: Logger) {
-  return {
-    'nvidia-smi': () => new NvidiaSmiCollector({ binary: options.nvidiaSmi, intervalMs: options.gpuIntervalMs, log }),
-    dcgm: options.dcgmUrl
-      ? () =>
-          new DcgmCollector({
-            url: options.dcgmUrl!,
-            intervalMs: Math.max(options.gpuIntervalMs, 1000),
-            select: { pod: options.dcgmPod, namespace: options.dcgmNamespace },
-            log,
-          })
-      : null,
-    sim: () => new SimCollector({ scenarioFile: options.simScenario, intervalMs: options.gpuIntervalMs }),
-  };
-}
-
-/**
- * Beside DCGM, the node's own nvidia-smi where it has one: its readings fill the throttle signals
- * the exporter lacks (matched by GPU UUID) and it lists the GPUs' processes. None where it cannot run.
- */
-async function startFiller(options: ServeOptions, log: Logger, recorder: Recorder): Promise<NvidiaSmiCollector | null> {
-  const collector = new NvidiaSmiCollector({ binary: options.nvidiaSmi, intervalMs: Math.max(options.gpuIntervalMs, 1000), log });
-  try {
-    await collector.start((samples) => void recorder.record({ t: 'gpu', at: Date.now(), samples, fill: 'nvidia-smi' }).catch(() => undefined));
-    log.info('nvidia-smi runs beside the DCGM exporter: its throttle signals fill those the exporter lacks');
-    return collector;
-  } catch (error) {
-    await collector.stop().catch(() => undefined);
-    log.info({ reason: (error as Error).message }, 'no nvidia-smi beside the DCGM exporter; throttle signals it lacks come from the hooks\' NVML readings, if any');
-    return null;
-  }
-}
-
 /** Refuses, before anything starts, a sidecar reachable from other machines that anyone could feed. */
 function checkExposure(options: ServeOptions, log: Logger): void {
   if (isLoopback(options.host) || options.token) return;
@@ -190,9 +147,19 @@ function checkExposure(options: ServeOptions, log: Logger): void {
 export async function serve(given: ServeOptions): Promise<Sidecar> {
   const log = createLogger(given.logLevel);
   checkExposure(given, log);
-  // Read while the rest starts (it waits on lscpu and two nvidia-smi runs, seconds on a big GPU node
-  // without persistence mode); journaled where it always was, below. It never rejects.
-  const inventory = readInventory({ nvidiaSmi: given.nvidiaSmi, log });
+  // Every source, from the registry's tables. The inventory is read while the rest starts (it waits
+  // on lscpu and two nvidia-smi runs, seconds on a big GPU node without persistence mode); journaled
+  // where it always was, below.
+  const sources = new Sources({
+    gpuSource: given.gpuSource,
+    nvidiaSmi: given.nvidiaSmi,
+    gpuIntervalMs: given.gpuIntervalMs,
+    dcgm: given.dcgmUrl ? { url: given.dcgmUrl, select: { pod: given.dcgmPod, namespace: given.dcgmNamespace } } : null,
+    hostIntervalMs: given.hostIntervalMs,
+    procRoot: given.procRoot,
+    simScenario: given.simScenario,
+    log,
+  });
   // The jobs and ranks its container's memory holds, before anything is replayed into it.
   const options = { ...given, limits: await fitToMemory(given.limits ?? {}, log) };
   const baseline = await loadBaseline(options.baseline);
@@ -230,7 +197,7 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
   };
   await recorder.record({ t: 'start', at: Date.now(), config }).catch(() => undefined);
   // Journaled, so a replayed summary names the node the live one did.
-  await recorder.record({ t: 'node', at: Date.now(), node: await inventory }).catch(() => undefined);
+  await recorder.record({ t: 'node', at: Date.now(), node: await sources.inventory }).catch(() => undefined);
   const ingest = new Ingest(engine, recorder, { gpuIntervalMs: options.gpuIntervalMs, limits: options.limits });
   ingest.deepCaptures = options.stackDumps === true;
   const dumps = options.stackDumps && options.out ? new StackDumps(options.out) : null;
@@ -271,12 +238,17 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
   // Runs that ended before a crash, their summaries never written.
   void writeUpAll(engine.unsummarized(Date.now()));
 
-  // Journaled like every input, so a replay shows the same other processes on the GPUs.
-  const onApps = (apps: ComputeApp[]) => void recorder.record({ t: 'apps', at: Date.now(), apps }).catch(fail('GPU processes'));
   let gpu: GpuSourceChoice;
   try {
-    gpu = await startGpuSource(options.gpuSource, collectorFactories(options, log), (samples) => void ingest.gpuSamples(samples).catch(fail('GPU samples')), log);
+    gpu = await sources.start({
+      gpu: (samples) => void ingest.gpuSamples(samples).catch(fail('GPU samples')),
+      fill: (samples) => void recorder.record({ t: 'gpu', at: Date.now(), samples, fill: 'nvidia-smi' }).catch(() => undefined),
+      // Journaled like every input, so a replay shows the same other processes on the GPUs.
+      apps: (apps) => void recorder.record({ t: 'apps', at: Date.now(), apps }).catch(fail('GPU processes')),
+      host: (sample) => void ingest.hostSample(sample).catch(fail('host sample')),
+    });
   } catch (error) {
+    await sources.stop();
     await recorder.close();
     await early.close();
     if (error instanceof GpuSourceError) throw new Error(`--gpu-source ${options.gpuSource}: ${error.message}`);
@@ -284,16 +256,9 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
   }
   // Journaled: hook-forwarded GPU readings count only when they are the source, in a replay too.
   await recorder.record({ t: 'source', at: Date.now(), gpu: gpu.source, reason: gpu.reason }).catch(() => undefined);
-  // Under DCGM an nvidia-smi beside the exporter fills the throttle signals its default counters
-  // lack; where there is none, the hooks' NVML readings do (every rank polling NVML otherwise is waste).
-  const filler = gpu.source === 'dcgm' ? await startFiller(options, log, recorder) : null;
-  // The GPUs' compute processes, wherever nvidia-smi runs (the source or the filler), every 5 s.
-  const apps = gpu.source === 'nvidia-smi' || filler ? new Supervised(computeAppsSource({ binary: options.nvidiaSmi }), { intervalMs: APPS_INTERVAL_MS, log }) : null;
-  void apps?.start(onApps);
-  ingest.wants.nvml = engine.world.hookGpu || (gpu.source === 'dcgm' && filler === null);
-
-  const host = new HostCollector({ intervalMs: options.hostIntervalMs, procRoot: options.procRoot, log });
-  await host.start((sample) => void ingest.hostSample(sample).catch(fail('host sample')));
+  // Under DCGM without nvidia-smi beside it, the hooks' NVML readings fill the throttle signals the
+  // exporter lacks (every rank polling NVML otherwise is waste).
+  ingest.wants.nvml = engine.world.hookGpu || sources.lacksThrottleFill;
 
   const snapshotListeners = new Set<(snapshot: EngineSnapshot) => void>();
   const nextSnapshot = () => new Promise<EngineSnapshot>((resolve) => {
@@ -338,10 +303,10 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
     maxFrameBytes: options.maxFrameBytes,
     token: options.token,
     windowMs: options.windowS * 1000,
-    sources: () => ({ gpu: { source: gpu.source, reason: gpu.reason, health: gpu.health() }, host: host.health() }),
+    sources: () => sources.status(),
     // Hooks learn in `welcome` whether to forward GPU readings, so not before the source is chosen.
     ready: () => (gpu === undefined || stopping !== null ? { ready: false, reason: stopping ? 'stopping' : 'choosing the GPU counter source' } : { ready: true, reason: null }),
-    detail: () => gpuSourceDetail(gpu),
+    detail: () => gpuSourceDetail(sources.status().gpu),
     stream: { rateHz: options.streamRateHz, limits: options.streamLimits, onViewers: (count) => ticks.watched(count > 0) },
     serverFactory: (handler) => ((onRequest = handler), early.server),
   });
@@ -361,7 +326,7 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
       const last = await recorder.record({ t: 'stop', at: Date.now() }).catch(() => null);
       if (last) void writeUpAll(last.ended);
       await writing;
-      await Promise.allSettled([gpu.collector?.stop(), filler?.stop(), apps?.stop(), host.stop()]);
+      await sources.stop();
       await recorder.close();
       resolveStopped(0);
       return 0;

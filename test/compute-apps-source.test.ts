@@ -2,7 +2,7 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { computeAppsSource } from '../src/counters/compute-apps-source.js';
 import type { ComputeApp } from '../src/counters/compute-apps.js';
-import { Supervised, type PolledSource } from '../src/counters/source.js';
+import { Supervised, type Source } from '../src/counters/source.js';
 import { fakeNvidiaSmiEnv } from './support/fake-gpu.js';
 import { capturedLogger } from './support/logger.js';
 import { ROOT, waitFor } from './support/sidecar.js';
@@ -14,7 +14,7 @@ afterEach(async () => {
   await Promise.all(running.splice(0).map((supervised) => supervised.stop()));
 });
 
-function supervise<T>(source: PolledSource<T>, intervalMs = 100) {
+function supervise<T>(source: Source<T>, intervalMs = 100) {
   const { log, lines } = capturedLogger();
   const supervised = new Supervised(source, { intervalMs, log, maxBackoffMs: 400 });
   running.push(supervised as Supervised<unknown>);
@@ -65,7 +65,7 @@ describe('Supervised', () => {
     let inFlight = 0;
     let most = 0;
     let calls = 0;
-    const slowThenFast: PolledSource<number> = {
+    const slowThenFast: Source<number> = {
       name: 'slow',
       async read() {
         calls += 1;

@@ -3,7 +3,8 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { DcgmCollector, type DcgmCollectorOptions } from '../src/counters/dcgm.js';
+import { DcgmSource, type DcgmSourceOptions } from '../src/counters/dcgm.js';
+import { Supervised } from '../src/counters/source.js';
 import type { GpuSample } from '../src/counters/types.js';
 import { capturedLogger } from './support/logger.js';
 import { ROOT, startSidecar, waitFor } from './support/sidecar.js';
@@ -16,7 +17,7 @@ const UNREAD_1X = readFileSync(path.join(ROOT, 'test/fixtures/dcgm/1.x-pod-gpu-m
   .filter((line) => line.includes('dcgm_low_util_violation'))
   .join('\n');
 const LLAMA = { pod: 'llama-ft-0', namespace: 'research' };
-const SCRAPE_FAILED = 'dcgm-exporter scrape failed; retrying';
+const SCRAPE_FAILED = 'dcgm: no reading';
 
 /** A dcgm-exporter stand-in on 127.0.0.1 that serves a fixture and can misbehave on demand. */
 class StandInExporter {
@@ -70,9 +71,9 @@ async function unusedPort(): Promise<number> {
   return probe.port;
 }
 
-describe('DcgmCollector against a stand-in dcgm-exporter', () => {
+describe('the DCGM source, supervised, against a stand-in dcgm-exporter', () => {
   const exporters: StandInExporter[] = [];
-  const collectors: DcgmCollector[] = [];
+  const collectors: Array<Supervised<GpuSample[]>> = [];
 
   afterEach(async () => {
     await Promise.all(collectors.splice(0).map((collector) => collector.stop()));
@@ -86,12 +87,15 @@ describe('DcgmCollector against a stand-in dcgm-exporter', () => {
     return started;
   }
 
-  function collector(options: Partial<DcgmCollectorOptions> & { url: string }) {
+  /** Supervised as the registry runs it: the first scrape must work (else another source is tried). */
+  function collector({ intervalMs = 25, timeoutMs = 5_000, ...options }: Partial<DcgmSourceOptions> & { url: string; intervalMs?: number; timeoutMs?: number }) {
     const { log, lines } = capturedLogger();
-    const made = new DcgmCollector({ intervalMs: 25, select: LLAMA, log, now: () => 1_000, ...options });
+    const now = () => 1_000;
+    const made = new Supervised(new DcgmSource({ select: LLAMA, now, ...options }), { intervalMs, timeoutMs, log, now, count: (samples) => samples.length });
     collectors.push(made);
     const batches: GpuSample[][] = [];
-    return { collector: made, batches, lines, sink: (samples: GpuSample[]) => batches.push(samples) };
+    const sink = (samples: GpuSample[]) => void batches.push(samples);
+    return { collector: { start: (given: typeof sink) => made.start(given, { required: true }), stop: () => made.stop(), health: () => made.health() }, batches, lines, sink };
   }
 
   it('starts on the first scrape that finds the pod’s GPUs and keeps delivering them', async () => {
@@ -113,7 +117,7 @@ describe('DcgmCollector against a stand-in dcgm-exporter', () => {
     const stub = await exporter();
     const { collector: dcgm, sink, lines } = collector({ url: stub.url, select: { pod: 'llama-ft-9', namespace: 'research' } });
     await expect(dcgm.start(sink)).rejects.toThrow(
-      `dcgm-exporter at ${stub.url}: the exporter reports 4 GPU(s), none with namespace=research pod=llama-ft-9 (pods it maps GPUs to: research/llama-ft-0, serving/vllm-7c9d8-qx2mz)`,
+      `the exporter reports 4 GPU(s), none with namespace=research pod=llama-ft-9 (pods it maps GPUs to: research/llama-ft-0, serving/vllm-7c9d8-qx2mz)`,
     );
     expect(dcgm.health()).toMatchObject({ state: 'failing', samples: 0 });
     // The caller falls back to another source; a retry warning would be misleading.
@@ -137,7 +141,7 @@ describe('DcgmCollector against a stand-in dcgm-exporter', () => {
     const stub = await exporter();
     stub.hang = true;
     const { collector: dcgm, sink } = collector({ url: stub.url, timeoutMs: 200 });
-    await expect(dcgm.start(sink)).rejects.toThrow('no answer within 200 ms');
+    await expect(dcgm.start(sink)).rejects.toThrow('no reading in 200 ms');
   });
 
   it('never starts a scrape before the previous one has ended', async () => {
@@ -163,7 +167,7 @@ describe('DcgmCollector against a stand-in dcgm-exporter', () => {
     const delivered = batches.length;
     await waitFor(() => dcgm.health().state === 'ok' && batches.length > delivered);
     expect(dcgm.health().lastError).toBeNull();
-    expect(lines.some((line) => line.msg === 'dcgm-exporter scrapes work again')).toBe(true);
+    expect(lines.some((line) => line.msg === 'dcgm: reading again')).toBe(true);
   });
 
   it('logs again when the error changes', async () => {
@@ -196,7 +200,7 @@ describe('DcgmCollector against a stand-in dcgm-exporter', () => {
     const stub = await exporter();
     stub.body = NODE_EXPORTER;
     const { collector: dcgm, sink } = collector({ url: stub.url });
-    await expect(dcgm.start(sink)).rejects.toThrow(`dcgm-exporter at ${stub.url}: serves nothing stepscope can read as GPU counters: 5 metric families, none of them DCGM's`);
+    await expect(dcgm.start(sink)).rejects.toThrow(`serves nothing stepscope can read as GPU counters: 5 metric families, none of them DCGM's`);
     expect(dcgm.health()).toMatchObject({ state: 'failing', samples: 0 });
   });
 

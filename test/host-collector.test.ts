@@ -2,7 +2,8 @@ import { cpSync, mkdirSync, rmSync, symlinkSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { HostCollector, type HostCollectorOptions, type HostSample } from '../src/counters/host.js';
+import { HostSource, type HostSample, type HostSourceOptions } from '../src/counters/host.js';
+import { Supervised } from '../src/counters/source.js';
 import { capturedLogger } from './support/logger.js';
 import { ROOT, tempDir, waitFor } from './support/sidecar.js';
 
@@ -13,8 +14,8 @@ const GIB = 1024 ** 3;
 const percent = (value: number | null) => value !== null && value >= 0 && value <= 100;
 const rateOrNothing = (value: number | null) => value === null || value >= 0;
 
-describe('HostCollector', () => {
-  const collectors: HostCollector[] = [];
+describe('the host source, supervised', () => {
+  const collectors: Array<Supervised<HostSample>> = [];
   const dirs: string[] = [];
 
   afterEach(async () => {
@@ -22,9 +23,9 @@ describe('HostCollector', () => {
     for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
   });
 
-  function collector(options: Partial<HostCollectorOptions> = {}) {
+  function collector({ intervalMs = 100, ...options }: Partial<HostSourceOptions> & { intervalMs?: number } = {}) {
     const { log, lines } = capturedLogger();
-    const made = new HostCollector({ log, intervalMs: 100, ...options });
+    const made = new Supervised(new HostSource({ log, ...options }), { intervalMs, maxBackoffMs: 8 * intervalMs, log });
     collectors.push(made);
     return { collector: made, lines };
   }

@@ -2,7 +2,8 @@ import { cpSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { topConsumers } from '../src/analysis/window.js';
-import { HostCollector, type HostSample } from '../src/counters/host.js';
+import { HostSource, type HostSample } from '../src/counters/host.js';
+import { Supervised } from '../src/counters/source.js';
 import { identity, parsePidStat, topProcesses, visibilityOf, type PidStat } from '../src/counters/proc-pid.js';
 import { capturedLogger } from './support/logger.js';
 import { ROOT, tempDir, waitFor } from './support/sidecar.js';
@@ -70,9 +71,9 @@ describe('the busiest processes between two readings', () => {
   });
 });
 
-describe('HostCollector, processes', () => {
+describe('the host source, processes', () => {
   const dirs: string[] = [];
-  const collectors: HostCollector[] = [];
+  const collectors: Array<Supervised<HostSample>> = [];
   afterEach(async () => {
     await Promise.all(collectors.splice(0).map((c) => c.stop()));
     for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
@@ -82,7 +83,8 @@ describe('HostCollector, processes', () => {
     const root = tempDir('stepscope-proc-');
     dirs.push(root);
     cpSync(path.join(PROCESSES, 't0'), root, { recursive: true });
-    const host = new HostCollector({ log: capturedLogger().log, intervalMs: 50, procRoot: root, sysRoot: null });
+    const log = capturedLogger().log;
+    const host = new Supervised(new HostSource({ log, procRoot: root, sysRoot: null }), { intervalMs: 50, log });
     collectors.push(host);
     const samples: HostSample[] = [];
     await host.start((sample) => {

@@ -48,7 +48,7 @@ function hostileSnapshot(): string {
   const state = sidecarState({
     snapshot,
     ingest: { connections: 1, connectionsTotal: 1, frames: 0, records: 40, duplicates: 0, rejected: {}, limited: {}, implausible: {} },
-    sources: { gpu: { source: 'nvidia-smi', reason: 'test', health: null }, host: null },
+    sources: { gpu: { source: 'nvidia-smi', reason: 'test', health: null }, host: null, collectors: [] },
     journal: null,
     version: 'test',
     startedAt: T0,

@@ -29,6 +29,8 @@ const VARYING = new Set([
   'stepscope_wasted_gpu_seconds_total',
   // Seconds since each rank's last step, as the sidecar's clock reads it at the scrape.
   'stepscope_rank_seconds_since_step',
+  // What each source's last reading took.
+  'stepscope_collector_duration_seconds',
 ]);
 
 /** The exposition without the default process metrics, and with clock-dependent values as `<varies>`. */

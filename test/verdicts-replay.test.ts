@@ -79,7 +79,7 @@ async function metricsOf(engine: Engine): Promise<string> {
     journal: () => null,
     maxFrameBytes: 1 << 20,
     windowMs: engine.config.windowMs,
-    sources: () => ({ gpu: { source: source.gpu, reason: source.reason, health: null }, host: null }),
+    sources: () => ({ gpu: { source: source.gpu, reason: source.reason, health: null }, host: null, collectors: [] }),
     now: at,
   });
   try {

@@ -192,6 +192,14 @@ export function matchesSelector(labels: Readonly<Record<string, string>>, select
   );
 }
 
+/** The samples of the GPUs the selector picks: what one scrape of the exporter gives. */
+export function selectedSamples(series: readonly DcgmSeries[], select: DcgmSelector, at: number): GpuSample[] {
+  return toGpuSamples(
+    series.filter((one) => matchesSelector(one.labels, select)),
+    at,
+  );
+}
+
 interface GpuSeries {
   labels: Readonly<Record<string, string>>;
   values: Map<string, number | null>;

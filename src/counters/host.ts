@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs';
 import { access, readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { Supervised } from './source.js';
+import type { Source } from './source.js';
 import type { Logger } from '../log/log.js';
 import {
   chooseInterfaces,
@@ -33,7 +33,6 @@ import {
   type ProcStat,
 } from './host-parse.js';
 import { identity, parsePidStat, topProcesses, visibilityOf, type PidStat, type ProcessVisibility, type TopProcess } from './proc-pid.js';
-import type { CollectorHealth } from './types.js';
 
 /** One reading of the host. Rates cover the time since the previous sample, so the first has none. */
 export interface HostSample {
@@ -108,11 +107,8 @@ export interface HostPressure {
 }
 
 
-export type HostSink = (sample: HostSample) => void;
-
-export interface HostCollectorOptions {
+export interface HostSourceOptions {
   log: Logger;
-  intervalMs?: number;
   /** Where procfs is mounted; tests point it at fixture files. */
   procRoot?: string;
   /**
@@ -147,7 +143,8 @@ interface Reading {
   pids: { stats: Map<string, PidStat>; visible: ProcessVisibility; truncated: boolean } | null;
 }
 
-export class HostCollector {
+/** The host's counters, one reading a call; the rates are over the time since the previous reading. */
+export class HostSource implements Source<HostSample> {
   readonly name = 'host';
   private readonly procRoot: string;
   /** Whether every process of the node is visible, read once (see readPids). */
@@ -159,40 +156,25 @@ export class HostCollector {
   private readonly log: Logger;
   private reportedUnreadable = '';
   private previous: Reading | null = null;
-  private sink: HostSink | null = null;
-  /** The one supervisor times each reading, backs off while /proc cannot be read, and keeps health. */
-  private readonly supervised: Supervised<HostSample>;
 
-  constructor(options: HostCollectorOptions) {
+  constructor(options: HostSourceOptions) {
     this.procRoot = options.procRoot ?? '/proc';
     this.sysRoot = options.sysRoot !== undefined ? options.sysRoot : path.basename(this.procRoot) === 'proc' ? path.join(path.dirname(this.procRoot), 'sys') : null;
     this.now = options.now ?? Date.now;
-    this.log = options.log.child({ collector: this.name });
-    const intervalMs = options.intervalMs ?? 1000;
-    this.supervised = new Supervised({ name: this.name, read: () => this.sample() }, { intervalMs, log: this.log, maxBackoffMs: 8 * intervalMs, now: this.now });
+    this.log = options.log.child({ source: this.name });
   }
 
   /**
-   * Takes the first reading and resolves. Without procfs (not Linux, or a sandbox hiding it) there
-   * are no host figures, which is no reason to stop the sidecar: health says so and reading goes on.
+   * Without procfs (not Linux, or a sandbox hiding it) there are no host figures, which is no reason
+   * to stop the sidecar: the read fails, its supervisor says so in its health and reads on.
    */
-  async start(sink: HostSink): Promise<void> {
-    if (this.sink) throw new Error('host collector already started');
-    this.sink = sink;
-    await this.supervised.start(sink);
-  }
-
-  async stop(): Promise<void> {
-    await this.supervised.stop();
-  }
-
-  health(): CollectorHealth {
-    return this.supervised.health();
+  read(): Promise<HostSample> {
+    return this.sample();
   }
 
   /** One sample: its rates over the time since the previous reading; throws where no host file can be read. */
   private async sample(): Promise<HostSample> {
-    const reading = await this.read();
+    const reading = await this.readProc();
     this.reportUnreadable(reading.unreadable);
     if (reading.unreadable.length === PROC_FILES.length) {
       throw new Error(`cannot read ${reading.unreadable.map((file) => path.join(this.procRoot, file)).join(', ')}`);
@@ -202,7 +184,7 @@ export class HostCollector {
     return sample;
   }
 
-  private async read(): Promise<Reading> {
+  private async readProc(): Promise<Reading> {
     const texts = await Promise.all(PROC_FILES.map((file) => readFile(path.join(this.procRoot, file), 'utf8').catch(() => null)));
     const text = (file: ProcFile) => texts[PROC_FILES.indexOf(file)] ?? null;
     const parsed = <T>(file: ProcFile, parse: (text: string) => T): T | null => {

@@ -2,6 +2,7 @@ import si from 'systeminformation';
 import type { Logger } from '../log/log.js';
 import { inventoryOf, type CpuFacts, type NodeInventory } from './inventory-parse.js';
 import { execOnce } from './nvidia-smi.js';
+import type { Source } from './source.js';
 
 /**
  * Reads the node's inventory once, at start: CPU and memory through systeminformation (a few files
@@ -21,4 +22,9 @@ export async function readInventory(options: { nvidiaSmi: string; log: Logger; t
   const inventory = inventoryOf(cpu, memory?.total ?? null, { listing, banner });
   options.log.info({ node: inventory }, 'node inventory');
   return inventory;
+}
+
+/** The inventory as a source: read once, at start, under the one supervisor. */
+export function inventorySource(options: { nvidiaSmi: string; log: Logger }): Source<NodeInventory> {
+  return { name: 'inventory', read: () => readInventory(options) };
 }

@@ -14,8 +14,8 @@ import {
   unknownQueryField,
   type ReasonNaming,
 } from './nvidia-smi-parse.js';
-import { RateLimitedWarnings } from './source.js';
-import type { CollectorHealth, CollectorState, GpuCollector, GpuSample, GpuSink } from './types.js';
+import { RateLimitedWarnings, type Collector, type SourceTiming } from './source.js';
+import type { CollectorHealth, CollectorState, GpuSample, GpuSink } from './types.js';
 
 export interface Backoff {
   initialMs: number;
@@ -76,8 +76,9 @@ interface LoopRun {
  * is restarted with exponential backoff; a line that cannot be read is skipped with a rate-limited
  * warning, never a crash.
  */
-export class NvidiaSmiCollector implements GpuCollector {
+export class NvidiaSmiCollector implements Collector<GpuSample[]> {
   readonly name = 'nvidia-smi';
+  readonly restartsChild = true;
 
   private readonly binary: string;
   private readonly intervalMs: number;
@@ -105,6 +106,9 @@ export class NvidiaSmiCollector implements GpuCollector {
   private run: LoopRun | null = null;
   private restartTimer: NodeJS.Timeout | null = null;
   private watchdog: NodeJS.Timeout | null = null;
+  /** The probe, then the sidecar's own time on each round: reading its lines and handing it on. */
+  private readonly timings: SourceTiming = { reads: 0, lastMs: null, totalMs: 0 };
+  private roundMs = 0;
 
   constructor(options: NvidiaSmiOptions) {
     this.binary = options.binary ?? 'nvidia-smi';
@@ -122,11 +126,14 @@ export class NvidiaSmiCollector implements GpuCollector {
     if (this.started) throw new Error('nvidia-smi collector already started');
     this.started = true;
     this.sink = sink;
+    const probing = performance.now();
     try {
       this.query = await this.probe();
     } catch (error) {
       this.fail((error as Error).message);
       throw error;
+    } finally {
+      this.timed(performance.now() - probing);
     }
     if (this.query.mig) this.migs = await this.readMigDevices();
     if (this.stopped) return;
@@ -156,6 +163,16 @@ export class NvidiaSmiCollector implements GpuCollector {
     const run = this.run;
     this.run = null;
     if (run) await terminate(run);
+  }
+
+  timing(): SourceTiming {
+    return { ...this.timings };
+  }
+
+  private timed(ms: number): void {
+    this.timings.reads += 1;
+    this.timings.lastMs = ms;
+    this.timings.totalMs += ms;
   }
 
   health(): CollectorHealth {
@@ -289,13 +306,18 @@ export class NvidiaSmiCollector implements GpuCollector {
 
   private onLine(run: LoopRun, line: string): void {
     if (this.stopped || !line.trim()) return;
+    const started = performance.now();
     const sample = this.toSample(line, this.query!.fields, this.now());
-    if (!sample) return;
-    for (const round of run.rounds.add(sample)) {
-      if (round.some(hasFigures)) run.lastFiguresAt = performance.now();
-      run.delivered += round.length;
-      this.deliver(round);
+    if (sample) {
+      for (const round of run.rounds.add(sample)) {
+        if (round.some(hasFigures)) run.lastFiguresAt = performance.now();
+        run.delivered += round.length;
+        this.deliver(round);
+        this.timed(this.roundMs + (performance.now() - started));
+        this.roundMs = -(performance.now() - started);
+      }
     }
+    this.roundMs += performance.now() - started;
   }
 
   private deliver(round: GpuSample[]): void {
@@ -361,12 +383,12 @@ function queryArgs(fields: readonly string[]): string[] {
 
 export type ExecResult = { ok: true; stdout: string } | { ok: false; reason: string; output: string; stdout: string; code: number | null };
 
-export function execOnce(binary: string, args: string[], options: { env: NodeJS.ProcessEnv | undefined; timeoutMs: number }): Promise<ExecResult> {
+export function execOnce(binary: string, args: string[], options: { env: NodeJS.ProcessEnv | undefined; timeoutMs: number; signal?: AbortSignal }): Promise<ExecResult> {
   return new Promise((resolve) => {
     execFile(
       binary,
       args,
-      { env: options.env, timeout: options.timeoutMs, killSignal: 'SIGKILL', maxBuffer: MAX_OUTPUT_BYTES, encoding: 'utf8' },
+      { env: options.env, timeout: options.timeoutMs, killSignal: 'SIGKILL', maxBuffer: MAX_OUTPUT_BYTES, encoding: 'utf8', signal: options.signal },
       (error, stdout, stderr) => {
         if (!error) return resolve({ ok: true, stdout });
         const output = `${stdout}\n${stderr}`.trim();

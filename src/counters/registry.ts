@@ -1,102 +1,260 @@
 import type { Logger } from '../log/log.js';
-import type { CollectorHealth, GpuCollector, GpuSink } from './types.js';
+import type { ComputeApp } from './compute-apps.js';
+import { computeAppsSource } from './compute-apps-source.js';
+import { DcgmSource } from './dcgm.js';
+import type { DcgmSelector } from './dcgm-parse.js';
+import { HostSource, type HostSample } from './host.js';
+import { inventorySource } from './inventory.js';
+import type { NodeInventory } from './inventory-parse.js';
+import { NvidiaSmiCollector } from './nvidia-smi.js';
+import { SimSource } from './sim.js';
+import { Supervised, type Collector, type Source, type SupervisedOptions } from './source.js';
+import type { SourceStatus } from './status.js';
+import type { CollectorHealth, GpuSample } from './types.js';
 
 export const GPU_SOURCES = ['auto', 'nvidia-smi', 'dcgm', 'hook', 'sim', 'none'] as const;
 export type GpuSourceOption = (typeof GPU_SOURCES)[number];
 export type GpuSourceName = Exclude<GpuSourceOption, 'auto'>;
 
-/** How to build each collector; the registry only decides which one runs. */
-export interface CollectorFactories {
-  'nvidia-smi': () => GpuCollector;
+/** What the sources are built from: the sidecar's options, decided. */
+export interface SourcesConfig {
+  gpuSource: GpuSourceOption;
+  nvidiaSmi: string;
+  gpuIntervalMs: number;
   /** Null when no --dcgm-url was given. */
-  dcgm: (() => GpuCollector) | null;
-  sim: () => GpuCollector;
+  dcgm: { url: string; select: DcgmSelector } | null;
+  hostIntervalMs: number;
+  procRoot: string;
+  simScenario?: string;
+  log: Logger;
 }
+
+/** Where each kind of reading goes. */
+export interface Sinks {
+  gpu: (samples: GpuSample[]) => void;
+  /** nvidia-smi's readings beside DCGM: they fill the throttle signals the exporter lacks. */
+  fill: (samples: GpuSample[]) => void;
+  apps: (apps: ComputeApp[]) => void;
+  host: (sample: HostSample) => void;
+}
+
+type ActiveGpu = 'nvidia-smi' | 'dcgm' | 'sim';
 
 export interface GpuSourceChoice {
   source: GpuSourceName;
   reason: string;
-  collector: GpuCollector | null;
-  /** The collector's health; for the hooks' readings taken because a configured DCGM exporter was unusable, that exporter's last error. */
-  health(): CollectorHealth | null;
 }
+
+interface GpuRunning extends GpuSourceChoice {
+  collector: Collector<GpuSample[]> | null;
+  /** For the hooks' readings taken because a configured DCGM exporter was unusable: that exporter's last error. */
+  unusable: CollectorHealth | null;
+}
+
+/** A collector as the registry keeps it, whatever it reads. */
+type Running = Omit<Collector<unknown>, 'start'>;
 
 export class GpuSourceError extends Error {}
 
-const passive = (source: 'hook' | 'none', reason: string): GpuSourceChoice => ({ source, reason, collector: null, health: () => null });
+/** Which processes hold a GPU changes slowly, and each reading is a process spawn. */
+const APPS_INTERVAL_MS = 5_000;
+/** A busy node's exporter can take seconds to render; this only has to catch a connection that hangs. */
+const DCGM_TIMEOUT_MS = 5_000;
 
-async function tryStart(name: string, make: () => GpuCollector, sink: GpuSink): Promise<GpuCollector> {
-  const collector = make();
-  try {
-    await collector.start(sink);
-    return collector;
-  } catch (error) {
-    await collector.stop().catch(() => undefined);
-    throw new GpuSourceError(`${name}: ${(error as Error).message}`);
-  }
-}
-
-const active = (source: GpuSourceName, reason: string, collector: GpuCollector): GpuSourceChoice => ({
-  source,
-  reason,
-  collector,
-  health: () => collector.health(),
-});
+const supervised = <T>(source: Source<T>, options: SupervisedOptions<T>): Collector<T> => new Supervised(source, options);
+const perGpu = (samples: GpuSample[]) => samples.length;
 
 /**
- * Starts the GPU counter source asked for. `auto` takes the first that works of nvidia-smi, DCGM
- * (when a URL is given) and the hooks' own NVML readings; it never picks the simulator, which makes
- * numbers up. An explicitly named source that cannot start is an error.
+ * The GPU sources: how each is built and how its failure to start is named. The registry only
+ * decides which runs; every polled one runs under the one supervisor.
  */
-export async function startGpuSource(option: GpuSourceOption, factories: CollectorFactories, sink: GpuSink, log: Logger): Promise<GpuSourceChoice> {
-  const choose = (choice: GpuSourceChoice) => {
-    log.info({ gpu_source: choice.source, reason: choice.reason }, 'GPU counter source chosen');
-    return choice;
+const GPU_TABLE: Record<ActiveGpu, { available: (config: SourcesConfig) => string | null; make: (config: SourcesConfig) => Collector<GpuSample[]>; what: (config: SourcesConfig) => string }> = {
+  'nvidia-smi': {
+    available: () => null,
+    make: (config) => new NvidiaSmiCollector({ binary: config.nvidiaSmi, intervalMs: config.gpuIntervalMs, log: config.log }),
+    what: () => 'nvidia-smi',
+  },
+  dcgm: {
+    available: (config) => (config.dcgm ? null : '--gpu-source dcgm needs --dcgm-url'),
+    make: (config) => {
+      const intervalMs = Math.max(config.gpuIntervalMs, 1000);
+      return supervised(new DcgmSource({ url: config.dcgm!.url, select: config.dcgm!.select }), { intervalMs, timeoutMs: Math.max(DCGM_TIMEOUT_MS, intervalMs), log: config.log, count: perGpu });
+    },
+    what: (config) => `dcgm: dcgm-exporter at ${config.dcgm!.url}`,
+  },
+  sim: {
+    available: () => null,
+    make: (config) => supervised(new SimSource({ scenarioFile: config.simScenario }), { intervalMs: config.gpuIntervalMs, log: config.log, count: perGpu }),
+    what: () => 'sim',
+  },
+};
+
+/**
+ * The sources beside the GPU counters, each run when the GPU source chosen calls for it, in this
+ * order. A companion that cannot start is left out, saying why; none stops the sidecar.
+ */
+interface Companion {
+  name: string;
+  runs: (gpu: GpuSourceName, running: ReadonlySet<string>) => boolean;
+  /** What its absence means, logged where it cannot start. */
+  without: string;
+  start: (config: SourcesConfig, sinks: Sinks) => { collector: Running; started: Promise<void> };
+}
+
+/** `required`: left out where its first reading fails (the filler: no nvidia-smi beside the exporter). */
+const companion =
+  <T>(make: (config: SourcesConfig) => Collector<T>, sink: (sinks: Sinks) => (reading: T) => void, required: boolean) =>
+  (config: SourcesConfig, sinks: Sinks) => {
+    const collector = make(config);
+    return { collector, started: collector.start(sink(sinks), { required }) };
   };
-  switch (option) {
-    case 'none':
-      return choose(passive('none', 'GPU counters turned off (--gpu-source none)'));
-    case 'hook':
-      return choose(passive('hook', 'GPU counters forwarded by the hooks (pynvml), as asked (--gpu-source hook)'));
-    case 'sim':
-      return choose(active('sim', 'simulated GPU counters (--gpu-source sim)', await tryStart('sim', factories.sim, sink)));
-    case 'nvidia-smi':
-      return choose(active('nvidia-smi', 'as asked (--gpu-source nvidia-smi)', await tryStart('nvidia-smi', factories['nvidia-smi'], sink)));
-    case 'dcgm':
-      if (!factories.dcgm) throw new GpuSourceError('dcgm: --gpu-source dcgm needs --dcgm-url');
-      return choose(active('dcgm', 'as asked (--gpu-source dcgm)', await tryStart('dcgm', factories.dcgm, sink)));
-    case 'auto': {
-      const tried: string[] = [];
+
+const COMPANIONS: Companion[] = [
+  {
+    // Under DCGM, an nvidia-smi beside the exporter fills the throttle signals its default counters lack.
+    name: 'nvidia-smi-fill',
+    runs: (gpu) => gpu === 'dcgm',
+    without: "throttle signals the exporter lacks come from the hooks' NVML readings, if any",
+    start: companion((config) => new NvidiaSmiCollector({ binary: config.nvidiaSmi, intervalMs: Math.max(config.gpuIntervalMs, 1000), log: config.log }), (sinks) => sinks.fill, true),
+  },
+  {
+    // The GPUs' compute processes, wherever nvidia-smi runs (the source or the filler).
+    name: 'compute-apps',
+    runs: (gpu, running) => gpu === 'nvidia-smi' || running.has('nvidia-smi-fill'),
+    without: 'other processes on the GPUs are not shown',
+    start: companion((config) => supervised(computeAppsSource({ binary: config.nvidiaSmi }), { intervalMs: APPS_INTERVAL_MS, log: config.log }), (sinks) => sinks.apps, false),
+  },
+  {
+    name: 'host',
+    runs: () => true,
+    without: 'no host counters',
+    start: companion(
+      (config) => supervised(new HostSource({ procRoot: config.procRoot, log: config.log }), { intervalMs: config.hostIntervalMs, maxBackoffMs: 8 * config.hostIntervalMs, log: config.log }),
+      (sinks) => sinks.host,
+      false,
+    ),
+  },
+];
+
+/**
+ * Every source of the sidecar, from the tables above: the inventory at once (it is read while the
+ * journal replays), the rest on `start`, once there is somewhere to send their readings.
+ */
+export class Sources {
+  readonly inventory: Promise<NodeInventory>;
+  private readonly collectors = new Map<string, Running>();
+  private gpu: GpuRunning | null = null;
+
+  constructor(private readonly config: SourcesConfig) {
+    const inventory = new Supervised(inventorySource({ nvidiaSmi: config.nvidiaSmi, log: config.log }), { intervalMs: null, log: config.log });
+    this.collectors.set('inventory', inventory);
+    // readInventory never rejects (a part it cannot read is null), so the one read delivers.
+    this.inventory = new Promise((resolve) => void inventory.start(resolve));
+  }
+
+  /** Starts the GPU source asked for, then the companions it calls for. Rejects with GpuSourceError where a named GPU source cannot start. */
+  async start(sinks: Sinks): Promise<GpuSourceChoice> {
+    const choice = await this.startGpu(sinks.gpu);
+    this.gpu = choice;
+    this.config.log.info({ gpu_source: choice.source, reason: choice.reason }, 'GPU counter source chosen');
+    for (const row of COMPANIONS) {
+      if (!row.runs(choice.source, new Set(this.collectors.keys()))) continue;
+      const { collector, started } = row.start(this.config, sinks);
       try {
-        return choose(active('nvidia-smi', 'auto: nvidia-smi works', await tryStart('nvidia-smi', factories['nvidia-smi'], sink)));
+        await started;
+        this.collectors.set(row.name, collector);
       } catch (error) {
-        tried.push((error as Error).message);
+        this.config.log.info({ source: row.name, reason: (error as Error).message }, `${row.name} does not run: ${row.without}`);
       }
-      let unusable: string | null = null;
-      if (factories.dcgm) {
+    }
+    if (this.collectors.has('nvidia-smi-fill')) this.config.log.info('nvidia-smi runs beside the DCGM exporter: its throttle signals fill those the exporter lacks');
+    return { source: choice.source, reason: choice.reason };
+  }
+
+  /** Whether the hooks' NVML readings are wanted for the GPU source chosen: under DCGM without nvidia-smi beside it. */
+  get lacksThrottleFill(): boolean {
+    return this.gpu?.source === 'dcgm' && !this.collectors.has('nvidia-smi-fill');
+  }
+
+  async stop(): Promise<void> {
+    await Promise.allSettled([this.gpu?.collector?.stop(), ...[...this.collectors.values()].map((collector) => collector.stop())]);
+  }
+
+  /** How every source fares; before `start`, the GPU source is not chosen yet. */
+  status(): SourceStatus {
+    const gpu = this.gpu;
+    const all: Running[] = [...(gpu?.collector ? [gpu.collector] : []), ...this.collectors.values()];
+    return {
+      gpu: { source: gpu?.source ?? 'none', reason: gpu?.reason ?? 'not chosen yet', health: gpu?.collector?.health() ?? gpu?.unusable ?? null },
+      host: this.collectors.get('host')?.health() ?? null,
+      collectors: [
+        ...all.map((collector) => ({ health: collector.health(), timing: collector.timing(), restartsChild: collector.restartsChild })),
+        ...(gpu?.unusable ? [{ health: gpu.unusable, timing: null, restartsChild: false }] : []),
+      ],
+    };
+  }
+
+  /**
+   * `auto` takes the first that works of nvidia-smi, DCGM (when a URL is given) and the hooks' own
+   * NVML readings; it never picks the simulator, which makes numbers up. An explicitly named source
+   * that cannot start is an error.
+   */
+  private async startGpu(sink: Sinks['gpu']): Promise<GpuRunning> {
+    const option = this.config.gpuSource;
+    const passive = (source: 'hook' | 'none', reason: string): GpuRunning => ({ source, reason, collector: null, unusable: null });
+    const active = async (source: ActiveGpu, reason: string): Promise<GpuRunning> => {
+      const row = GPU_TABLE[source];
+      const unavailable = row.available(this.config);
+      if (unavailable !== null) throw new GpuSourceError(`${source}: ${unavailable}`);
+      const collector = row.make(this.config);
+      try {
+        await collector.start(sink, { required: true });
+      } catch (error) {
+        await collector.stop().catch(() => undefined);
+        throw new GpuSourceError(`${row.what(this.config)}: ${(error as Error).message}`);
+      }
+      return { source, reason, collector, unusable: null };
+    };
+    switch (option) {
+      case 'none':
+        return passive('none', 'GPU counters turned off (--gpu-source none)');
+      case 'hook':
+        return passive('hook', 'GPU counters forwarded by the hooks (pynvml), as asked (--gpu-source hook)');
+      case 'sim':
+        return active('sim', 'simulated GPU counters (--gpu-source sim)');
+      case 'nvidia-smi':
+      case 'dcgm':
+        return active(option, `as asked (--gpu-source ${option})`);
+      case 'auto': {
+        const tried: string[] = [];
         try {
-          return choose(active('dcgm', `auto: ${tried.join('; ')}; the DCGM exporter works`, await tryStart('dcgm', factories.dcgm, sink)));
+          return await active('nvidia-smi', 'auto: nvidia-smi works');
         } catch (error) {
-          unusable = (error as Error).message;
-          tried.push(unusable);
+          tried.push((error as Error).message);
         }
-      } else {
-        tried.push('dcgm: no --dcgm-url');
+        if (this.config.dcgm === null) {
+          tried.push('dcgm: no --dcgm-url');
+          return passive('hook', `auto: ${tried.join('; ')}; using GPU counters forwarded by the hooks (pynvml), if they have it`);
+        }
+        try {
+          return await active('dcgm', `auto: ${tried.join('; ')}; the DCGM exporter works`);
+        } catch (error) {
+          const unusable = (error as Error).message;
+          tried.push(unusable);
+          // A DCGM exporter was configured and gives nothing: not a quiet fallback.
+          this.config.log.warn({ err: unusable }, "the DCGM exporter given by --dcgm-url is not usable; GPU counters come from the hooks' NVML readings instead");
+          const health: CollectorHealth = { name: 'dcgm', state: 'failing', samples: 0, lastSampleAt: null, lastError: unusable.replace(/^dcgm: /, ''), restarts: 0 };
+          return { ...passive('hook', `auto: ${tried.join('; ')}; using GPU counters forwarded by the hooks (pynvml), if they have it`), unusable: health };
+        }
       }
-      const fallback = choose(passive('hook', `auto: ${tried.join('; ')}; using GPU counters forwarded by the hooks (pynvml), if they have it`));
-      if (unusable === null) return fallback;
-      // A DCGM exporter was configured and gives nothing: not a quiet fallback.
-      log.warn({ err: unusable }, "the DCGM exporter given by --dcgm-url is not usable; GPU counters come from the hooks' NVML readings instead");
-      const health: CollectorHealth = { name: 'dcgm', state: 'failing', samples: 0, lastSampleAt: null, lastError: unusable.replace(/^dcgm: /, ''), restarts: 0 };
-      return { ...fallback, health: () => health };
     }
   }
 }
 
 /** What /readyz's detail says of the GPU source: its collector failing, or a configured one that gave nothing and was replaced. */
-export function gpuSourceDetail(choice: GpuSourceChoice): string[] {
-  const health = choice.health();
+export function gpuSourceDetail(status: SourceStatus['gpu']): string[] {
+  const health = status.health;
   if (!health || health.state !== 'failing' || !health.lastError) return [];
-  const instead = choice.source === health.name ? '' : `; GPU counters come from ${choice.source === 'hook' ? "the hooks' NVML readings" : choice.source} instead`;
+  const instead = status.source === health.name ? '' : `; GPU counters come from ${status.source === 'hook' ? "the hooks' NVML readings" : status.source} instead`;
   return [`GPU counters: ${health.name}: ${health.lastError}${instead}`];
 }

@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
-import { HealthTracker } from './health.js';
-import { emptyGpuSample, type CollectorHealth, type GpuCollector, type GpuSample, type GpuSink } from './types.js';
+import type { Source } from './source.js';
+import { emptyGpuSample, type GpuSample } from './types.js';
 
 /**
  * Scripted GPU counters for the demo and for tests: each GPU starts from its `base` figures and
@@ -68,43 +68,25 @@ export function simulate(scenario: SimScenario, elapsedS: number, at: number): G
 export interface SimOptions {
   scenario?: SimScenario;
   scenarioFile?: string;
-  intervalMs?: number;
   now?: () => number;
 }
 
-export class SimCollector implements GpuCollector {
+/** The scenario's GPUs as they are now, from its start (the first read). */
+export class SimSource implements Source<GpuSample[]> {
   readonly name = 'sim';
-  private timer: NodeJS.Timeout | null = null;
-  private readonly status = new HealthTracker('sim');
+  private scenario: { scenario: SimScenario; startedAt: number } | null = null;
   private readonly now: () => number;
 
   constructor(private readonly options: SimOptions = {}) {
     this.now = options.now ?? Date.now;
   }
 
-  async start(sink: GpuSink): Promise<void> {
-    const scenario = this.options.scenarioFile
-      ? parseScenario(await readFile(this.options.scenarioFile, 'utf8'))
-      : (this.options.scenario ?? DEFAULT_SIM_SCENARIO);
-    const startedAt = this.now();
-    const tick = () => {
-      const at = this.now();
-      const samples = simulate(scenario, (at - startedAt) / 1000, at);
-      this.status.delivered(samples.length, at);
-      sink(samples);
+  async read(): Promise<GpuSample[]> {
+    this.scenario ??= {
+      scenario: this.options.scenarioFile ? parseScenario(await readFile(this.options.scenarioFile, 'utf8')) : (this.options.scenario ?? DEFAULT_SIM_SCENARIO),
+      startedAt: this.now(),
     };
-    tick();
-    this.timer = setInterval(tick, this.options.intervalMs ?? 500);
-    this.timer.unref();
-  }
-
-  async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
-    this.status.stop();
-  }
-
-  health(): CollectorHealth {
-    return this.status.snapshot();
+    const at = this.now();
+    return simulate(this.scenario.scenario, (at - this.scenario.startedAt) / 1000, at);
   }
 }

@@ -14,12 +14,3 @@ export type { CollectorHealth };
 export type CollectorState = CollectorHealth['state'];
 
 export type GpuSink = (samples: GpuSample[]) => void;
-
-/** One source of GPU counters. I/O lives here; parsing lives in pure functions beside it. */
-export interface GpuCollector {
-  readonly name: string;
-  /** Resolves once the source is known to work (first sample or a successful probe), rejects if it cannot. */
-  start(sink: GpuSink): Promise<void>;
-  stop(): Promise<void>;
-  health(): CollectorHealth;
-}

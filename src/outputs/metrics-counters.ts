@@ -1,5 +1,5 @@
 import type { Registry } from 'prom-client';
-import { ThrottleReason, type CollectorHealth, type GpuSample, type ThrottleReasonName } from '../counters/types.js';
+import { ThrottleReason, type GpuSample, type ThrottleReasonName } from '../counters/types.js';
 import { counterFamily, gaugeFamily } from './metrics-family.js';
 import type { GpuScrape, Scrape } from './metrics-scrape.js';
 
@@ -32,9 +32,7 @@ function shareActive(samples: GpuSample[], bit: number): number | null {
   return reported.length ? reported.filter((s) => (s.throttleReasons! & bit) !== 0).length / reported.length : null;
 }
 
-function collectors(scrape: Scrape): CollectorHealth[] {
-  return [scrape.sources.gpu.health, scrape.sources.host].filter((health): health is CollectorHealth => health !== null);
-}
+const collectors = (scrape: Scrape) => scrape.sources.collectors;
 
 export function registerCounterFamilies(registry: Registry, scrape: () => Scrape): void {
   gaugeFamily(registry, {
@@ -116,19 +114,30 @@ export function registerCounterFamilies(registry: Registry, scrape: () => Scrape
 
   gaugeFamily(registry, {
     name: 'stepscope_collector_up',
-    help: 'Whether a counter collector is delivering samples (1) or starting, failing or stopped (0).',
+    // node_exporter's node_scrape_collector_success, for every source the sidecar runs.
+    help: "Whether a collector's last reading succeeded (1), or it is starting, failing or stopped (0).",
     labelNames: ['collector'],
     *samples() {
-      for (const health of collectors(scrape())) yield [{ collector: health.name }, health.state === 'ok' ? 1 : 0];
+      for (const { health } of collectors(scrape())) yield [{ collector: health.name }, health.state === 'ok' ? 1 : 0];
+    },
+  });
+
+  // node_exporter's node_scrape_collector_duration_seconds: what each source's reading costs.
+  gaugeFamily(registry, {
+    name: 'stepscope_collector_duration_seconds',
+    help: "How long a collector's last reading took (the nvidia-smi stream: the sidecar's own time on its last round).",
+    labelNames: ['collector'],
+    *samples() {
+      for (const { health, timing } of collectors(scrape())) yield [{ collector: health.name }, timing?.lastMs === undefined || timing.lastMs === null ? null : timing.lastMs / 1000];
     },
   });
 
   counterFamily(registry, {
     name: 'stepscope_collector_restarts_total',
-    help: 'Times a counter collector was restarted after it died or hung.',
+    help: 'Times a collector restarted its child process after it died or hung (nvidia-smi; the polled sources have none).',
     labelNames: ['collector'],
     *samples() {
-      for (const health of collectors(scrape())) yield [{ collector: health.name }, health.restarts];
+      for (const { health, restartsChild } of collectors(scrape())) if (restartsChild) yield [{ collector: health.name }, health.restarts];
     },
   });
 }

@@ -815,7 +815,7 @@ export class FakeSocket extends EventEmitter {
   }
 }
 
-export const SOURCES: SourceStatus = { gpu: { source: 'none', reason: 'GPU counters turned off (--gpu-source none)', health: null }, host: null };
+export const SOURCES: SourceStatus = { gpu: { source: 'none', reason: 'GPU counters turned off (--gpu-source none)', health: null }, host: null, collectors: [] };
 export const ENGINE_CONFIG = { windowMs: 4_000, holdMs: 0, endGraceMs: 3_600_000 };
 
 export interface HookSidecar {

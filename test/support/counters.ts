@@ -1,16 +1,13 @@
 import { fieldsFromHeader } from '../../src/counters/nvidia-smi-parse.js';
-import { matchesSelector, parseDcgmSeries, toGpuSamples, type DcgmSelector } from '../../src/counters/dcgm-parse.js';
+import { parseDcgmSeries, selectedSamples, type DcgmSelector } from '../../src/counters/dcgm-parse.js';
 import type { HostSample } from '../../src/counters/host.js';
 import type { GpuSample } from '../../src/counters/types.js';
 
 /** Helpers for tests that read counters from captured text; the sidecar's collectors do the same in steps of their own. */
 
-/** A captured dcgm-exporter page as the DCGM collector turns it into samples (its series, selected, per GPU). */
+/** A captured dcgm-exporter page as the DCGM source turns it into samples: its one path, from text. */
 export function parseDcgmMetrics(text: string, select: DcgmSelector, at: number): GpuSample[] {
-  return toGpuSamples(
-    parseDcgmSeries(text).filter((series) => matchesSelector(series.labels, select)),
-    at,
-  );
+  return selectedSamples(parseDcgmSeries(text), select, at);
 }
 
 /** The names a captured `--query-compute-apps` header prints for the fields asked ("used_gpu_memory [MiB]" for used_memory). */

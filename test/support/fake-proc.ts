@@ -8,7 +8,7 @@ import { ROOT, tempDir } from './sidecar.js';
  * figures are scripted rather than whatever a shared test machine happens to be doing.
  *
  * It starts from a copy of a real machine's files (test/fixtures/proc/this-machine: stat, uptime,
- * loadavg, meminfo, diskstats, net/dev, which is what HostCollector reads) and then keeps
+ * loadavg, meminfo, diskstats, net/dev, which is what HostSource reads) and then keeps
  * advancing `stat` and `uptime` as time passes, every `intervalMs`, so that the collector's rate
  * between any two readings comes out at the scripted load: `cpuPct` busy (user and system),
  * `iowaitPct` waiting for I/O, the rest idle, on every core alike. Each file is replaced whole

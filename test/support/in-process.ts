@@ -27,7 +27,7 @@ export interface InProcess {
   record(entry: JournalEntry): Promise<EngineSnapshot | null>;
 }
 
-export const SOURCES_NONE: SourceStatus = { gpu: { source: 'none', reason: 'GPU counters turned off (--gpu-source none)', health: null }, host: null };
+export const SOURCES_NONE: SourceStatus = { gpu: { source: 'none', reason: 'GPU counters turned off (--gpu-source none)', health: null }, host: null, collectors: [] };
 
 export async function inProcess(
   options: {

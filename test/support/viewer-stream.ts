@@ -15,7 +15,7 @@ export function streamFrame(snapshot: EngineSnapshot, options: { type: 'snapshot
   const state = sidecarState({
     snapshot,
     ingest: { connections: 0, connectionsTotal: 0, frames: 0, records: 0, duplicates: 0, rejected: {}, limited: {}, implausible: {} },
-    sources: { gpu: { source: options.gpuSource, reason: 'test', health: null }, host: null },
+    sources: { gpu: { source: options.gpuSource, reason: 'test', health: null }, host: null, collectors: [] },
     journal: null,
     version: 'test',
     startedAt: T0,
