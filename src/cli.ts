@@ -4,7 +4,7 @@ import module from 'node:module';
 import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { STALL_DEFAULTS } from './analysis/stall-config.js';
-import { GPU_SOURCES } from './counters/registry.js';
+import { GPU_SOURCES } from './counters/gpu-source-names.js';
 import { DEFAULT_LIMITS } from './ingest/limits.js';
 import { LOG_LEVELS } from './log/levels.js';
 import { DEFAULT_REGRESSION_THRESHOLD_PCT } from './engine/runs-defaults.js';

@@ -8,13 +8,11 @@ import { inventorySource } from './inventory.js';
 import type { NodeInventory } from './inventory-parse.js';
 import { NvidiaSmiCollector } from './nvidia-smi.js';
 import { SimSource } from './sim.js';
+import type { GpuSourceName, GpuSourceOption } from './gpu-source-names.js';
 import { Supervised, type Collector, type Source, type SupervisedOptions } from './source.js';
 import type { SourceStatus } from './status.js';
 import type { CollectorHealth, GpuSample } from './types.js';
 
-export const GPU_SOURCES = ['auto', 'nvidia-smi', 'dcgm', 'hook', 'sim', 'none'] as const;
-export type GpuSourceOption = (typeof GPU_SOURCES)[number];
-export type GpuSourceName = Exclude<GpuSourceOption, 'auto'>;
 
 /** What the sources are built from: the sidecar's options, decided. */
 export interface SourcesConfig {
