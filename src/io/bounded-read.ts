@@ -29,11 +29,6 @@ export class IoLimiter {
 
   constructor(readonly limits: IoLimits = DEFAULT_IO_LIMITS) {}
 
-  /** Operations holding a slot now (one that timed out keeps its slot until it really returns). */
-  get inFlight(): number {
-    return this.running;
-  }
-
   /**
    * Runs `op` once a slot is free; rejects with IoTimeoutError after `timeoutMs`. A timed-out op
    * keeps its slot until it settles: a call that never returns can hold at most `concurrency` threads.

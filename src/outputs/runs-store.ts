@@ -65,11 +65,6 @@ export class PastRunsStore {
     readonly limits: HistoryCacheLimits = HISTORY_CACHE,
   ) {}
 
-  /** Jobs and bytes held now, for the bound's test and /metrics. */
-  cached(): { jobs: number; bytes: number } {
-    return { jobs: this.cache.size, bytes: this.cachedBytes };
-  }
-
   /**
    * The job's runs, oldest first: read from disk unless held, then held. `hold`: keep the job even
    * with nothing on disk (a job the sidecar has, asked about every tick); otherwise such a name is
