@@ -5,7 +5,7 @@ import type { Summary } from './protocol/summary.js';
 import type { Comparison } from './protocol/state.js';
 import { GATE_DEFAULTS, type GateOutcome } from './gate-defaults.js';
 
-export { GATE_DEFAULTS, GATE_EXIT, type GateOutcome } from './gate-defaults.js';
+export { GATE_DEFAULTS, type GateOutcome } from './gate-defaults.js';
 
 /**
  * `stepscope gate`'s judgement, pure: is this run's steady-state time per sample within the noise

@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { fromRow, toRow } from '../src/engine/entries.js';
-import { parseHookMessage, STEP_FIELDS, type StepRecord } from '../src/protocol/messages.js';
+import { parseHookMessage, type StepRecord } from '../src/protocol/messages.js';
 import { addStep, emptySums } from '../src/store/step-buckets.js';
+import { STEP_FIELDS } from './support/hook-client.js';
 
 /** The `eval_ns` column (issue 26): evaluation inside the loop, a part of "other", null where not measured. */
 

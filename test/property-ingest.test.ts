@@ -3,7 +3,6 @@ import { describe, expect, it } from 'vitest';
 import { replayJournal } from '../src/journal/replay.js';
 import { nodeWalFs, type WalFs } from '../src/journal/wal-fs.js';
 import { Wal } from '../src/journal/wal.js';
-import { STEP_FIELDS } from '../src/protocol/messages.js';
 import type { SidecarState } from '../src/protocol/state.js';
 import {
   anyLeaf,
@@ -26,6 +25,7 @@ import {
   type Mutation,
   type Outcome,
 } from './support/arbitraries.js';
+import { STEP_FIELDS } from './support/hook-client.js';
 import { useTempDirs } from './support/temp-dirs.js';
 
 /**

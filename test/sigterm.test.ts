@@ -4,8 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { cleanupList } from './support/cleanup-list.js';
 import { findPython } from './support/python.js';
 import { fixture, runPython } from './support/run-python.js';
-import { STEP_FIELDS } from '../src/protocol/messages.js';
-import { hello, TestHook } from './support/hook-client.js';
+import { hello, STEP_FIELDS, TestHook } from './support/hook-client.js';
 import { startSidecar, tempDir, waitFor } from './support/sidecar.js';
 
 /**

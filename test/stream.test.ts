@@ -1,11 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { decode, encode } from '../src/protocol/codec.js';
-import { STEP_FIELDS } from '../src/protocol/messages.js';
 import type { StreamOptions } from '../src/outputs/stream.js';
 import { cleanupList } from './support/cleanup-list.js';
 import { startFakeProc } from './support/fake-proc.js';
-import { hello, row, steps, TestHook } from './support/hook-client.js';
+import { hello, row, STEP_FIELDS, steps, TestHook } from './support/hook-client.js';
 import { inProcess, type InProcess } from './support/in-process.js';
 import { listen } from './support/listening.js';
 import { capturedLogger } from './support/logger.js';

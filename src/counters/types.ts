@@ -4,7 +4,7 @@
  * never a crash and never a made-up zero.
  */
 
-export { emptyGpuSample, THROTTLE_REASON_NAMES, ThrottleReason, throttleReasonNames, type GpuSample, type PowerReading, type ThrottleReasonName } from '../model/gpu.js';
+export { emptyGpuSample, ThrottleReason, throttleReasonNames, type GpuSample, type PowerReading, type ThrottleReasonName } from '../model/gpu.js';
 import type { GpuSample } from '../model/gpu.js';
 
 import type { CollectorHealth } from '../protocol/state.js';

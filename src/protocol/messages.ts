@@ -213,8 +213,8 @@ function parseHello(frame: Static<typeof HelloFrame>): HelloMessage {
   return { type: 'hello', hello, resume: frame.resume ?? null };
 }
 
-const REQUIRED_COLUMNS = ['seq', 'step', 'end_ns', 'dur_ns', 'data_ns', 'h2d_ns', 'compute_ns', 'samples'] as const;
-const GPU_COLUMNS = ['gpu_h2d_ns', 'gpu_compute_ns', 'gpu_idle_ns'] as const;
+export const REQUIRED_COLUMNS = ['seq', 'step', 'end_ns', 'dur_ns', 'data_ns', 'h2d_ns', 'compute_ns', 'samples'] as const;
+export const GPU_COLUMNS = ['gpu_h2d_ns', 'gpu_compute_ns', 'gpu_idle_ns'] as const;
 /** Sent only by hooks that measure collectives (stepscope.watch_ddp or the collective wrappers). */
 export const COMM_FIELDS = ['comm_ns', 'comm_wait_ns', 'comm_bytes'] as const;
 /** Sent by hooks that tell evaluation apart (the zero-code path, scope.phase("eval")). */
@@ -223,9 +223,6 @@ const OPTIONAL_COLUMNS = [...GPU_COLUMNS, ...COMM_FIELDS, EVAL_FIELD] as const;
 const NULLABLE = new Set<string>(['samples', ...OPTIONAL_COLUMNS]);
 /** A step record's columns in StepRecord's order (parseSteps reads them by position). */
 const RECORD_COLUMNS = [...REQUIRED_COLUMNS, ...OPTIONAL_COLUMNS] as const;
-
-/** The columns every hook sends. */
-export const STEP_FIELDS = [...REQUIRED_COLUMNS, ...GPU_COLUMNS] as const;
 
 function columnIndex(fields: string[]): Map<string, number> {
   const index = new Map<string, number>();

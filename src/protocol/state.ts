@@ -27,7 +27,6 @@ export const STATE_VERSION = 1;
 export const STATE_SCHEMA = `stepscope.state/v${STATE_VERSION}` as const;
 
 export const PHASES = ['data', 'h2d', 'compute', 'other'] as const;
-export type Phase = (typeof PHASES)[number];
 
 // ---------------------------------------------------------------------------------------------------
 // Names

@@ -14,7 +14,8 @@ import type { Wal } from '../../src/journal/wal.js';
 import { createLogger } from '../../src/log/log.js';
 import { sidecarState } from '../../src/outputs/state.js';
 import { decode, encode } from '../../src/protocol/codec.js';
-import { CloseCode, parseHookMessage, ProtocolError, STEP_FIELDS, type HookMessage } from '../../src/protocol/messages.js';
+import { CloseCode, parseHookMessage, ProtocolError, type HookMessage } from '../../src/protocol/messages.js';
+import { STEP_FIELDS } from './hook-client.js';
 import type { SidecarState } from '../../src/protocol/state.js';
 import { hello as helloEntry, run } from './entries.js';
 

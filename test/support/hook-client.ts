@@ -1,6 +1,9 @@
 import WebSocket from 'ws';
 import { decode, encode } from '../../src/protocol/codec.js';
-import { STEP_FIELDS } from '../../src/protocol/messages.js';
+import { GPU_COLUMNS, REQUIRED_COLUMNS } from '../../src/protocol/messages.js';
+
+/** The columns every hook sends. */
+export const STEP_FIELDS = [...REQUIRED_COLUMNS, ...GPU_COLUMNS] as const;
 
 /**
  * The resume secrets welcomes handed out, by session: like a real hook, a TestHook presents its
