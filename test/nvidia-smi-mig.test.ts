@@ -3,7 +3,8 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { CounterStore } from '../src/counters/counter-store.js';
 import { anyMigEnabled, parseMigListing, parseMigQuery, withMigInstances, withQueryDetails } from '../src/counters/nvidia-smi-mig.js';
-import { fieldsFromHeader, parseGpuLine } from '../src/counters/nvidia-smi-parse.js';
+import { parseGpuLine } from '../src/counters/nvidia-smi-parse.js';
+import { fieldsFromHeader } from './support/counters.js';
 import { ThrottleReason } from '../src/counters/types.js';
 import { ROOT } from './support/sidecar.js';
 

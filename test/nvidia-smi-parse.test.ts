@@ -4,7 +4,6 @@ import { describe, expect, it } from 'vitest';
 import {
   driverWarning,
   exitWarning,
-  fieldsFromHeader,
   hasFigures,
   isNotAvailable,
   parseGpuLine,
@@ -14,6 +13,7 @@ import {
   type ParsedLine,
 } from '../src/counters/nvidia-smi-parse.js';
 import { emptyGpuSample, ThrottleReason, throttleReasonNames, type GpuSample } from '../src/counters/types.js';
+import { fieldsFromHeader } from './support/counters.js';
 import { ROOT } from './support/sidecar.js';
 
 // Every fixture is literal nvidia-smi output; SOURCES.md beside them says where each was captured.
@@ -64,18 +64,6 @@ describe('queryFields', () => {
     // A driver that refuses the power readings is asked without them; the reasons stay last.
     expect(queryFields('event', ['power.draw.instant'])).toEqual([...common, 'power.draw.instant', 'clocks_event_reasons.active']);
     expect(queryFields('throttle', [])).toEqual([...common, 'clocks_throttle_reasons.active']);
-  });
-});
-
-describe('fieldsFromHeader', () => {
-  it('strips the unit suffix nvidia-smi adds to a header', () => {
-    expect(fieldsFromHeader('index, temperature.gpu, utilization.gpu [%], memory.used [MiB], power.draw [W]')).toEqual([
-      'index',
-      'temperature.gpu',
-      'utilization.gpu',
-      'memory.used',
-      'power.draw',
-    ]);
   });
 });
 

@@ -2,7 +2,7 @@ import { WASTE_WORDS } from './waste.js';
 import { alsoCosting } from '../model/costs.js';
 import type { GpuProcessPeak } from '../counters/gpu-aggregate.js';
 import { SUMMARY_SCHEMA, type RankSummary, type StepMs, type Summary, type SummaryGpu, type SummaryMfu } from '../protocol/summary.js';
-import { coresPerGpu, type NodeInventory } from '../counters/inventory-parse.js';
+import { coresPerGpu } from '../counters/inventory-parse.js';
 import type { Env } from '../protocol/messages.js';
 import { LogHistogram } from '../store/histogram.js';
 import { breakdownOf, roundBreakdown, type JobSnapshot, type RankView } from '../store/job-store.js';
@@ -13,7 +13,7 @@ import type { SummaryStop } from '../protocol/stall-state.js';
 import { rankList } from '../model/stall.js';
 import { isStop } from '../model/verdict.js';
 import { mfuOf, pctText } from './mfu.js';
-import type { LimiterCost, Recommendation, Waste } from '../protocol/state.js';
+import type { LimiterCost, NodeInventory, Recommendation, Waste } from '../protocol/state.js';
 import type { Cause, Evidence, Verdict } from '../model/verdict.js';
 
 /** The GPU's processes over the run, less the job's own pids; `processes` (all of them) is not kept. */

@@ -1,23 +1,10 @@
+import type { NodeInventory } from '../protocol/state.js';
 import { parseGpuListing } from './nvidia-smi-mig.js';
 
 /**
  * The node's static inventory, read once at start: what `compare` needs to tell "this run had 8
  * cores per GPU, the baseline 16". Pure: inventory.ts does the reading.
  */
-
-export interface NodeInventory {
-  /** "AMD EPYC 7763 64-Core Processor"; null where unknown. */
-  cpu_model: string | null;
-  cores_logical: number | null;
-  cores_physical: number | null;
-  memory_bytes: number | null;
-  /** GPU models and how many of each (`nvidia-smi -L`); null without nvidia-smi on the node. */
-  gpu_models: Array<{ name: string; count: number }> | null;
-  gpu_count: number | null;
-  driver_version: string | null;
-  /** The highest CUDA version the driver supports, as nvidia-smi prints it; null without nvidia-smi. */
-  cuda_version: string | null;
-}
 
 export interface CpuFacts {
   manufacturer: string;

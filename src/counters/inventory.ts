@@ -1,6 +1,7 @@
 import si from 'systeminformation';
 import type { Logger } from '../log/log.js';
-import { inventoryOf, type CpuFacts, type NodeInventory } from './inventory-parse.js';
+import type { NodeInventory } from '../protocol/state.js';
+import { inventoryOf, type CpuFacts } from './inventory-parse.js';
 import { execOnce } from './nvidia-smi.js';
 import type { Source } from './source.js';
 

@@ -128,11 +128,6 @@ function splitColumns(line: string): string[] {
   return line.split(',').map((column) => column.trim());
 }
 
-/** Field names from a header line (`--format=csv` without `noheader`): "power.draw [W]" → "power.draw". */
-export function fieldsFromHeader(header: string): string[] {
-  return splitColumns(header).map((column) => column.replace(/\s*\[[^\]]*\]$/, ''));
-}
-
 export type ParsedLine =
   | { ok: true; sample: GpuSample; /** Figures that were present but not understood, reported as null. */ problems: string[] }
   | { ok: false; problem: string };

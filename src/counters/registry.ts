@@ -5,11 +5,11 @@ import { DcgmSource } from './dcgm.js';
 import type { DcgmSelector } from './dcgm-parse.js';
 import { HostSource, type HostSample } from './host.js';
 import { inventorySource } from './inventory.js';
-import type { NodeInventory } from './inventory-parse.js';
 import { NvidiaSmiCollector } from './nvidia-smi.js';
 import { SimSource } from './sim.js';
 import type { GpuSourceName, GpuSourceOption } from './gpu-source-names.js';
 import { Supervised, type Collector, type Source, type SupervisedOptions } from './source.js';
+import type { NodeInventory } from '../protocol/state.js';
 import type { SourceStatus } from './status.js';
 import type { CollectorHealth, GpuSample } from './types.js';
 

@@ -1,13 +1,12 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { AnalysisCheckpointSchema } from '../analysis/analysis-checkpoint.js';
 import { CountersCheckpointSchema } from '../counters/counters-checkpoint.js';
-import type { NodeInventory } from '../counters/inventory-parse.js';
 import { InputError, parseInput } from '../protocol/parse.js';
 import { CountsBy, Names, Nullable } from '../protocol/schema.js';
-import { ComparisonSchema } from '../protocol/state.js';
+import { ComparisonSchema, NodeInventorySchema } from '../protocol/state.js';
 import { RegressionSchema } from '../protocol/summary.js';
 import { JobsCheckpointSchema } from '../store/jobs-checkpoint.js';
-import { ENGINE_CONFIG, NODE_INVENTORY, ReferenceEntrySchema, type EngineConfig } from './entries.js';
+import { ENGINE_CONFIG, ReferenceEntrySchema, type EngineConfig } from './entries.js';
 
 /**
  * The checkpoint: the engine's whole state as one versioned document, each part's schema in its own
@@ -77,7 +76,7 @@ export const CheckpointSchema = Type.Object({
   /** Per job, its ranks' pids. */
   pids: Type.Array(Type.Tuple([Type.String(), Type.Array(Type.Integer())])),
   /** The node's inventory as journaled; null before it was. */
-  node: Nullable(Type.Unsafe<NodeInventory>(NODE_INVENTORY)),
+  node: Nullable(NodeInventorySchema),
   runs: RunsCheckpointSchema,
 });
 export type Checkpoint = Static<typeof CheckpointSchema>;

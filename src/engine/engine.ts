@@ -1,6 +1,5 @@
 import type { StepWindow } from '../analysis/window.js';
 import { withNode } from '../analysis/summary.js';
-import type { NodeInventory } from '../counters/inventory-parse.js';
 import { deviceHint, matchGpu } from '../analysis/gpu-match.js';
 import { JobAnalysis } from '../analysis/job-analysis.js';
 import { STALL_DEFAULTS, type StallConfig } from '../analysis/stall.js';
@@ -14,7 +13,7 @@ import { addPid, applyData, emptyWorld, type World } from './world.js';
 import { jobStopState, rankStallState } from './stops.js';
 import { DEFAULT_REGRESSION_HOLD_MS, DEFAULT_REGRESSION_THRESHOLD_PCT, RunComparisons, type RegressionChange, type RunsConfig } from './runs.js';
 import { mfuOf } from '../analysis/mfu.js';
-import type { Mfu } from '../protocol/state.js';
+import type { Mfu, NodeInventory } from '../protocol/state.js';
 
 /** A rank's MFU over its window, on the GPU matched to it. */
 function rankMfu(env: Readonly<Record<string, unknown>>, window: StepWindow): { mfu?: Mfu } {

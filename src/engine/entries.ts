@@ -1,7 +1,6 @@
 import type { ErrorObject } from 'ajv';
 import type { ComputeApp } from '../counters/compute-apps.js';
 import type { HostSample } from '../counters/host.js';
-import type { NodeInventory } from '../counters/inventory-parse.js';
 import type { GpuSample } from '../counters/types.js';
 import type { CounterBatch } from '../protocol/counters.js';
 import { CaptureSchema, ProcReadingSchema, type Capture, type ProcReading } from '../protocol/capture.js';
@@ -9,6 +8,7 @@ import { EnvSchema, HelloSchema, ResumeSecret } from '../protocol/hook-schema.js
 import { Type, type Static } from '@sinclair/typebox';
 import { InputError, parseInput, shortly, validatorOf } from '../protocol/parse.js';
 import { Nullable } from '../protocol/schema.js';
+import { NodeInventorySchema, type NodeInventory } from '../protocol/state.js';
 import { SummarySchema } from '../protocol/summary.js';
 import type { Env, Hello, StepRecord } from '../protocol/messages.js';
 
@@ -161,26 +161,6 @@ export const ENGINE_CONFIG = {
   },
 } as const;
 
-/** The `node` entry's inventory; a checkpoint holds the node's by the same rule. */
-export const NODE_INVENTORY = {
-  type: 'object',
-  required: ['cpu_model', 'cores_logical', 'cores_physical', 'memory_bytes', 'gpu_models', 'gpu_count', 'driver_version', 'cuda_version'],
-  properties: {
-    cpu_model: { type: ['string', 'null'], maxLength: 256 },
-    cores_logical: { type: ['integer', 'null'], minimum: 1 },
-    cores_physical: { type: ['integer', 'null'], minimum: 1 },
-    memory_bytes: { type: ['number', 'null'], minimum: 0 },
-    gpu_models: {
-      type: ['array', 'null'],
-      maxItems: 64,
-      items: { type: 'object', required: ['name', 'count'], properties: { name: { type: 'string', maxLength: 256 }, count: { type: 'integer', minimum: 1 } } },
-    },
-    gpu_count: { type: ['integer', 'null'], minimum: 0 },
-    driver_version: { type: ['string', 'null'], maxLength: 64 },
-    cuda_version: { type: ['string', 'null'], maxLength: 64 },
-  },
-} as const;
-
 const ENTRY_SCHEMAS: Record<Exclude<EntryType, 'reference'>, object> = {
   start: { required: ['config'], properties: { config: ENGINE_CONFIG } },
   source: { required: ['gpu', 'reason'], properties: { gpu: { type: 'string', maxLength: 32 }, reason: { type: 'string', maxLength: 4096 } } },
@@ -208,7 +188,7 @@ const ENTRY_SCHEMAS: Record<Exclude<EntryType, 'reference'>, object> = {
   },
   gpu: { required: ['samples'], properties: { fill: { enum: ['nvidia-smi'] }, samples: { type: 'array', items: { type: 'object', required: ['at', 'index'], properties: { at: time, index: { type: 'integer' } } } } } },
   host: { required: ['sample'], properties: { sample: { type: 'object', required: ['at'], properties: { at: time } } } },
-  node: { required: ['node'], properties: { node: NODE_INVENTORY } },
+  node: { required: ['node'], properties: { node: NodeInventorySchema } },
   apps: {
     required: ['apps'],
     properties: {

@@ -8,14 +8,13 @@ import type { Judgement } from '../analysis/verdict.js';
 import { rankWindow } from '../analysis/window.js';
 import type { CounterStore, KnownGpu } from '../counters/counter-store.js';
 import type { ComputeApp } from '../counters/compute-apps.js';
-import type { NodeInventory } from '../counters/inventory-parse.js';
 import type { HostSample } from '../counters/host.js';
 import type { GpuSample } from '../counters/types.js';
 import type { DurationCounts } from '../store/duration-counts.js';
 import type { JobSnapshot, RankSnapshot, RankView } from '../store/job-store.js';
 import type { StepSums } from '../store/step-buckets.js';
 import type { JobStopState, RankStallState } from '../protocol/stall-state.js';
-import type { JobState, RankState, VerdictState } from '../protocol/state.js';
+import type { JobState, NodeInventory, RankState, VerdictState } from '../protocol/state.js';
 import type { JobRegression, RegressionChange } from './runs.js';
 import type { RunsReference } from '../protocol/runs.js';
 

@@ -590,23 +590,34 @@ export const JobStateSchema = Type.Object(
 // ---------------------------------------------------------------------------------------------------
 // The node
 
-export const NodeSummarySchema = Type.Object(
+/** The node's static inventory, read once at start; the `node` journal entry and the checkpoint hold it by this schema. */
+export const NodeInventorySchema = Type.Object(
   {
-    cpu_model: StrOrNull('CPU model, as the kernel names it; null where unknown'),
+    cpu_model: Nullable(Type.String({ maxLength: 256 }), { description: 'CPU model, as the kernel names it; null where unknown' }),
     cores_logical: Nullable(Type.Integer({ minimum: 1 }), { description: 'logical CPUs (hardware threads) of the node' }),
     cores_physical: Nullable(Type.Integer({ minimum: 1 }), { description: 'physical cores of the node' }),
-    memory_bytes: NumOrNull('memory of the node, bytes'),
-    gpu_models: Nullable(Type.Array(Type.Object({ name: Str('GPU model'), count: Type.Integer({ minimum: 1, description: 'how many the node has' }) })), {
-      description: 'GPU models and how many of each (nvidia-smi -L); null without nvidia-smi on the node',
-    }),
-    gpu_count: Nullable(Type.Integer({ minimum: 0 }), { description: 'physical GPUs of the node; null without nvidia-smi' }),
-    driver_version: StrOrNull('NVIDIA driver version; null without nvidia-smi'),
-    cuda_version: StrOrNull('the highest CUDA version the driver supports (nvidia-smi); null without it'),
-    cores_per_gpu: NumOrNull(
-      "logical cores per GPU: in the state, over the node's GPUs; in a summary, over the GPUs the job's ranks ran on; null where either is unknown",
+    memory_bytes: Nullable(Type.Number({ minimum: 0 }), { description: 'memory of the node, bytes' }),
+    gpu_models: Nullable(
+      Type.Array(Type.Object({ name: Type.String({ maxLength: 256, description: 'GPU model' }), count: Type.Integer({ minimum: 1, description: 'how many the node has' }) }), { maxItems: 64 }),
+      { description: 'GPU models and how many of each (nvidia-smi -L); null without nvidia-smi on the node' },
     ),
+    gpu_count: Nullable(Type.Integer({ minimum: 0 }), { description: 'physical GPUs of the node; null without nvidia-smi' }),
+    driver_version: Nullable(Type.String({ maxLength: 64 }), { description: 'NVIDIA driver version; null without nvidia-smi' }),
+    cuda_version: Nullable(Type.String({ maxLength: 64 }), { description: 'the highest CUDA version the driver supports (nvidia-smi); null without it' }),
   },
   { description: 'the node the sidecar runs on, read once at its start (systeminformation, nvidia-smi)' },
+);
+
+export const NodeSummarySchema = Type.Composite(
+  [
+    NodeInventorySchema,
+    Type.Object({
+      cores_per_gpu: NumOrNull(
+        "logical cores per GPU: in the state, over the node's GPUs; in a summary, over the GPUs the job's ranks ran on; null where either is unknown",
+      ),
+    }),
+  ],
+  { description: 'the node the sidecar runs on, read once at its start (systeminformation, nvidia-smi), with its cores per GPU' },
 );
 
 // ---------------------------------------------------------------------------------------------------
@@ -649,6 +660,8 @@ export type WindowLost = Static<typeof WindowLostSchema>;
 export type LostShare = Static<typeof LostShareSchema>;
 export type CommWindow = Static<typeof CommWindowSchema>;
 export type MemoryWindow = Static<typeof MemoryWindowSchema>;
+/** The node's inventory, as read. */
+export type NodeInventory = Static<typeof NodeInventorySchema>;
 /** The node as the state and a summary report it: its inventory with the cores per GPU. */
 export type NodeSummary = Static<typeof NodeSummarySchema>;
 export type TimelineSegment = Static<typeof TimelineSegmentSchema>;

@@ -1,4 +1,3 @@
-import { fieldsFromHeader } from '../../src/counters/nvidia-smi-parse.js';
 import { parseDcgmSeries, selectedSamples, type DcgmSelector } from '../../src/counters/dcgm-parse.js';
 import type { HostSample } from '../../src/counters/host.js';
 import type { GpuSample } from '../../src/counters/types.js';
@@ -8,6 +7,14 @@ import type { GpuSample } from '../../src/counters/types.js';
 /** A captured dcgm-exporter page as the DCGM source turns it into samples: its one path, from text. */
 export function parseDcgmMetrics(text: string, select: DcgmSelector, at: number): GpuSample[] {
   return selectedSamples(parseDcgmSeries(text), select, at);
+}
+
+/**
+ * Field names from a captured `--format=csv` header ("power.draw [W]" → "power.draw"). The collector
+ * asks with `noheader` and knows its fields; only captures carry a header.
+ */
+export function fieldsFromHeader(header: string): string[] {
+  return header.split(',').map((column) => column.trim().replace(/\s*\[[^\]]*\]$/, ''));
 }
 
 /** The names a captured `--query-compute-apps` header prints for the fields asked ("used_gpu_memory [MiB]" for used_memory). */
