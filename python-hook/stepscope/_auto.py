@@ -69,14 +69,33 @@ _CUDA_CHECKS = 200  # steps during which the hook looks for CUDA coming into use
 
 _now = time.perf_counter_ns
 _get_ident = threading.get_ident
+_UNTIMED = _cuda.UNTIMED_MODES
 
 
 def batch_samples(batch):
     """The number of samples in a batch: the first dimension of its first tensor; None if unknown."""
+    # Fast path, every step: a tensor, or a tuple or list that starts with one (a type seen before).
+    first = batch[0] if type(batch) in _SEQUENCES and batch else batch
+    if type(first) in _SHAPED:
+        try:
+            shape = first.shape
+            return shape[0] if shape else None  # an int for a tensor; the sender checks it as any samples
+        except Exception:
+            pass
+    return _batch_samples(batch)
+
+
+_SEQUENCES = (tuple, list)
+_SHAPED = set()  # types whose instances had a shape: the fast path above (a few types at most)
+
+
+def _batch_samples(batch):
     try:
         for _ in range(4):
             shape = getattr(batch, "shape", None)
             if shape is not None:
+                if len(shape) and len(_SHAPED) < 16:
+                    _SHAPED.add(type(batch))
                 return int(shape[0]) if len(shape) else None
             if isinstance(batch, (list, tuple)):
                 if not batch:
@@ -120,9 +139,8 @@ class _Driver:
         self.excl = 0  # h2d time inside the open window
         self.pending = 0  # end of the step awaiting the next batch (ns), 0 when none
         self.samples = None  # samples of the batches of the step in progress
-        self.steps = 0
         self.boundaries = 0  # optimizer steps or backward passes seen
-        self.reads_since_boundary = 0
+        self.reads_before_boundary = 0  # batches read before the first boundary
         self.cuda_checks = _CUDA_CHECKS
         self.errors = 0
         self.undo = []  # (owner, attribute name, original value or _MISSING) to restore at uninstall
@@ -217,11 +235,13 @@ class _Driver:
             elif self.window:
                 scope._compute.total += t0 - self.window - self.excl
                 self.window = 0
-                self.marker.close_if_open()  # another batch of the same step follows (accumulation)
-                self.marker.flush()
-            if not self.started:
-                self._begin(t0)
-            if not self.loader_seen:
+                marker = self.marker
+                if marker.timer is not None:
+                    marker.close_if_open()  # another batch of the same step follows (accumulation)
+                    marker.flush()
+            if not self.loader_seen:  # the first batch (a step has begun from here on: one check a step)
+                if not self.started:
+                    self._begin(t0)
                 self.loader_seen = True
                 self.unprobe()  # batches from a DataLoader start the steps: no forward to await
         except Exception:
@@ -237,20 +257,23 @@ class _Driver:
             scope._data.total += t1 - t0
             self.window = t1
             self.excl = 0
-            self.marker.open()
+            marker = self.marker
+            if marker.timer is not None or scope._gpu_mode not in _UNTIMED:
+                marker.open()
             n = batch_samples(batch)
             if n is not None:
                 self.samples = n if self.samples is None else self.samples + n
             if not self.loader_env_sent:
                 self._send_loader_env(iterator)
-            self.reads_since_boundary += 1
-            if self.reads_since_boundary == _NO_STEP_AFTER and not self.boundaries:
-                _log.warn_once(
-                    TOPIC + ":no-step",
-                    "zero-code: %d DataLoader batches read but no optimizer.step() or backward() seen on "
-                    "this thread yet: no step is timed until one comes; a loop with neither needs the "
-                    "explicit API (scope.loader / scope.step)" % _NO_STEP_AFTER,
-                )
+            if not self.boundaries:
+                self.reads_before_boundary += 1
+                if self.reads_before_boundary == _NO_STEP_AFTER:
+                    _log.warn_once(
+                        TOPIC + ":no-step",
+                        "zero-code: %d DataLoader batches read but no optimizer.step() or backward() seen on "
+                        "this thread yet: no step is timed until one comes; a loop with neither needs the "
+                        "explicit API (scope.loader / scope.step)" % _NO_STEP_AFTER,
+                    )
         except Exception:
             self._error()
         return batch
@@ -269,25 +292,26 @@ class _Driver:
                     self.training_forward(at)
             t = _now()
             self.boundaries += 1
-            self.reads_since_boundary = 0
             if not self.started:
                 start = max(self.armed_at, self.optimizer_at) or t
                 self._begin(start)
                 self.window = start
                 self.excl = 0
-            if self.pending and not self.loader_seen:
+            pending = self.pending
+            if pending and not self.loader_seen:
                 # No training forward seen since the last step ended (the model called past
                 # Module.__call__, its forward compiled whole): each boundary ends a step, as before.
-                since = self.pending
-                self._end(since)
-                scope._compute.total += t - since
-            elif self.pending:
+                self._end(pending)
+                scope._compute.total += t - pending
+            elif pending:
                 # Another optimizer stepped on the same batch: its work is this step's compute.
-                scope._compute.total += t - self.pending
+                scope._compute.total += t - pending
             elif self.window:
                 scope._compute.total += t - self.window - self.excl
                 self.window = 0
-            self.marker.close_now()
+            marker = self.marker
+            if marker.timer is not None:
+                marker.close_now()
             if self.loader_seen:
                 self.pending = t
             elif self.forward_seen:
@@ -475,12 +499,17 @@ class _Driver:
         samples = self.samples
         self.samples = None
         self.pending = 0
-        self.marker.flush()
-        carry, self.eval_carry = self.eval_carry, 0
-        scope._eval.total -= carry
-        scope._end_step(t, samples)
-        scope._eval.total = carry
-        self.steps += 1
+        marker = self.marker
+        if marker.timer is not None:
+            marker.flush()
+        carry = self.eval_carry
+        if carry:
+            self.eval_carry = 0
+            scope._eval.total -= carry
+            scope.step(samples, t)
+            scope._eval.total = carry
+        else:
+            scope.step(samples, t)
         if self.cuda_checks:
             self.cuda_checks -= 1
             _maybe_patch_h2d(self)
@@ -741,11 +770,16 @@ def make_backward(d, original):
 
     def backward(self, *args, **kwargs):
         result = original(self, *args, **kwargs)
-        if d.on and get_ident() == d.tid:
+        if d.on:
+            # With an optimizer and no GPU timing (the common case) there is nothing to do: the
+            # attribute checks come before the thread's.
             if not d.optimizer_seen:
-                d.boundary()
-            elif d.marker is not None:
-                d.marker.close_if_open()  # the batch's GPU work so far ends here (accumulation)
+                if get_ident() == d.tid:
+                    d.boundary()
+            else:
+                marker = d.marker
+                if marker is not None and marker.timer is not None and get_ident() == d.tid:
+                    marker.close_if_open()  # the batch's GPU work so far ends here (accumulation)
         return result
 
     backward.__wrapped__ = original

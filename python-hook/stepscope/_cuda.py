@@ -18,7 +18,7 @@ import time
 
 from . import _log
 
-__all__ = ["GpuTimer", "GpuStep", "EventPool", "Marker", "H2D", "COMPUTE", "H2D_IN", "torch_timer", "torch_event_factory"]
+__all__ = ["GpuTimer", "GpuStep", "EventPool", "Marker", "UNTIMED_MODES", "H2D", "COMPUTE", "H2D_IN", "torch_timer", "torch_event_factory"]
 
 H2D = 0
 COMPUTE = 1
@@ -272,6 +272,11 @@ def torch_timer(torch, **kwargs) -> GpuTimer:
         torch.cuda.set_device(device)
 
     return GpuTimer(torch_event_factory(torch), bind_thread=bind_thread, **kwargs)
+
+
+# The scope's GPU modes (``Scope._gpu_mode``) in which a Marker without a timer records nothing and
+# has nothing to decide: callers on the hot path skip its calls then (each is a Python frame).
+UNTIMED_MODES = ("off", "waiting")
 
 
 class Marker:

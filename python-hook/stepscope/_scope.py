@@ -262,10 +262,48 @@ class Scope:
         except Exception:
             return self._phase_slow(name)
 
-    def step(self, samples=None):
+    def step(self, samples=None, _at=None):
         """End the current step; ``samples`` (an int) is how many samples it processed."""
-        self._provisional = self._batch_in_step = False
-        self._end_step(_now(), samples)
+        # Every way in ends steps here (``_at``: when the step ended, else now); one call, not two,
+        # as this is the hot path of every step: one tuple appended, its fields in _record's order.
+        t = _now() if _at is None else _at
+        try:
+            self._provisional = self._batch_in_step = False
+            data = self._data
+            h2d = self._h2d
+            compute = self._compute
+            evaluation = self._eval
+            gpu = self._gpu
+            seq = self._seq + 1
+            self._seq = seq
+            queue = self._queue
+            queue.append(
+                (
+                    seq,  # SEQ
+                    t,  # END_NS
+                    t - self._start,  # DUR_NS
+                    data.total,  # DATA_NS
+                    h2d.total,  # H2D_NS
+                    compute.total,  # COMPUTE_NS
+                    samples,  # SAMPLES
+                    None if gpu is None else gpu.end_step(seq),  # GPU
+                    evaluation.total if self._eval_on else None,  # EVAL_NS
+                )
+            )
+            if gpu is not None:
+                sender = self._sender
+                if sender is not None and sender.disabled is not None:
+                    self._gpu_off()  # sending stopped for good: nothing will read the events
+            data.total = h2d.total = compute.total = evaluation.total = 0
+            self._start = t
+            if self._profiling is not None:
+                self._profile_step()
+                # The profiler's start and stop (a device sync, an export on older torch) are not the next step's.
+                self._start = _now()
+            if len(queue) == _WAKE_AT:
+                self._wake.set()
+        except Exception:
+            self._internal_error()
 
     def set_flops_per_step(self, flops) -> bool:
         """The FLOPs of one training step of this rank (forward, backward and optimizer), for MFU.
@@ -346,8 +384,7 @@ class Scope:
         while True:
             t0 = now()
             if self._batch_in_step:
-                self._batch_in_step = False
-                self._end_step(t0, None)
+                self.step(None, t0)
             elif self._provisional:
                 self._begin(t0)
             try:
@@ -362,53 +399,13 @@ class Scope:
             except GeneratorExit:
                 # The loop was left (break, exception): that ends the batch's step.
                 if self._batch_in_step:
-                    self._batch_in_step = False
-                    self._end_step(now(), None)
+                    self.step(None, now())
                 raise
 
     def _begin(self, t0):
         self._provisional = False
         self._start = t0
         self._data.total = self._h2d.total = self._compute.total = self._eval.total = 0
-
-    def _end_step(self, t, samples):
-        # The hot path of every step: one tuple appended, its fields in _record's order.
-        try:
-            data = self._data
-            h2d = self._h2d
-            compute = self._compute
-            evaluation = self._eval
-            gpu = self._gpu
-            seq = self._seq + 1
-            self._seq = seq
-            queue = self._queue
-            queue.append(
-                (
-                    seq,  # SEQ
-                    t,  # END_NS
-                    t - self._start,  # DUR_NS
-                    data.total,  # DATA_NS
-                    h2d.total,  # H2D_NS
-                    compute.total,  # COMPUTE_NS
-                    samples,  # SAMPLES
-                    None if gpu is None else gpu.end_step(seq),  # GPU
-                    evaluation.total if self._eval_on else None,  # EVAL_NS
-                )
-            )
-            if gpu is not None:
-                sender = self._sender
-                if sender is not None and sender.disabled is not None:
-                    self._gpu_off()  # sending stopped for good: nothing will read the events
-            data.total = h2d.total = compute.total = evaluation.total = 0
-            self._start = t
-            if self._profiling is not None:
-                self._profile_step()
-                # The profiler's start and stop (a device sync, an export on older torch) are not the next step's.
-                self._start = _now()
-            if len(queue) == _WAKE_AT:
-                self._wake.set()
-        except Exception:
-            self._internal_error()
 
     def _profile_request(self, window):
         """Sender thread: the window starts at the training thread's next step end; or why not."""
@@ -565,8 +562,7 @@ class Scope:
             if self._on_close is not None:
                 self._on_close()
             if self._batch_in_step:
-                self._batch_in_step = False
-                self._end_step(_now(), None)
+                self.step()
             self._poll_stack(True)  # the final state, whatever the interval: what the summary keeps
             sender = self._sender
             window, self._profiling = self._profiling, None
@@ -656,7 +652,7 @@ class _ForkedScope(Scope):
     def phase(self, name):
         return _NULL_PHASE
 
-    def step(self, samples=None):
+    def step(self, samples=None, _at=None):
         pass
 
     def set_flops_per_step(self, flops) -> bool:
@@ -675,9 +671,6 @@ class _ForkedScope(Scope):
 
     def _close(self, reason, timeout):
         return self._close_result
-
-    def _end_step(self, t, samples):
-        pass
 
     def _iterate(self, iterator):
         return iterator

@@ -118,7 +118,7 @@ class HookTimer:
                     t = scope._start + 1
                 samples, self.samples = self.samples, None
                 self.stepped_in_step = self.backward_in_step = False
-                scope._end_step(t, samples)
+                scope.step(samples, t)
                 self.steps += 1
         except Exception:
             self._error()

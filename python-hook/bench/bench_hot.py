@@ -1,0 +1,209 @@
+"""The hook's own code per step on the training thread, one hook against another, interleaved.
+
+Each round starts one fresh process per hook (``--hook-path NAME=DIR``, a ``python-hook`` folder; the
+default compares nothing but this checkout), in a rotating order; each process measures, by
+``time.thread_time_ns`` over ``--steps`` steps, median of ``--repeats``, the training thread's CPU per
+step above the same loop bare:
+
+- ``explicit``: the README loop (``scope.loader``, ``phase("h2d")``, ``phase("compute")``, ``step()``),
+  against a loop over the same iterable with nothing in it;
+- ``zero_code`` (with torch): the zero-code path's DataLoader ``__next__``, ``Tensor.backward`` and
+  optimizer post-hook wrappers (built by the hook's own ``make_*`` functions) around stand-ins that
+  cost nothing and return a batch of two tensors, against the stand-ins called bare;
+- ``zero_code_no_loader`` (with torch): a loop without a DataLoader or optimizer (the forward probe,
+  the backward wrapper, a ``no_grad`` block's enter and exit).
+
+The scope is made with no connection: nothing is encoded or sent (the sender thread's cost is
+``bench_sender.py``'s). Prints one JSON object: per hook and figure, the median over rounds and each
+round's value, and the ratio of each hook to the first, taken round by round.
+
+    python python-hook/bench/bench_hot.py --hook-path before=/tmp/before/python-hook --hook-path now=python-hook --rounds 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cpu_ns(fn, steps, repeats):
+    runs = []
+    for _ in range(repeats):
+        t0 = time.thread_time_ns()
+        fn()
+        runs.append(time.thread_time_ns() - t0)
+    return statistics.median(runs) / steps
+
+
+def explicit(steps, repeats):
+    from stepscope._scope import Scope
+
+    scope = Scope(None)
+    queue = scope._queue
+    data = range(steps)
+
+    def bare():
+        for _ in data:
+            if len(queue) > 8192:
+                queue.clear()
+
+    def hooked():
+        for _ in scope.loader(data):
+            with scope.phase("h2d"):
+                pass
+            with scope.phase("compute"):
+                pass
+            scope.step(samples=32)
+            if len(queue) > 8192:
+                queue.clear()
+
+    hooked()  # the first lookups decide GPU timing (off here): not part of a step's cost
+    return cpu_ns(hooked, steps, repeats) - cpu_ns(bare, steps, repeats)
+
+
+def zero_code(steps, repeats):
+    import torch
+
+    from stepscope import _auto
+    from stepscope._scope import Scope
+
+    batch = (torch.ones(32, 64), torch.zeros(32))
+
+    def original_next(iterator):
+        return batch
+
+    def original_backward(tensor):
+        return None
+
+    def no_hook(optimizer, args, kwargs):
+        return None
+
+    d = _auto._Driver()
+    d.on = d.installed = True
+    d.optimizer_seen = True
+    d.tid = threading.get_ident()
+    scope = Scope(None)
+    d.scope_factory = lambda: scope
+    wrapped_next = _auto.make_next(d, original_next, torch.is_grad_enabled)
+    wrapped_backward = _auto.make_backward(d, original_backward)
+    post_hook = _auto.make_post_hook(d)
+    queue = scope._queue
+    loop = range(steps)
+
+    def run(next_, backward, hook):
+        def go():
+            for _ in loop:
+                next_(None)
+                backward(None)
+                hook(None, (), {})
+                if len(queue) > 8192:
+                    queue.clear()
+
+        return go
+
+    bare, hooked = run(original_next, original_backward, no_hook), run(wrapped_next, wrapped_backward, post_hook)
+    hooked()
+    result = cpu_ns(hooked, steps, repeats) - cpu_ns(bare, steps, repeats)
+
+    # Without a DataLoader or optimizer: the probe (torch's real global forward pre-hook registry),
+    # the backward pass ending the step, the hand-written update's no_grad block.
+    d2 = _auto._Driver()
+    d2.on = d2.installed = True
+    d2.tid = threading.get_ident()
+    scope2 = Scope(None)
+    d2.scope_factory = lambda: scope2
+    d2.register_probe = torch.nn.modules.module.register_module_forward_pre_hook
+    d2.probe_hook = _auto.make_probe(d2, torch.is_grad_enabled)
+    backward2 = _auto.make_backward(d2, original_backward)
+
+    def original_enter(ctx):
+        return None
+
+    def original_exit(ctx, *exc):
+        return None
+
+    enter = _auto.make_grad_mode(d2, original_enter, True)
+    leave = _auto.make_grad_mode(d2, original_exit, False)
+    module = torch.nn.Identity()
+    queue2 = scope2._queue
+    d2.arm_probe()
+
+    def bare2():
+        for _ in loop:
+            original_backward(None)
+            original_enter(None)
+            original_exit(None, None, None, None)
+            if len(queue2) > 8192:
+                queue2.clear()
+
+    def hooked2():
+        for _ in loop:
+            d2.probe_hook(module, ())
+            backward2(None)
+            enter(None)
+            leave(None, None, None, None)
+            if len(queue2) > 8192:
+                queue2.clear()
+
+    hooked2()
+    result2 = cpu_ns(hooked2, steps, repeats) - cpu_ns(bare2, steps, repeats)
+    d.flush()
+    d2.flush()
+    return result, result2
+
+
+def child(steps, repeats):
+    out = {"explicit": explicit(steps, repeats)}
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        torch = None
+    if torch is not None:
+        out["zero_code"], out["zero_code_no_loader"] = zero_code(steps, repeats)
+    print(json.dumps(out))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hook-path", action="append", default=[], help="NAME=DIR of a python-hook folder (repeatable)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.steps, args.repeats)
+        return
+    hooks = [tuple(spec.split("=", 1)) for spec in args.hook_path] or [("this", HERE)]
+    rounds = {name: [] for name, _ in hooks}
+    for r in range(args.rounds):
+        order = hooks[r % len(hooks):] + hooks[: r % len(hooks)]
+        for name, path in order:
+            env = dict(os.environ, PYTHONPATH=os.path.abspath(path))
+            cmd = [sys.executable, os.path.abspath(__file__), "--child", "--steps", str(args.steps), "--repeats", str(args.repeats)]
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+            rounds[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    first = hooks[0][0]
+    report = {"python": sys.version.split()[0], "rounds": args.rounds, "steps": args.steps, "repeats": args.repeats,
+              "load_average": round(os.getloadavg()[0], 1), "ns_per_step": {}, "ratio_to_" + first: {}}
+    for name, runs in rounds.items():
+        report["ns_per_step"][name] = {
+            figure: {"median": round(statistics.median(run[figure] for run in runs)), "rounds": [round(run[figure]) for run in runs]}
+            for figure in runs[0]
+        }
+        report["ratio_to_" + first][name] = {
+            figure: round(statistics.median(run[figure] / base[figure] for run, base in zip(runs, rounds[first])), 3) for figure in runs[0]
+        }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
