@@ -16,7 +16,7 @@ import { Engine } from '../dist/engine/engine.js';
 import { Ingest } from '../dist/ingest/ingest.js';
 import { Recorder } from '../dist/journal/recorder.js';
 import { createLogger } from '../dist/log/log.js';
-import { buildServer } from '../dist/server.js';
+import { buildServer } from '../dist/http-server.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const arg = (name, fallback) => {

@@ -16,7 +16,7 @@ import { registerRunCommand } from './run-command.js';
 import { registerTopCommand } from './top-command.js';
 import { parseTime } from './prometheus/time-arg.js';
 import { inertJson, inertText } from './protocol/terminal-text.js';
-import type { ServeOptions } from './serve.js';
+import type { ServeOptions } from './serve-command.js';
 import { DEFAULT_JOURNAL_MAX_BYTES } from './serve-defaults.js';
 import { VERSION } from './version.js';
 
@@ -173,7 +173,7 @@ program
     for (const [key, name] of [['exitOnEnd', 'STEPSCOPE_EXIT_ON_END'], ['insecure', 'STEPSCOPE_INSECURE'], ['stackDumps', 'STEPSCOPE_STACK_DUMPS']] as const) {
       if (command.getOptionValueSource(key) === 'env') options[key] = envBoolean(name);
     }
-    const { serve } = await import('./serve.js');
+    const { serve } = await import('./serve-command.js');
     const sidecar = await serve({
       host: options.host,
       port: options.port,

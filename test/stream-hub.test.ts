@@ -38,7 +38,7 @@ const cleanups = cleanupList();
 async function harness(rateHz: number): Promise<Harness> {
   const app = Fastify();
   cleanups.push(() => app.close());
-  // As in server.ts: the plugin's own preClose would close every socket without a code.
+  // As in http-server.ts: the plugin's own preClose would close every socket without a code.
   await app.register(websocket, { preClose: (done) => done() });
   const stateCalls: number[] = [];
   let listener: ((snapshot: EngineSnapshot) => void) | null = null;

@@ -55,7 +55,7 @@ async function harness(options: { pad?: number; limits?: Partial<StreamLimits> }
   return {
     url: `ws://127.0.0.1:${port}/v1/stream`,
     logs,
-    /** The engine publishing a snapshot, as serve.ts does after decorating it. */
+    /** The engine publishing a snapshot, as serve-command.ts does after decorating it. */
     publish(at: number, regressions: Regressions, changes: RegressionChange[] = [], events: VerdictEvent[] = []) {
       latest = snapshotAt(at, regressions, changes, events);
       listener?.(latest);

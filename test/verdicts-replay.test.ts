@@ -6,7 +6,7 @@ import { Ingest } from '../src/ingest/ingest.js';
 import { Recorder } from '../src/journal/recorder.js';
 import { replayJournal, type ReplayReport } from '../src/journal/replay.js';
 import { createLogger } from '../src/log/log.js';
-import { buildServer } from '../src/server.js';
+import { buildServer } from '../src/http-server.js';
 import { expectScenario, recordings, unpackJournal, type Recording } from './support/scenarios.js';
 
 /**

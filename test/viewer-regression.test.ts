@@ -232,7 +232,7 @@ describe('regressions in the viewer model', () => {
 });
 
 describe('a regression from a sidecar assembled in this process, to the real viewer', () => {
-  /** The sidecar, its engine comparing the job's run with a pinned `baseline` journaled for it, as serve.ts has it do. */
+  /** The sidecar, its engine comparing the job's run with a pinned `baseline` journaled for it, as serve-command.ts has it do. */
   async function sidecarComparing() {
     // The pinned baseline: the same job, twice as fast per sample.
     const base = new EngineStream();

@@ -9,7 +9,7 @@ import { Recorder } from '../../src/journal/recorder.js';
 import type { Wal } from '../../src/journal/wal.js';
 import { createLogger, type Logger } from '../../src/log/log.js';
 import type { StreamOptions } from '../../src/outputs/stream.js';
-import { buildServer } from '../../src/server.js';
+import { buildServer } from '../../src/http-server.js';
 
 /**
  * The sidecar assembled in this process, as serve() does, on a simulated clock: routes are tested

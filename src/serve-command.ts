@@ -23,7 +23,7 @@ import type { StreamLimits } from './outputs/stream-viewer.js';
 import { renderSummary } from './outputs/summary-render.js';
 import { readSummary, writeSummaryFiles } from './outputs/summary-files.js';
 import { sidecarRuns } from './outputs/runs.js';
-import { buildServer } from './server.js';
+import { buildServer } from './http-server.js';
 import { isLoopback } from './auth.js';
 import { listenEarly } from './early-server.js';
 import { DEFAULT_JOURNAL_MAX_BYTES } from './serve-defaults.js';
