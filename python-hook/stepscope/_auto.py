@@ -223,61 +223,6 @@ class _Driver:
 
     # --- events (training thread) -------------------------------------------
 
-    def fetch(self, next_batch, iterator):
-        """``next()`` of a DataLoader iterator: its blocking time is data; the batch opens compute."""
-        scope = self.scope or self.start_scope()
-        if scope is None:
-            return next_batch(iterator)
-        try:
-            t0 = _now()
-            if self.pending:
-                self._end(self.pending)
-            elif self.window:
-                scope._compute.total += t0 - self.window - self.excl
-                self.window = 0
-                marker = self.marker
-                if marker.timer is not None:
-                    marker.close_if_open()  # another batch of the same step follows (accumulation)
-                    marker.flush()
-            if not self.loader_seen:  # the first batch (a step has begun from here on: one check a step)
-                if not self.started:
-                    self._begin(t0)
-                self.loader_seen = True
-                self.unprobe()  # batches from a DataLoader start the steps: no forward to await
-        except Exception:
-            self._error()
-            return next_batch(iterator)
-        try:
-            batch = next_batch(iterator)
-        except StopIteration:
-            scope._data.total += _now() - t0
-            raise
-        t1 = _now()
-        try:
-            scope._data.total += t1 - t0
-            self.window = t1
-            self.excl = 0
-            marker = self.marker
-            if marker.timer is not None or scope._gpu_mode not in _UNTIMED:
-                marker.open()
-            n = batch_samples(batch)
-            if n is not None:
-                self.samples = n if self.samples is None else self.samples + n
-            if not self.loader_env_sent:
-                self._send_loader_env(iterator)
-            if not self.boundaries:
-                self.reads_before_boundary += 1
-                if self.reads_before_boundary == _NO_STEP_AFTER:
-                    _log.warn_once(
-                        TOPIC + ":no-step",
-                        "zero-code: %d DataLoader batches read but no optimizer.step() or backward() seen on "
-                        "this thread yet: no step is timed until one comes; a loop with neither needs the "
-                        "explicit API (scope.loader / scope.step)" % _NO_STEP_AFTER,
-                    )
-        except Exception:
-            self._error()
-        return batch
-
     def boundary(self):
         """An optimizer step (or a backward pass where there is no optimizer) ended just now."""
         scope = self.scope or self.start_scope()
@@ -740,13 +685,65 @@ def _patch_loader(d, torch) -> bool:
 
 
 def make_next(d, original, grad_enabled):
-    """The ``__next__`` of DataLoader iterators: ``original``, timed as data on the training thread."""
+    """The ``__next__`` of DataLoader iterators: ``original``, timed as data on the training thread;
+    the batch opens the step's compute. One Python frame around ``original``: this runs every step."""
     get_ident = _get_ident
 
     def __next__(self):
-        if d.on and get_ident() == d.tid and grad_enabled():
-            return d.fetch(original, self)
-        return original(self)
+        if not (d.on and get_ident() == d.tid and grad_enabled()):
+            return original(self)
+        scope = d.scope or d.start_scope()
+        if scope is None:
+            return original(self)
+        try:
+            t0 = _now()
+            if d.pending:
+                d._end(d.pending)
+            elif d.window:
+                scope._compute.total += t0 - d.window - d.excl
+                d.window = 0
+                marker = d.marker
+                if marker.timer is not None:
+                    marker.close_if_open()  # another batch of the same step follows (accumulation)
+                    marker.flush()
+            if not d.loader_seen:  # the first batch (a step has begun from here on: one check a step)
+                if not d.started:
+                    d._begin(t0)
+                d.loader_seen = True
+                d.unprobe()  # batches from a DataLoader start the steps: no forward to await
+        except Exception:
+            d._error()
+            return original(self)
+        try:
+            batch = original(self)
+        except StopIteration:
+            scope._data.total += _now() - t0
+            raise
+        t1 = _now()
+        try:
+            scope._data.total += t1 - t0
+            d.window = t1
+            d.excl = 0
+            marker = d.marker
+            if marker.timer is not None or scope._gpu_mode not in _UNTIMED:
+                marker.open()
+            n = batch_samples(batch)
+            if n is not None:
+                d.samples = n if d.samples is None else d.samples + n
+            if not d.loader_env_sent:
+                d._send_loader_env(self)
+            if not d.boundaries:
+                d.reads_before_boundary += 1
+                if d.reads_before_boundary == _NO_STEP_AFTER:
+                    _log.warn_once(
+                        TOPIC + ":no-step",
+                        "zero-code: %d DataLoader batches read but no optimizer.step() or backward() seen on "
+                        "this thread yet: no step is timed until one comes; a loop with neither needs the "
+                        "explicit API (scope.loader / scope.step)" % _NO_STEP_AFTER,
+                    )
+        except Exception:
+            d._error()
+        return batch
 
     __next__.__wrapped__ = original
     __next__.__doc__ = original.__doc__
