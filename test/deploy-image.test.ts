@@ -3,6 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { validate } from 'dockerfile-utils';
 import { describe, expect, it } from 'vitest';
+import { IMAGE_NODE_OPTIONS, SIDECAR_NODE_FLAGS } from '../src/node-flags.js';
 import { dockerfile, envOf, type Stage } from './support/dockerfile.js';
 import { CLI, ROOT, startSidecar } from './support/sidecar.js';
 
@@ -89,9 +90,15 @@ describe('Dockerfile', () => {
     expect(readme).toContain('--build-arg NODE_IMAGE=');
   });
 
+  it("gives Node the sidecar's flags on every start path: the image, npm start, the README's own start", () => {
+    const scripts = (JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts;
+    expect(scripts.start).toContain(`node ${SIDECAR_NODE_FLAGS.join(' ')} dist/cli.js serve`);
+    expect(readFileSync(path.join(ROOT, 'README.md'), 'utf8')).toContain(`NODE_OPTIONS=${SIDECAR_NODE_FLAGS.join(' ')} stepscope serve`);
+  });
+
   it("sizes Node's heap from the container, and makes --out the one place it writes, its user's", () => {
     const env = envOf(final);
-    expect(env.get('NODE_OPTIONS')).toBe('--max-old-space-size-percentage=50');
+    expect(env.get('NODE_OPTIONS')).toBe(IMAGE_NODE_OPTIONS);
     const [user] = instructions('USER').at(-1)!.args.split(':');
     expect(instructions('RUN').map((run) => run.args).join('\n')).toContain(`mkdir -p ${env.get('STEPSCOPE_OUT')} && chown ${user}:`);
     // No VOLUME: every container of the image would leave an anonymous volume, the manifests' included.

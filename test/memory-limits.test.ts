@@ -105,14 +105,14 @@ describe('jobs and ranks sized to the memory', () => {
     const plan = planMemory(facts(256, HEAP.defaultIn256, null), {});
     expect(plan).toMatchObject({ maxJobs: 1, maxRanksPerJob: 64, roomBytes: 160 * MiB, budgetBytes: 80 * MiB });
     expect(plan.warning).toBe(
-      "Node's default heap (259 MiB) is larger than the container's 256 MiB memory limit leaves 160 MiB beside the 96 MiB Node needs outside its heap: what the sidecar holds is sized to 160 MiB; set NODE_OPTIONS=--max-old-space-size-percentage=50 for Node to collect garbage within it too",
+      "Node's default heap (259 MiB) is larger than the container's 256 MiB memory limit leaves 160 MiB beside the 96 MiB Node needs outside its heap: what the sidecar holds is sized to 160 MiB; set NODE_OPTIONS=\"--max-old-space-size-percentage=50 --max-semi-space-size=8\" for Node to collect garbage within it too",
     );
   });
 
   it('refuses a heap flag that gives Node more than the container leaves it, saying what to set', () => {
     // What every shipped manifest had: the "no sidecar".
     expect(refusal(() => planMemory(facts(256, HEAP.old192In256, 'NODE_OPTIONS=--max-old-space-size=192'), {}))).toBe(
-      "NODE_OPTIONS=--max-old-space-size=192 gives Node a 195 MiB heap, more than the container's 256 MiB memory limit leaves 160 MiB beside the 96 MiB Node needs outside its heap: set NODE_OPTIONS=--max-old-space-size-percentage=50 (a heap of half the limit, as the image sets it), or raise resources.limits.memory to 304Mi",
+      "NODE_OPTIONS=--max-old-space-size=192 gives Node a 195 MiB heap, more than the container's 256 MiB memory limit leaves 160 MiB beside the 96 MiB Node needs outside its heap: set NODE_OPTIONS=\"--max-old-space-size-percentage=50 --max-semi-space-size=8\" (a heap of half the limit, as the image sets it), or raise resources.limits.memory to 304Mi",
     );
     // The image's own flag in a container too small for it: only the limit can change.
     expect(refusal(() => planMemory(facts(128, HEAP.percent50In128, PERCENT), {}))).toBe(

@@ -1,6 +1,7 @@
 import { getHeapStatistics, setFlagsFromString } from 'node:v8';
 import { readMemoryLimit } from '../counters/cgroup-memory.js';
 import type { Logger } from '../log/log.js';
+import { IMAGE_NODE_OPTIONS } from '../node-flags.js';
 import { DEFAULT_LIMITS, type IngestLimits } from './limits.js';
 
 /**
@@ -66,6 +67,9 @@ export function heapFlag(execArgv: readonly string[], nodeOptions: string | unde
   return flag ? (flag.where === 'node' ? `node ${flag.arg}` : `NODE_OPTIONS=${flag.arg}`) : null;
 }
 
+/** The fix the messages give: the image's NODE_OPTIONS whole, since one set replaces it. */
+const AS_THE_IMAGE = `NODE_OPTIONS="${IMAGE_NODE_OPTIONS}"`;
+
 const percentage = (flag: string | null) => {
   const match = flag ? /percentage=(\d+(?:\.\d+)?)%?$/.exec(flag) : null;
   return match ? Number(match[1]) / 100 : null;
@@ -83,7 +87,7 @@ function limitFor(room: number, facts: MemoryFacts): number {
 function moreMemory(room: number, facts: MemoryFacts): string {
   if (facts.limitBytes === null) return `raise the heap to ${mib(room)} (NODE_OPTIONS=--max-old-space-size=${Math.ceil(room / MiB)})`;
   const raise = `raise resources.limits.memory to ${quantity(limitFor(room, facts))}`;
-  return percentage(facts.heapFlag) === null ? `${raise} with NODE_OPTIONS=--max-old-space-size-percentage=50` : raise;
+  return percentage(facts.heapFlag) === null ? `${raise} with ${AS_THE_IMAGE}` : raise;
 }
 
 /** The heap the sidecar counts on, refusing a heap flag that gives Node more than its container leaves it. */
@@ -97,9 +101,9 @@ function room(facts: MemoryFacts): { room: number; warning: string | null } {
   }
   if (facts.heapBytes <= leaves) return { room: facts.heapBytes, warning: null };
   if (facts.heapFlag === null) {
-    return { room: leaves, warning: `Node's default heap (${mib(facts.heapBytes)}) is larger than ${where}: what the sidecar holds is sized to ${mib(leaves)}; set NODE_OPTIONS=--max-old-space-size-percentage=50 for Node to collect garbage within it too` };
+    return { room: leaves, warning: `Node's default heap (${mib(facts.heapBytes)}) is larger than ${where}: what the sidecar holds is sized to ${mib(leaves)}; set ${AS_THE_IMAGE} for Node to collect garbage within it too` };
   }
-  const fix = percentage(facts.heapFlag) === null ? `set NODE_OPTIONS=--max-old-space-size-percentage=50 (a heap of half the limit, as the image sets it), or ` : '';
+  const fix = percentage(facts.heapFlag) === null ? `set ${AS_THE_IMAGE} (a heap of half the limit, as the image sets it), or ` : '';
   throw new MemoryError(`${facts.heapFlag} gives Node a ${mib(facts.heapBytes)} heap, more than ${where}: ${fix}raise resources.limits.memory to ${quantity(Math.max(limitFor(0, facts), facts.heapBytes + BESIDE_HEAP_BYTES))}`);
 }
 
