@@ -14,7 +14,8 @@ if (process.argv[2] === '--child') {
   const { Packr } = await import(MODES[process.argv[3]]);
   const { isNativeAccelerationEnabled } = await import(MODES[process.argv[3]]);
   const { encode } = await import('../dist/protocol/codec.js');
-  const { STEP_FIELDS } = await import('../dist/protocol/messages.js');
+  const { GPU_COLUMNS, REQUIRED_COLUMNS } = await import('../dist/protocol/messages.js');
+  const STEP_FIELDS = [...REQUIRED_COLUMNS, ...GPU_COLUMNS];
   // The sidecar's decoder options (src/protocol/codec.ts), on the chosen entry.
   const packr = new Packr({ useRecords: false, encodeUndefinedAsNil: true, int64AsType: 'auto', mapsAsObjects: true, variableMapSize: true, moreTypes: false });
   const rows = Array.from({ length: 256 }, (_, r) => [r + 1, r, (r + 1) * 1_000_000, 1_000_000, 200_000, 100_000, 600_000, 32, null, null, null]);

@@ -6,8 +6,11 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 import { decode, encode } from '../dist/protocol/codec.js';
-import { STEP_FIELDS } from '../dist/protocol/messages.js';
+import { GPU_COLUMNS, REQUIRED_COLUMNS } from '../dist/protocol/messages.js';
 import { cpuSeconds } from './bench-results.mjs';
+
+/** The columns every hook sends. */
+const STEP_FIELDS = [...REQUIRED_COLUMNS, ...GPU_COLUMNS];
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 

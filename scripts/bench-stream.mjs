@@ -14,8 +14,11 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import WebSocket from 'ws';
 import { encode, decode } from '../dist/protocol/codec.js';
-import { STEP_FIELDS } from '../dist/protocol/messages.js';
+import { GPU_COLUMNS, REQUIRED_COLUMNS } from '../dist/protocol/messages.js';
 import { startSidecar } from './sidecar.mjs';
+
+/** The columns every hook sends. */
+const STEP_FIELDS = [...REQUIRED_COLUMNS, ...GPU_COLUMNS];
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const { values } = parseArgs({
