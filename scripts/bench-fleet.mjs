@@ -14,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { parse, stringify } from 'yaml';
 import { Engine } from '../dist/engine/engine.js';
 import { Ingest } from '../dist/ingest/ingest.js';
+import { DEFAULT_LIMITS } from '../dist/ingest/limits.js';
 import { Recorder } from '../dist/journal/recorder.js';
 import { createLogger } from '../dist/log/log.js';
 import { buildServer } from '../dist/http-server.js';
@@ -41,12 +42,13 @@ const SOURCES = { gpu: { source: 'none', reason: 'GPU counters turned off (--gpu
 
 /** One sidecar in this process, its ranks `ranks` of `job`, stepping every STEP_MS (the slow rank waiting 60 ms more for data). */
 async function sidecar(job, ranks, worldSize, slow) {
-  const engine = new Engine();
+  // Built like the sidecar's: the engine and the ingest with one set of limits.
+  const engine = new Engine({ limits: DEFAULT_LIMITS });
   const recorder = new Recorder(engine, null, { checkpointBytes: 1 << 20, checkpointMs: 60_000, samplesGiveUpShare: 0.75, now: Date.now, log });
   const started = Date.now();
   await recorder.record({ t: 'start', at: started, config: { windowMs: 4_000, holdMs: 2_000, endGraceMs: 10_000 } });
   await recorder.record({ t: 'source', at: started, gpu: 'none', reason: SOURCES.gpu.reason });
-  const ingest = new Ingest(engine, recorder, { now: Date.now });
+  const ingest = new Ingest(engine.world.jobs, recorder, { now: Date.now, limits: DEFAULT_LIMITS });
   const app = await buildServer({
     ingest,
     log,

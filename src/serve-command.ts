@@ -107,8 +107,8 @@ async function loadBaseline(file: string | undefined): Promise<Summary | null> {
   }
 }
 
-/** The engine as the journal left it (or a new one), and a recorder that journals from here on. */
-async function openJournal(options: ServeOptions, log: Logger): Promise<{ engine: Engine; recorder: Recorder }> {
+/** The engine as the journal left it (or a new one), bound by `limits`, and a recorder that journals from here on. */
+async function openJournal(options: ServeOptions, limits: IngestLimits, log: Logger): Promise<{ engine: Engine; recorder: Recorder }> {
   const recorderOptions = (maxBytes: number) => ({
     checkpointBytes: Math.min(16 * 1024 * 1024, Math.floor(maxBytes / 8)),
     checkpointMs: CHECKPOINT_MS,
@@ -118,10 +118,9 @@ async function openJournal(options: ServeOptions, log: Logger): Promise<{ engine
   });
   if (!options.out) {
     log.warn('no --out: nothing is journaled, so a restart forgets the job, no summary or report file is written and no run history is kept to compare runs with');
-    const engine = new Engine();
+    const engine = new Engine({ limits });
     return { engine, recorder: new Recorder(engine, null, recorderOptions(0)) };
   }
-  const limits = { ...DEFAULT_LIMITS, ...options.limits };
   const maxCheckpointBytes = checkpointBytesFor(limits);
   const { engine, report } = await replayJournal(options.out, { limits, maxCheckpointBytes });
   if (report.entries + report.skipped + report.problems > 0 || report.checkpoint) {
@@ -170,7 +169,9 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
   const early = await listenEarly(listenHost, options.port, options.token);
   const url = `ws://${listenHost.includes(':') ? `[${listenHost}]` : listenHost}:${early.port}`;
   if (options.out) log.info({ url, port: early.port, out: options.out }, 'recovering: listening while the journal is replayed (/readyz 503 until done)');
-  const { engine, recorder } = await openJournal(options, log).catch(async (error: Error) => {
+  // One set of limits, here: the engine keeps no more jobs and ranks than the ingest admits.
+  const limits = { ...DEFAULT_LIMITS, ...options.limits };
+  const { engine, recorder } = await openJournal(options, limits, log).catch(async (error: Error) => {
     await early.close();
     throw error;
   });
@@ -199,10 +200,10 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
   await recorder.record({ t: 'start', at: Date.now(), config }).catch(() => undefined);
   // Journaled, so a replayed summary names the node the live one did.
   await recorder.record({ t: 'node', at: Date.now(), node: await sources.inventory }).catch(() => undefined);
-  const ingest = new Ingest(engine, recorder, { gpuIntervalMs: options.gpuIntervalMs, limits: options.limits });
+  const ingest = new Ingest(engine.world.jobs, recorder, { gpuIntervalMs: options.gpuIntervalMs, limits, nvml: engine.world.hookGpu });
   ingest.deepCaptures = options.stackDumps === true;
   const dumps = options.stackDumps && options.out ? new StackDumps(options.out) : null;
-  const captures = new ProfileCaptures(ingest, {
+  const captures = new ProfileCaptures(ingest, engine.world.jobs, {
     out: options.out ?? null,
     enabled: options.capture !== false,
     afterMs: (options.captureAfterS ?? CAPTURE_DEFAULTS.afterS) * 1000,
@@ -216,7 +217,7 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
   });
   /** The state as served: each job's deep captures beside the engine's. */
   const decorate = (snapshot: EngineSnapshot) => (snapshot.jobs.some((job) => captures.of(job.job).length > 0) ? { ...snapshot, jobs: captures.decorate(snapshot.jobs) } : snapshot);
-  const stalls = new StallWatch(ingest, { now: Date.now, readProcess: (rank) => readRankProcess(rank, { procRoot: options.procRoot, hostname: os.hostname() }) });
+  const stalls = new StallWatch(ingest, engine.world.jobs, { now: Date.now, readProcess: (rank) => readRankProcess(rank, { procRoot: options.procRoot, hostname: os.hostname() }) });
   const fail = (what: string) => (error: Error) => log.error({ err: error.message }, `${what} not recorded`);
 
   /** Runs ended in this process: --exit-on-end waits for one, not for those replayed already ended. */

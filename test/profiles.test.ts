@@ -30,7 +30,7 @@ async function setup(job: string, options: { profile?: boolean } = {}) {
   const side: InProcess = await inProcess({ now: Date.now });
   const out = temp();
   let now = Date.now();
-  const captures = new ProfileCaptures(side.ingest, { out, enabled: true, afterMs: 1000, everyMs: 600_000, steps: 20, maxBytes: 1 << 20, chunkBytes: 64, now: () => now, log: createLogger('silent') });
+  const captures = new ProfileCaptures(side.ingest, side.engine.world.jobs, { out, enabled: true, afterMs: 1000, everyMs: 600_000, steps: 20, maxBytes: 1 << 20, chunkBytes: 64, now: () => now, log: createLogger('silent') });
   captures.route(side.app, () => side.engine.snapshot());
   const address = await listen(side);
   cleanups.push(() => side.app.close());

@@ -435,7 +435,7 @@ class Run {
     for (const secret of this.secrets) if (json.includes(secret)) this.fail('the state shows a session resume secret');
     const now = sidecar.now();
     for (const [path, at] of isoTimes(state)) if (at > now + AHEAD_MS) this.fail(`${path} is ${new Date(at).toISOString()}, more than a day ahead of ${new Date(now).toISOString()}`);
-    for (const view of sidecar.engine.world.jobs.rankViews()) {
+    for (const view of sidecar.engine.world.history.views()) {
       for (const step of view.recent()) {
         if (step.endAt > now + AHEAD_MS) this.fail(`${view.job} rank ${view.rank} holds step seq ${step.record.seq} ending ${new Date(step.endAt).toISOString()}, more than a day ahead`);
       }
@@ -583,7 +583,7 @@ describe('ingest: sequences of frames from a few hooks, through the real connect
           const state = await sidecar.state();
           expect(sidecar.crashes).toEqual([]);
           const now = sidecar.now();
-          for (const view of sidecar.engine.world.jobs.rankViews()) for (const step of view.recent()) expect(step.endAt).toBeLessThanOrEqual(now + AHEAD_MS);
+          for (const view of sidecar.engine.world.history.views()) for (const step of view.recent()) expect(step.endAt).toBeLessThanOrEqual(now + AHEAD_MS);
           for (const [path, at] of isoTimes(state)) expect(at, path).toBeLessThanOrEqual(now + AHEAD_MS);
         } finally {
           await sidecar.close();

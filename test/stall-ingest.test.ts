@@ -35,7 +35,7 @@ describe('a hook of a rank that stops, at the ingest', () => {
   const reads: number[] = [];
   beforeEach(async () => {
     side = await inProcess({ now: Date.now, config: STALL, limits: { idleTimeoutMs: 600 } });
-    const watch = new StallWatch(side.ingest, { now: Date.now, readProcess: async (rank) => (reads.push(rank.pid), { visible: false, state: null, wchan: null, cpu_s: null, why: 'not in this test' }) });
+    const watch = new StallWatch(side.ingest, side.engine.world.jobs, { now: Date.now, readProcess: async (rank) => (reads.push(rank.pid), { visible: false, state: null, wchan: null, cpu_s: null, why: 'not in this test' }) });
     await side.app.listen({ host: '127.0.0.1', port: 0 });
     const address = side.app.server.address();
     url = `ws://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}/v1/ingest`;
@@ -74,7 +74,7 @@ describe('a hook of a rank that stops, at the ingest', () => {
     try {
       const request = await hook.next((m) => m.type === 'capture', 10_000);
       expect(request).toEqual({ v: 1, type: 'capture', id: expect.any(Number) });
-      const heard = side.engine.world.jobs.rankViews('job-a')[0]!.liveness().heardAt!;
+      const heard = side.engine.world.history.views('job-a')[0]!.liveness().heardAt!;
       expect(heard).toBeGreaterThan(t0 + 500);
       const sentAt = Date.now();
       hook.send(stackFrame(request.id, (sentAt - helloAt) * 1e6));
@@ -112,7 +112,7 @@ describe('a hook of a rank that stops, at the ingest', () => {
     const closed = await new Promise<number>((resolve) => socket.once('close', (code) => resolve(code)));
     expect(closed).toBe(1001);
     const liveness = await waitFor(() => {
-      const live = side.engine.world.jobs.rankViews('job-a')[0]?.liveness();
+      const live = side.engine.world.history.views('job-a')[0]?.liveness();
       return live?.disconnectReason === 'silent' ? live : null;
     });
     expect(liveness.connected).toBe(false);

@@ -3,7 +3,7 @@ import { rankStall, STALL, stallThresholdMs, type StallInput } from '../src/anal
 import { Engine } from '../src/engine/engine.js';
 import { jobStop, rankList, type RankStop } from '../src/model/stall.js';
 import type { Capture, CodeFrame } from '../src/protocol/capture.js';
-import type { RankLiveness } from '../src/store/job-store.js';
+import type { RankLiveness } from '../src/store/rank-history.js';
 import { hello, rows, T0 } from './support/entries.js';
 import { BACKWARD, capture, frame, HANG_CONFIG, hangScript, STUCK_AT, WAIT } from './support/hang-script.js';
 

@@ -71,7 +71,7 @@ async function metricsOf(engine: Engine): Promise<string> {
   const recorder = new Recorder(engine, null, { checkpointBytes: 1 << 20, checkpointMs: 60_000, samplesGiveUpShare: 0.75, now: at, log });
   const source = engine.snapshot().source ?? { gpu: 'none', reason: '' };
   const app = await buildServer({
-    ingest: new Ingest(engine, recorder, { now: at }),
+    ingest: new Ingest(engine.world.jobs, recorder, { now: at, nvml: engine.world.hookGpu }),
     log,
     snapshot: () => engine.snapshot(),
     fresh: async () => engine.snapshot(),

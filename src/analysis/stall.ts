@@ -1,5 +1,5 @@
 import { frameText, type Capture, type CodeFrame } from '../protocol/capture.js';
-import type { RankLiveness } from '../store/job-store.js';
+import type { RankLiveness } from '../store/rank-history.js';
 import { jobStop, rankList, type JobStop, type RankStop } from '../model/stall.js';
 import type { Cause, Evidence, Verdict } from '../model/verdict.js';
 import { stopAdvice } from './stall-advice.js';

@@ -1,7 +1,7 @@
 import { Type, type Static } from '@sinclair/typebox';
 import type { CounterStore, KnownGpu } from '../counters/counter-store.js';
 import { Keys, Nullable } from '../protocol/schema.js';
-import type { RankView } from '../store/job-store.js';
+import type { RankView } from '../store/rank-history.js';
 import { emptySums, mergeSums, STEP_SUM_FIELDS, type StepSums } from '../store/step-buckets.js';
 import { addGpuSample, describeGpuSlice, emptyGpuSlice, mergeGpuSlice, type GpuSlice } from './series-gpu.js';
 import { sig3 } from './series-round.js';

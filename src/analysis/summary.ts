@@ -5,7 +5,8 @@ import { SUMMARY_SCHEMA, type RankSummary, type StepMs, type Summary, type Summa
 import { coresPerGpu } from '../counters/inventory-parse.js';
 import type { Env } from '../protocol/messages.js';
 import { LogHistogram } from '../store/histogram.js';
-import { breakdownOf, roundBreakdown, type JobSnapshot, type RankView } from '../store/job-store.js';
+import { breakdownOf, roundBreakdown, type JobSnapshot } from '../store/job-snapshot.js';
+import type { RankView } from '../store/rank-history.js';
 import { emptySums, mergeSums } from '../store/step-buckets.js';
 import type { JobAnalysis } from './job-analysis.js';
 import { round } from '../model/round.js';

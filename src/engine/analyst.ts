@@ -42,7 +42,7 @@ export class Analyst {
     for (const job of this.analyses.keys()) if (this.world.jobs.runOf(job) === null) this.analyses.delete(job);
     for (const job of this.world.jobs.liveJobs()) {
       events.push(...this.analysisOf(job)!.evaluate(this.rankInputs(job, at, windows.get(job) ?? new Map()), at, this.world.jobs.job(job)?.worldSize));
-      this.seriesOf(job)?.advance(at - SERIES_LAG_MS, this.world.jobs.rankViews(job), this.jobGpus(job), this.world.counters);
+      this.seriesOf(job)?.advance(at - SERIES_LAG_MS, this.world.history.views(job), this.jobGpus(job), this.world.counters);
     }
     return events;
   }
@@ -64,7 +64,7 @@ export class Analyst {
   private jobGpus(jobId: string): SeriesGpu[] {
     const known = this.world.counters.knownGpus();
     const byKey = new Map<string, KnownGpu>();
-    for (const view of this.world.jobs.rankViews(jobId)) {
+    for (const view of this.world.history.views(jobId)) {
       const match = matchGpu(deviceHint(view.env, view.localRank), known);
       if (match) byKey.set(match.gpu.key, match.gpu);
     }
@@ -103,7 +103,7 @@ export class Analyst {
 
   private rankInputs(jobId: string, at: number, windows: Map<number, StepWindow>): RankInput[] {
     const hostCores = this.hostCores();
-    return this.world.jobs.rankViews(jobId).flatMap((view) => {
+    return this.world.history.views(jobId).flatMap((view) => {
       const window = windows.get(view.rank);
       if (!window) return [];
       const last = view.lastStepEndAt();
@@ -120,7 +120,7 @@ export class Analyst {
   private gpusOf(jobId: string, from: number, to: number): SummaryGpu[] {
     const gpus = this.world.counters.knownGpus();
     const byKey = new Map<string, SummaryGpu>();
-    for (const view of this.world.jobs.rankViews(jobId)) {
+    for (const view of this.world.history.views(jobId)) {
       const match = matchGpu(deviceHint(view.env, view.localRank), gpus);
       if (!match) continue;
       const known = match.gpu;
@@ -146,7 +146,7 @@ export class Analyst {
     const end = from + job.duration_s * 1000;
     const summary = buildSummary({
       job,
-      views: this.world.jobs.rankViews(jobId),
+      views: this.world.history.views(jobId),
       analysis,
       gpus: this.gpusOf(jobId, from, end),
       at: end,
@@ -155,7 +155,7 @@ export class Analyst {
     if (options.series !== false) {
       // On a copy, counted to the run's last step: the live series keeps its own pace.
       const series = this.seriesOf(jobId)?.clone();
-      series?.advance(end + 1, this.world.jobs.rankViews(jobId), this.jobGpus(jobId), this.world.counters, true);
+      series?.advance(end + 1, this.world.history.views(jobId), this.jobGpus(jobId), this.world.counters, true);
       const described = series?.describe(end + 1, summary.straggler?.rank ?? null);
       if (described) summary.series = described;
     }

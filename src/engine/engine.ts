@@ -4,12 +4,13 @@ import { deviceHint, matchGpu } from '../analysis/gpu-match.js';
 import { JobAnalysis } from '../analysis/job-analysis.js';
 import { STALL_DEFAULTS, type StallConfig } from '../analysis/stall.js';
 import { appsOn, CounterStore } from '../counters/counter-store.js';
-import { JobStore, LimitError, UnknownSessionError } from '../store/job-store.js';
+import { LimitError, type AdmissionLimits } from '../store/admission.js';
+import { SessionTable, UnknownSessionError } from '../store/session-table.js';
 import { CHECKPOINT_FORMAT, parseCheckpoint, type Checkpoint, type EngineStats, type RunsCheckpoint } from './checkpoint.js';
 import { Analyst, type Windows } from './analyst.js';
 import type { EngineConfig, JournalEntry } from './entries.js';
 import { freeze, historySeries, snapshotVerdict, windowFor, type EndedRun, type EngineSnapshot, type RankTotals, type SnapshotJob } from './snapshot.js';
-import { addPid, applyData, emptyWorld, type World } from './world.js';
+import { addPid, applyData, emptyWorld, worldOf, type World } from './world.js';
 import { jobStopState, rankStallState } from './stops.js';
 import { DEFAULT_REGRESSION_HOLD_MS, DEFAULT_REGRESSION_THRESHOLD_PCT, RunComparisons, type RegressionChange, type RunsConfig } from './runs.js';
 import { mfuOf } from '../analysis/mfu.js';
@@ -21,10 +22,8 @@ function rankMfu(env: Readonly<Record<string, unknown>>, window: StepWindow): { 
   return mfu ? { mfu } : {};
 }
 
-export interface EngineLimits {
-  maxJobs: number;
-  maxRanksPerJob: number;
-}
+/** Jobs and ranks per job the engine keeps: set where the engine is built, the same the ingest refuses beyond. */
+export type EngineLimits = AdmissionLimits;
 
 const NO_PIDS: ReadonlySet<number> = new Set();
 
@@ -66,10 +65,10 @@ export class Engine {
   private node: NodeInventory | null = null;
   private latest: EngineSnapshot;
 
+  /** `world`: one loaded from a checkpoint, bound by the limits it was loaded with; else an empty one bound by `limits`. */
   constructor(options: { config?: EngineConfig; world?: World; limits?: EngineLimits; runs?: RunsCheckpoint } = {}) {
     this.config = options.config ?? DEFAULT_CONFIG;
-    this.world = options.world ?? emptyWorld();
-    this.limit(options.limits ?? null);
+    this.world = options.world ?? emptyWorld(options.limits ?? null);
     this.analyst = new Analyst(this.world, { holdMs: this.config.holdMs, stall: stallConfig(this.config) });
     this.runs = options.runs ? RunComparisons.load(options.runs, runsConfig(this.config)) : new RunComparisons(runsConfig(this.config));
     this.latest = this.publish(0, [], []);
@@ -87,12 +86,6 @@ export class Engine {
 
   gpuSource(): { gpu: string; reason: string } | null {
     return this.source;
-  }
-
-  /** Jobs and ranks per job the engine keeps (what the ingest also refuses beyond). */
-  limit(limits: EngineLimits | null): void {
-    this.world.jobs.maxJobs = limits?.maxJobs ?? Number.POSITIVE_INFINITY;
-    this.world.jobs.maxRanksPerJob = limits?.maxRanksPerJob ?? Number.POSITIVE_INFINITY;
   }
 
   /** The whole state as plain data: a journal checkpoint. */
@@ -120,9 +113,9 @@ export class Engine {
    */
   static fromCheckpoint(value: unknown, limits: EngineLimits | null = null): Engine {
     const checkpoint = parseCheckpoint(value);
-    const world: World = { jobs: JobStore.load(checkpoint.jobs), counters: CounterStore.load(checkpoint.counters), hookGpu: checkpoint.hookGpu, pids: new Map() };
+    const world = worldOf(SessionTable.load(checkpoint.jobs, { limits }), CounterStore.load(checkpoint.counters), checkpoint.hookGpu);
     for (const [job, pids] of checkpoint.pids) for (const pid of pids) addPid(world.pids, job, pid);
-    const engine = new Engine({ config: checkpoint.config, world, limits: limits ?? undefined, runs: checkpoint.runs });
+    const engine = new Engine({ config: checkpoint.config, world, runs: checkpoint.runs });
     engine.source = checkpoint.source;
     engine.node = checkpoint.node;
     engine.stats.applied = checkpoint.stats.applied;
@@ -179,7 +172,7 @@ export class Engine {
 
   private windows(at: number): Windows {
     const windows: Windows = new Map();
-    for (const view of this.world.jobs.rankViews()) {
+    for (const view of this.world.history.views()) {
       let byRank = windows.get(view.job);
       if (!byRank) windows.set(view.job, (byRank = new Map()));
       byRank.set(view.rank, windowFor(view, this.world.counters, at, this.config.windowMs, this.world.pids.get(view.job) ?? NO_PIDS));
@@ -250,10 +243,10 @@ export class Engine {
   }
 
   private publish(at: number, events: EngineSnapshot['events'], ended: EndedRun[], windows: Windows = this.windows(at), regressionChanges: RegressionChange[] = []): EngineSnapshot {
-    const { jobs, counters } = this.world;
+    const { jobs, history, counters } = this.world;
     const knownGpus = counters.knownGpus();
     const apps = counters.appsAt(at)?.apps ?? null;
-    const views = jobs.rankViews();
+    const views = history.views();
     const jobStates = jobs.snapshot(at, (job) => this.analyst.analysisOf(job)?.stopped() ?? false).map((job): SnapshotJob => {
       const analysis = this.analyst.analysisOf(job.job);
       const straggler = analysis?.straggler() ?? null;

@@ -1,12 +1,17 @@
 import type { HostSample } from '../counters/host.js';
 import { CounterStore } from '../counters/counter-store.js';
-import { JobStore } from '../store/job-store.js';
+import type { AdmissionLimits } from '../store/admission.js';
+import { RankHistory } from '../store/rank-history.js';
+import { SessionTable } from '../store/session-table.js';
 import { recordProblem } from '../protocol/messages.js';
 import { fromRow, type JournalEntry } from './entries.js';
 
 /** The data the engine holds: jobs and their steps, and the counters to match them with. */
 export interface World {
-  jobs: JobStore;
+  /** The jobs, their ranks and sessions: who is bound to what, and how far each session's seqs go. */
+  jobs: SessionTable;
+  /** Each rank's steps and counter samples. */
+  history: RankHistory;
   counters: CounterStore<HostSample>;
   /** Whether GPU samples forwarded by hooks count (only when they are the chosen GPU source). */
   hookGpu: boolean;
@@ -17,7 +22,11 @@ export interface World {
   pids: Map<string, Set<number>>;
 }
 
-export const emptyWorld = (): World => ({ jobs: new JobStore(), counters: new CounterStore<HostSample>(), hookGpu: false, pids: new Map() });
+/** A world around a session table (new, or loaded from a checkpoint), its ranks' history read through it. */
+export const worldOf = (jobs: SessionTable, counters: CounterStore<HostSample>, hookGpu: boolean): World => ({ jobs, history: new RankHistory(jobs), counters, hookGpu, pids: new Map() });
+
+/** An empty world that keeps no more jobs and ranks than `limits` (none: no bound). */
+export const emptyWorld = (limits: AdmissionLimits | null = null): World => worldOf(new SessionTable({ limits }), new CounterStore<HostSample>(), false);
 
 /** Bounded like the sessions a job keeps: a job restarted a thousand times does not grow this for ever. */
 const PIDS_KEPT = 4096;
@@ -31,7 +40,7 @@ export function addPid(pids: Map<string, Set<number>>, job: string, pid: number)
 
 /** Applies one data entry to the world; the engine handles the others. Throws on an unknown session. */
 export function applyData(world: World, entry: JournalEntry): void {
-  const { jobs, counters } = world;
+  const { jobs, history, counters } = world;
   switch (entry.t) {
     case 'hello':
       jobs.hello(entry.hello, entry.at, entry.secret ?? null);
@@ -62,14 +71,14 @@ export function applyData(world: World, entry: JournalEntry): void {
       const records = entry.rows.map(fromRow);
       // Skipped as `steps: bad row` (one reason, not one per value: it becomes a metric label).
       if (records.some((record, i) => recordProblem(record, i === 0 ? 0 : records[i - 1]!.seq) !== null)) throw new Error('bad row');
-      jobs.steps(entry.session, records, entry.dropped, entry.at, entry.duplicates ?? 0, entry.refused ?? null);
+      history.steps(entry.session, records, entry.dropped, entry.at, entry.duplicates ?? 0, entry.refused ?? null);
       break;
     }
     case 'end':
       jobs.end(entry.session, entry.at);
       break;
     case 'counters': {
-      const gpu = jobs.counters(entry.session, entry.batch, entry.at);
+      const gpu = history.counters(entry.session, entry.batch, entry.at);
       // Not the GPU source: the hooks' NVML readings still fill the throttle signals the source lacks.
       if (world.hookGpu) counters.addGpuSamples(gpu);
       else counters.addFillSamples(gpu, 'hook');

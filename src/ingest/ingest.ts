@@ -1,13 +1,12 @@
 import type { ProfileFrame, ProfileRequest } from '../protocol/profile.js';
 import type { GpuSample } from '../counters/types.js';
 import type { HostSample } from '../counters/host.js';
-import type { Engine } from '../engine/engine.js';
 import { toRow, type JournalEntry } from '../engine/entries.js';
 import type { CounterBatch } from '../protocol/counters.js';
 import { CloseCode, ProtocolError, type Env, type Hello, type Steps, type StepRecord, type Welcome } from '../protocol/messages.js';
 import { mintSecret } from '../protocol/session-secret.js';
 import { plausibleAt } from '../model/clock.js';
-import { EnvTooLargeError } from '../store/job-store.js';
+import { admitRows, EnvTooLargeError, plausibleFor, toSidecarMs, type AdmissionPort } from '../store/admission.js';
 import type { Recorder } from '../journal/recorder.js';
 import { captureOf, type ProcReading, type StackFrame } from '../protocol/capture.js';
 import type { IngestStats } from '../protocol/state.js';
@@ -61,31 +60,24 @@ export class Ingest {
   /** --stack-dumps: hooks send every thread's whole stack. */
   deepCaptures = false;
 
+  /**
+   * `admission`: what it asks of the engine's sessions before journaling (the engine's own, built
+   * with the same jobs and ranks limits where the sidecar is put together). `nvml`: whether hooks
+   * are asked to forward their GPU readings (they are the GPU source).
+   */
   constructor(
-    readonly engine: Engine,
+    private readonly admission: AdmissionPort,
     private readonly recorder: Recorder,
-    options: { now?: () => number; gpuIntervalMs?: number; limits?: Partial<IngestLimits> } = {},
+    options: { now?: () => number; gpuIntervalMs?: number; limits?: Partial<IngestLimits>; nvml?: boolean } = {},
   ) {
     this.now = options.now ?? Date.now;
     this.limits = { ...DEFAULT_LIMITS, ...options.limits };
-    this.engine.limit(this.limits);
-    this.wants = { nvml: engine.world.hookGpu, interval_ms: options.gpuIntervalMs ?? 500, process: true, memory: true };
+    this.wants = { nvml: options.nvml ?? false, interval_ms: options.gpuIntervalMs ?? 500, process: true, memory: true };
   }
 
-  private get store() {
-    return this.engine.world.jobs;
-  }
-
-  /** The limit this hello would pass (a new job or rank past the limits), or null. */
+  /** The limit this hello would pass (a new job or rank past the engine's limits), or null. */
   refusal(hello: Hello): { limit: 'jobs' | 'ranks'; reason: string } | null {
-    const jobs = this.store;
-    if (!jobs.hasJob(hello.job) && jobs.jobCount >= this.limits.maxJobs && !jobs.hasEvictableJob()) {
-      return { limit: 'jobs', reason: `too many jobs: this sidecar takes ${this.limits.maxJobs}` };
-    }
-    if (!jobs.hasRank(hello.job, hello.rank) && jobs.rankCount(hello.job) >= this.limits.maxRanksPerJob) {
-      return { limit: 'ranks', reason: `too many ranks: a job may have ${this.limits.maxRanksPerJob}` };
-    }
-    return null;
+    return this.admission.refusal(hello);
   }
 
   limited(limit: string): void {
@@ -98,24 +90,24 @@ export class Ingest {
    */
   async hello(hello: Hello, resume: string | null = null): Promise<HelloResult> {
     const pending = this.minted.get(hello.session);
-    const conflict = pending !== undefined && pending !== resume ? `session ${hello.session} is being opened by another connection` : this.store.sessionConflict(hello, resume);
+    const conflict = pending !== undefined && pending !== resume ? `session ${hello.session} is being opened by another connection` : this.admission.sessionConflict(hello, resume);
     if (conflict) throw new ProtocolError(CloseCode.policyViolation, `hello: ${conflict}`);
-    const resumed = this.store.hasSession(hello.session, hello.job);
-    const legacy = resumed && pending === undefined && this.store.secretOf(hello.session) === null;
-    const secret = pending ?? this.store.secretOf(hello.session) ?? mintSecret();
+    const resumed = this.admission.hasSession(hello.session, hello.job);
+    const legacy = resumed && pending === undefined && this.admission.secretOf(hello.session) === null;
+    const secret = pending ?? this.admission.secretOf(hello.session) ?? mintSecret();
     this.minted.set(hello.session, secret);
     try {
       await this.record({ t: 'hello', at: this.now(), hello, secret });
     } finally {
       this.minted.delete(hello.session);
     }
-    return { ack: this.store.ack(hello.session), resumed, secret, legacy };
+    return { ack: this.admission.ack(hello.session), resumed, secret, legacy };
   }
 
   /** An env update that would grow the rank's env past its bound is refused (1007); the rank's env is kept. */
   env(session: string, env: Env): Promise<void> {
     try {
-      this.store.mergedEnv(session, env);
+      this.admission.mergedEnv(session, env);
     } catch (error) {
       // 1007, like any frame that cannot become valid by resending it: the hook stops instead of retrying.
       if (error instanceof EnvTooLargeError) throw new ProtocolError(CloseCode.invalidPayload, error.message);
@@ -131,61 +123,43 @@ export class Ingest {
    */
   async steps(session: string, message: Steps): Promise<number> {
     const at = this.now();
-    const after = Math.max(this.store.ack(session), this.logged.get(session) ?? 0);
-    const fresh = message.records.filter((record) => record.seq > after);
-    const duplicates = message.records.length - fresh.length;
+    const after = Math.max(this.admission.ack(session), this.logged.get(session) ?? 0);
+    const { fresh, kept, duplicates, refused } = admitRows(this.admission.seqRange(session), after, message.records, at);
     this.stats.duplicates += duplicates;
     if (fresh.length > 0) {
       this.checkSeqs(session, after, fresh, message.dropped);
-      const plausible = fresh.filter((record) => this.plausible(session, record.endNs, at));
-      const implausible = fresh.length - plausible.length;
-      const through = fresh.at(-1)!.seq;
-      if (implausible > 0) this.stats.implausible.steps = (this.stats.implausible.steps ?? 0) + implausible;
-      this.logged.set(session, Math.max(after, through));
+      if (refused) this.stats.implausible.steps = (this.stats.implausible.steps ?? 0) + refused.count;
+      this.logged.set(session, Math.max(after, fresh.at(-1)!.seq));
       try {
-        await this.record({
-          t: 'steps',
-          at,
-          session,
-          dropped: message.dropped,
-          rows: plausible.map(toRow),
-          duplicates,
-          ...(implausible > 0 ? { refused: { count: implausible, through } } : {}),
-        });
+        await this.record({ t: 'steps', at, session, dropped: message.dropped, rows: kept.map(toRow), duplicates, ...(refused ? { refused } : {}) });
       } catch (error) {
         // Nothing of it was acknowledged: after the hook reconnects, its resent records are new again.
         this.logged.delete(session);
         throw error;
       }
-      this.stats.records += plausible.length;
+      this.stats.records += kept.length;
     } else {
       // A frame of duplicates still waits for what it covers to be written.
       await this.record({ t: 'steps', at: this.now(), session, dropped: message.dropped, rows: [], duplicates });
     }
-    return this.store.ack(session);
+    return this.admission.ack(session);
   }
 
   /** Resolves to the sequence number to acknowledge, once the end is recorded. */
   async end(session: string, reason: string): Promise<number> {
     await this.record({ t: 'end', at: this.now(), session, reason });
-    return this.store.ack(session);
+    return this.admission.ack(session);
   }
 
   /** Samples at times the rank's clock could not give are left out and counted. */
   async counters(session: string, batch: CounterBatch): Promise<void> {
     const at = this.now();
-    const kept = (batch.samples as Array<{ at_ns: number }>).filter((sample) => this.plausible(session, sample.at_ns, at));
+    const clock = this.admission.seqRange(session);
+    const kept = (batch.samples as Array<{ at_ns: number }>).filter((sample) => plausibleFor(clock, sample.at_ns, at));
     const left = batch.samples.length - kept.length;
     if (left > 0) this.stats.implausible.counters = (this.stats.implausible.counters ?? 0) + left;
     if (kept.length === 0) return;
     await this.record({ t: 'counters', at, session, batch: { ...batch, samples: kept } as CounterBatch });
-  }
-
-  /** Whether a hook monotonic time maps, through the session's latest hello, to within CLOCK_SANITY of `at`. */
-  private plausible(session: string, monoNs: number, at: number): boolean {
-    const range = this.store.seqRange(session);
-    if (!range) return true;
-    return plausibleAt(range.helloAt + (monoNs - range.monoAtHello) / 1e6, at);
   }
 
   /**
@@ -194,7 +168,7 @@ export class Ingest {
    * dropped. A seq beyond that would make the rank's real records look like duplicates.
    */
   private checkSeqs(session: string, after: number, fresh: readonly StepRecord[], dropped: number): void {
-    const range = this.store.seqRange(session);
+    const range = this.admission.seqRange(session);
     if (!range) throw new ProtocolError(CloseCode.policyViolation, 'steps: the session is not open');
     const base = Math.max(after, range.base);
     // The hook's count of what it dropped, less the gaps already seen: a frame's count can cover gaps that come in later frames.
@@ -271,9 +245,9 @@ export class Ingest {
 
   /** A stack capture, its times placed on the sidecar's clock through the session's latest hello. */
   async stack(session: string, frame: StackFrame): Promise<void> {
-    const range = this.store.seqRange(session);
+    const range = this.admission.seqRange(session);
     const at = this.now();
-    const toMs = (monoNs: number) => (range ? range.helloAt + (monoNs - range.monoAtHello) / 1e6 : at);
+    const toMs = (monoNs: number) => (range ? toSidecarMs(range, monoNs) : at);
     const capture = captureOf(frame, toMs);
     // A capture the rank's clock could not have taken is kept at the time it came.
     if (!plausibleAt(capture.at, at)) capture.at = at;

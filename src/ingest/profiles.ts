@@ -12,6 +12,7 @@ import type { FastifyInstance } from 'fastify';
 import { parseInput } from '../protocol/parse.js';
 import { CaptureBodySchema, PROFILE_LIMITS, type CaptureAnswer, type CaptureRecord, type ProfileFrame } from '../protocol/profile.js';
 import type { Ingest } from './ingest.js';
+import type { SessionTable } from '../store/session-table.js';
 
 /**
  * Deep capture on a verdict (src/protocol/profile.ts): asks one rank's hook for a torch.profiler
@@ -88,6 +89,8 @@ export class ProfileCaptures {
 
   constructor(
     private readonly ingest: Ingest,
+    /** The engine's sessions: which is each rank's latest, to ask its hook. */
+    private readonly sessions: Pick<SessionTable, 'sessionOf'>,
     private readonly options: CaptureOptions,
   ) {
     ingest.onProfile = (hello, frame) => void this.onFrame(hello, frame);
@@ -114,7 +117,7 @@ export class ProfileCaptures {
     if (last !== undefined && now - last < options.everyMs) {
       return { ok: false, status: 429, reason: `job ${job} was captured ${Math.round((now - last) / 1000)} s ago: at most one capture every ${Math.round(options.everyMs / 1000)} s` };
     }
-    const session = this.ingest.engine.world.jobs.sessionOf(job, chosen);
+    const session = this.sessions.sessionOf(job, chosen);
     const id = this.nextId++;
     const sent = session ? this.ingest.requestProfile(session.id, { type: 'profile', id, steps, max_bytes: options.maxBytes, chunk_bytes: options.chunkBytes }) : 'not-connected';
     if (sent === 'not-connected') return { ok: false, status: 409, reason: `rank ${chosen} of ${job} is not connected` };

@@ -2,6 +2,7 @@ import type { EngineSnapshot } from '../engine/snapshot.js';
 import type { ProcReading } from '../protocol/capture.js';
 import type { RankProcess } from '../counters/proc-rank.js';
 import type { Ingest } from './ingest.js';
+import type { SessionTable } from '../store/session-table.js';
 
 /**
  * The live side of the stall rules (src/analysis/stall.ts): for each rank the engine finds stalled,
@@ -30,6 +31,8 @@ export class StallWatch {
 
   constructor(
     private readonly ingest: Ingest,
+    /** The engine's sessions: which is each rank's latest, to ask its hook. */
+    private readonly sessions: Pick<SessionTable, 'sessionOf'>,
     private readonly options: StallWatchOptions,
   ) {}
 
@@ -43,7 +46,7 @@ export class StallWatch {
         const stall = rank.stall;
         const silentGone = stall?.state === 'gone' && rank.verdict?.cause === 'no-answer';
         if (!stall || (stall.state !== 'stalled' && !silentGone && !(stall.state === 'waiting' && !rank.connected))) continue;
-        const session = this.ingest.engine.world.jobs.sessionOf(job.job, rank.rank);
+        const session = this.sessions.sessionOf(job.job, rank.rank);
         if (!session) continue;
         seen.add(session.id);
         if (stall.state === 'stalled' && !stall.unresponsive && (stall.capture === null || now - stall.capture.at >= REFRESH_MS) && now - (this.asked.get(session.id) ?? -Infinity) >= RETRY_MS) {

@@ -8,7 +8,7 @@ import type { IngestStats } from '../protocol/state.js';
 import type { SourceStatus } from '../counters/status.js';
 import type { JournalHealth } from '../protocol/state.js';
 import type { DurationCounts } from '../store/duration-counts.js';
-import type { RankSnapshot } from '../store/job-store.js';
+import type { RankSnapshot } from '../store/job-snapshot.js';
 import type { StepSums } from '../store/step-buckets.js';
 import type { Waste } from '../protocol/state.js';
 

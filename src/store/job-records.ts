@@ -30,7 +30,7 @@ const NumOrNull = Nullable(Type.Number());
  * the store's records (below, with their links and rings) and of their part of a checkpoint
  * (src/store/jobs-checkpoint.ts).
  */
-export const SessionStateSchema = Type.Object({
+export const SessionFieldsSchema = Type.Object({
   id: Type.String({ minLength: 1 }),
   pid: Type.Integer(),
   host: Type.String(),
@@ -54,9 +54,9 @@ export const SessionStateSchema = Type.Object({
   disconnectedAt: Nullable(Type.Number(), { description: 'When its last connection went away while nothing said `end` (cleared when it connects).' }),
   disconnectReason: Nullable(Names(SESSION_DISCONNECTS), { description: 'How: its connection closed, the sidecar closed it as silent, or the sidecar itself restarted.' }),
 });
-export type SessionState = Static<typeof SessionStateSchema>;
+export type SessionFields = Static<typeof SessionFieldsSchema>;
 
-export const RankStateSchema = Type.Object({
+export const RankFieldsSchema = Type.Object({
   rank: Int,
   localRank: Type.Integer(),
   forgotten: Keys(['sessions', 'dropped', 'duplicates'] as const, Int, { description: 'What the sessions forgotten to keep `sessions` bounded had counted.' }),
@@ -77,9 +77,9 @@ export const RankStateSchema = Type.Object({
   capture: Nullable(CaptureSchema, { description: 'Where it was when the sidecar last asked (it had stalled); null before.' }),
   proc: Nullable(Type.Composite([ProcReadingSchema, Type.Object({ at: Type.Number() })]), { description: 'Its process as the sidecar last read it in /proc; null before.' }),
 });
-export type RankState = Static<typeof RankStateSchema>;
+export type RankFields = Static<typeof RankFieldsSchema>;
 
-export const JobStateSchema = Type.Object({
+export const JobFieldsSchema = Type.Object({
   id: Type.String({ minLength: 1 }),
   run: Type.Integer({ minimum: 1, description: '1 for the first run of this job name, then one more for each run after one that ended.' }),
   worldSize: Type.Integer(),
@@ -92,9 +92,9 @@ export const JobStateSchema = Type.Object({
   endReason: Nullable(Names(END_REASONS)),
   lastHeardAt: Nullable(Type.Number(), { description: 'When any of its ranks was last heard from (a frame, or a connection closing); null before.' }),
 });
-export type JobState = Static<typeof JobStateSchema>;
+export type JobFields = Static<typeof JobFieldsSchema>;
 
-export interface Session extends SessionState {
+export interface Session extends SessionFields {
   job: Job;
   rank: Rank;
 }
@@ -105,7 +105,7 @@ export interface TimedStep {
   endAt: number;
 }
 
-export interface Rank extends RankState {
+export interface Rank extends RankFields {
   latest: Session;
   /** The newest processes of this rank (a restarted process is a new session), oldest first. */
   sessions: Session[];
@@ -117,11 +117,6 @@ export interface Rank extends RankState {
   memory: Ring<MemoryAt>;
 }
 
-export interface Job extends JobState {
+export interface Job extends JobFields {
   ranks: Map<number, Rank>;
-}
-
-/** Hook monotonic ns -> sidecar clock ms, through the latest hello's pair of readings. */
-export function toSidecarMs(session: Session, monoNs: number): number {
-  return session.helloAt + (monoNs - session.monoAtHello) / 1e6;
 }

@@ -1,12 +1,12 @@
 import { Type, type Static } from '@sinclair/typebox';
 import { Held, Keys, Nullable } from '../protocol/schema.js';
 import { HISTOGRAM_TOP } from './histogram.js';
-import { JobStateSchema, RankStateSchema, SessionStateSchema, type MemoryAt, type ProcessAt } from './job-records.js';
+import { JobFieldsSchema, RankFieldsSchema, SessionFieldsSchema, type MemoryAt, type ProcessAt } from './job-records.js';
 import { STEP_SUM_FIELDS } from './step-buckets.js';
 
 /**
  * The job store's part of a checkpoint (src/engine/checkpoint.ts): every job, its ranks and their
- * sessions as plain data. The schema is the type: `JobStore.dump` writes it, `JobStore.load` reads
+ * sessions as plain data. The schema is the type: `SessionTable.dump` writes it, `SessionTable.load` reads
  * it once the whole checkpoint has been checked against it.
  */
 
@@ -20,11 +20,11 @@ const StepRecordCheckpoint = Type.Composite([
 
 /** A rank's fields, its sessions and its history's rings as plain data. */
 const RankCheckpoint = Type.Composite([
-  RankStateSchema,
+  RankFieldsSchema,
   Type.Object({
     /** The id of its latest session, one of `sessions`. */
     latest: Type.String(),
-    sessions: Type.Array(SessionStateSchema, { minItems: 1 }),
+    sessions: Type.Array(SessionFieldsSchema, { minItems: 1 }),
     recent: Type.Array(Type.Object({ record: StepRecordCheckpoint, endAt: Type.Number() })),
     /** Each slice held: its number, then its sums in STEP_SUM_FIELDS order. */
     buckets: Type.Array(Type.Unsafe<number[]>(Type.Tuple([Int, ...STEP_SUM_FIELDS.map(() => Type.Number())]))),
@@ -35,5 +35,5 @@ const RankCheckpoint = Type.Composite([
   }),
 ]);
 
-export const JobsCheckpointSchema = Type.Array(Type.Composite([JobStateSchema, Type.Object({ ranks: Type.Array(RankCheckpoint) })]));
+export const JobsCheckpointSchema = Type.Array(Type.Composite([JobFieldsSchema, Type.Object({ ranks: Type.Array(RankCheckpoint) })]));
 export type JobsCheckpoint = Static<typeof JobsCheckpointSchema>;

@@ -8,7 +8,7 @@ import type { EngineSnapshot } from '../../src/engine/snapshot.js';
 import { ConnectionSlots, HookConnection } from '../../src/ingest/connection.js';
 import { Flow } from '../../src/ingest/flow.js';
 import { Ingest } from '../../src/ingest/ingest.js';
-import type { IngestLimits } from '../../src/ingest/limits.js';
+import { DEFAULT_LIMITS, type IngestLimits } from '../../src/ingest/limits.js';
 import { Recorder } from '../../src/journal/recorder.js';
 import type { Wal } from '../../src/journal/wal.js';
 import { createLogger } from '../../src/log/log.js';
@@ -857,12 +857,13 @@ export async function hookSidecar(options: { wal?: Wal | null; limits?: Partial<
     }
   }
   const log = createLogger('silent');
-  const engine = new Engine();
+  // No frame-rate limit: a test sends faster than any hook, and a refusal for it is not what is tested.
+  const limits = { ...DEFAULT_LIMITS, framesPerSecond: 1e9, burst: 1e9, ...options.limits };
+  const engine = new Engine({ limits });
   const recorder = new TrackedRecorder(engine, options.wal ?? null, { checkpointBytes: 1 << 30, checkpointMs: 3_600_000, samplesGiveUpShare: 0.75, now: () => now, log });
   await recorder.record({ t: 'start', at: now, config: ENGINE_CONFIG });
   await recorder.record({ t: 'source', at: now, gpu: 'hook', reason: 'property test' });
-  // No frame-rate limit: a test sends faster than any hook, and a refusal for it is not what is tested.
-  const ingest = new Ingest(engine, recorder, { now: () => now, limits: { framesPerSecond: 1e9, burst: 1e9, ...options.limits } });
+  const ingest = new Ingest(engine.world.jobs, recorder, { now: () => now, limits, nvml: engine.world.hookGpu });
   const slots = new ConnectionSlots(ingest.limits.maxPending);
   const flow = new Flow(ingest.limits);
   const crashes: string[] = [];

@@ -4,7 +4,7 @@ import { Engine } from '../../src/engine/engine.js';
 import type { EngineConfig, JournalEntry } from '../../src/engine/entries.js';
 import type { EngineSnapshot } from '../../src/engine/snapshot.js';
 import { Ingest } from '../../src/ingest/ingest.js';
-import type { IngestLimits } from '../../src/ingest/limits.js';
+import { DEFAULT_LIMITS, type IngestLimits } from '../../src/ingest/limits.js';
 import { Recorder } from '../../src/journal/recorder.js';
 import type { Wal } from '../../src/journal/wal.js';
 import { createLogger, type Logger } from '../../src/log/log.js';
@@ -47,13 +47,15 @@ export async function inProcess(
   let simulated = options.at ?? Date.parse('2026-12-01T12:00:00Z');
   const clock = options.now ?? (() => simulated);
   const log = options.log ?? createLogger('silent');
-  const engine = new Engine();
+  // Built like the sidecar's: the engine and the ingest with one set of limits.
+  const limits = { ...DEFAULT_LIMITS, ...options.limits };
+  const engine = new Engine({ limits });
   const recorder = new Recorder(engine, options.wal ?? null, { checkpointBytes: 1 << 20, checkpointMs: 60_000, samplesGiveUpShare: 0.75, now: clock, log });
   const listeners = new Set<(snapshot: EngineSnapshot) => void>();
   const at = clock();
   await recorder.record({ t: 'start', at, config: options.config ?? { windowMs: 4_000, holdMs: 0, endGraceMs: 10_000 } });
   await recorder.record({ t: 'source', at, gpu: 'none', reason: SOURCES_NONE.gpu.reason });
-  const ingest = new Ingest(engine, recorder, { now: clock, limits: options.limits });
+  const ingest = new Ingest(engine.world.jobs, recorder, { now: clock, limits, nvml: engine.world.hookGpu });
   const app = await buildServer({
     ingest,
     log,

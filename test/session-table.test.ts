@@ -1,6 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import type { Hello, StepRecord } from '../src/protocol/messages.js';
-import { JobStore } from '../src/store/job-store.js';
+import { RankHistory } from '../src/store/rank-history.js';
+import { SessionTable, type TableOptions } from '../src/store/session-table.js';
+
+/** A session table and its ranks' history, as the engine's world holds them. */
+function tableOf(options: TableOptions = {}) {
+  const store = new SessionTable(options);
+  return { store, history: new RankHistory(store) };
+}
 
 const hello = (overrides: Partial<Hello> = {}): Hello => ({
   type: 'hello',
@@ -30,12 +37,12 @@ const record = (seq: number, ms: { dur?: number; data?: number; h2d?: number; co
   gpuIdleNs: ms.gpuIdle === undefined ? null : ms.gpuIdle * 1e6, commNs: null, commWaitNs: null, commBytes: null, evalNs: null,
 });
 
-describe('JobStore', () => {
+describe('the session table and the ranks\' history', () => {
   it('counts every record once across resends, per session', () => {
-    const store = new JobStore();
+    const { store, history } = tableOf();
     store.hello(hello(), 0);
-    expect(store.steps('s0', [record(1), record(2), record(3)], 0, 1).ack).toBe(3);
-    const resend = store.steps('s0', [record(2), record(3), record(4)], 0, 2);
+    expect(history.steps('s0', [record(1), record(2), record(3)], 0, 1).ack).toBe(3);
+    const resend = history.steps('s0', [record(2), record(3), record(4)], 0, 2);
     expect(resend.accepted.map((r) => r.seq)).toEqual([4]);
     expect(resend.duplicates).toBe(2);
     expect(store.hello(hello(), 3)).toEqual({ ack: 4, resumed: true });
@@ -45,35 +52,35 @@ describe('JobStore', () => {
   });
 
   it('a restarted process (new session) of the same rank adds to the rank', () => {
-    const store = new JobStore();
+    const { store, history } = tableOf();
     store.hello(hello(), 0);
-    store.steps('s0', [record(1), record(2)], 0, 1);
+    history.steps('s0', [record(1), record(2)], 0, 1);
     expect(store.hello(hello({ session: 's1' }), 2)).toEqual({ ack: 0, resumed: false });
-    store.steps('s1', [record(1)], 0, 3);
+    history.steps('s1', [record(1)], 0, 3);
     const rank = store.snapshot(4)[0]!.ranks[0]!;
     expect(rank.steps).toBe(3);
     expect(rank.sessions).toBe(2);
   });
 
   it('keeps a bounded number of sessions per rank, folding the forgotten ones into its counts', () => {
-    const store = new JobStore({ sessionsPerRank: 3 });
+    const { store, history } = tableOf({ sessionsPerRank: 3 });
     for (let i = 0; i < 10; i++) {
       store.hello(hello({ session: `restart-${i}` }), i);
-      store.steps(`restart-${i}`, [record(1), record(2)], i, i);
-      store.steps(`restart-${i}`, [record(2)], i, i);
+      history.steps(`restart-${i}`, [record(1), record(2)], i, i);
+      history.steps(`restart-${i}`, [record(2)], i, i);
     }
     const rank = store.snapshot(20)[0]!.ranks[0]!;
     expect(rank.sessions).toBe(10);
     expect(rank.steps).toBe(20);
     expect(rank.duplicates).toBe(10);
     expect(rank.dropped).toBe(45);
-    expect(store.rankViews()).toHaveLength(1);
+    expect(history.views()).toHaveLength(1);
   });
 
   it('splits step time into data, h2d, compute and the rest', () => {
-    const store = new JobStore();
+    const { store, history } = tableOf();
     store.hello(hello(), 0);
-    store.steps('s0', [record(1, { dur: 20, data: 5, h2d: 2, compute: 10 }), record(2, { dur: 20, data: 5, h2d: 2, compute: 10 })], 0, 1);
+    history.steps('s0', [record(1, { dur: 20, data: 5, h2d: 2, compute: 10 }), record(2, { dur: 20, data: 5, h2d: 2, compute: 10 })], 0, 1);
     const rank = store.snapshot(2)[0]!.ranks[0]!;
     expect(rank.phase_s).toEqual({ data: 0.01, h2d: 0.004, compute: 0.02, other: 0.006 });
     expect(rank.breakdown.data).toBeCloseTo(0.25);
@@ -81,23 +88,23 @@ describe('JobStore', () => {
   });
 
   it('keeps GPU-side phases and idle gaps apart from wall-clock phases', () => {
-    const store = new JobStore();
+    const { store, history } = tableOf();
     store.hello(hello(), 0);
-    store.steps('s0', [record(1), record(2, { gpuIdle: 3 }), record(3, { gpuIdle: 1 })], 0, 1);
+    history.steps('s0', [record(1), record(2, { gpuIdle: 3 }), record(3, { gpuIdle: 1 })], 0, 1);
     const gpu = store.snapshot(2)[0]!.ranks[0]!.gpu_phase_s;
     expect(gpu).toEqual({ timed_steps: 2, h2d: 0, compute: 0.01, idle_steps: 2, idle: 0.004 });
   });
 
   it('keeps the highest dropped count a session reported', () => {
-    const store = new JobStore();
+    const { store, history } = tableOf();
     store.hello(hello(), 0);
-    store.steps('s0', [record(1)], 7, 1);
-    store.steps('s0', [record(2)], 5, 2);
+    history.steps('s0', [record(1)], 7, 1);
+    history.steps('s0', [record(2)], 5, 2);
     expect(store.snapshot(3)[0]!.dropped).toBe(7);
   });
 
   it('ends a job when every rank has said end, and not before every rank was seen', () => {
-    const store = new JobStore();
+    const { store } = tableOf();
     store.hello(hello({ world_size: 2 }), 0);
     store.connected('s0');
     store.end('s0');
@@ -110,7 +117,7 @@ describe('JobStore', () => {
   });
 
   it('ends a job whose connections have been gone for the grace period', () => {
-    const store = new JobStore();
+    const { store } = tableOf();
     store.hello(hello(), 0);
     store.connected('s0');
     store.disconnected('s0', 1_000);
@@ -120,14 +127,14 @@ describe('JobStore', () => {
   });
 
   it('gives reconnecting hooks a fresh grace period after a restart', () => {
-    const store = new JobStore();
+    const { store } = tableOf();
     store.hello(hello(), 0);
     store.restarted(60_000);
     expect(store.settle(60_500, 1_000)).toEqual([]);
   });
 
   it('reopens an ended job when one of its ranks comes back', () => {
-    const store = new JobStore();
+    const { store } = tableOf();
     store.hello(hello(), 0);
     store.end('s0');
     store.settle(1, 1_000);
@@ -136,9 +143,9 @@ describe('JobStore', () => {
   });
 
   it('reports step time percentiles over recent steps', () => {
-    const store = new JobStore({ recentSteps: 100 });
+    const { store, history } = tableOf({ recentSteps: 100 });
     store.hello(hello(), 0);
-    store.steps('s0', Array.from({ length: 200 }, (_, i) => record(i + 1, { dur: i + 1, compute: 0 })), 0, 1);
+    history.steps('s0', Array.from({ length: 200 }, (_, i) => record(i + 1, { dur: i + 1, compute: 0 })), 0, 1);
     const stepMs = store.snapshot(2)[0]!.ranks[0]!.step_ms;
     expect(stepMs).toEqual({ last: 200, mean: 150.5, p50: 150, p90: 190 });
   });

@@ -1,69 +1,24 @@
-import type { GpuSample } from '../model/gpu.js';
-import { nvmlToGpuSample, type CounterBatch } from '../protocol/counters.js';
+import type { Env, Hello, StepRecord } from '../protocol/messages.js';
 import { ENV_LIMITS } from '../protocol/hook-schema.js';
-import { envBytes, type Env, type Hello, type StepRecord } from '../protocol/messages.js';
+import { envBytes } from '../protocol/messages.js';
 import { secretMatches } from '../protocol/session-secret.js';
-import { plausibleAt } from '../model/clock.js';
-import { addDuration, emptyDurations, type DurationCounts } from './duration-counts.js';
-import { LogHistogram } from './histogram.js';
+import { admitRows, EnvTooLargeError, LimitError, type AdmissionLimits, type AdmissionPort, type HelloRefusal, type SeqRange } from './admission.js';
 import type { Capture, ProcReading } from '../protocol/capture.js';
-import { toSidecarMs, type EndReason, type Job, type MemoryAt, type ProcessAt, type Rank, type Session, type TimedStep } from './job-records.js';
-
-/** Allocator samples kept per rank: 10 minutes at the hook's 1 a second. */
-const MEMORY_SAMPLES = 600;
+import type { EndReason, Job, Rank, Session } from './job-records.js';
 import { describeJob, type JobSnapshot } from './job-snapshot.js';
 import type { JobsCheckpoint } from './jobs-checkpoint.js';
-import { Ring } from './ring.js';
-import { addStep, emptySums, StepBuckets, type StepSums } from './step-buckets.js';
+import { dumpHistory, loadHistory, newRank, type HeldSessions, type TakenRows } from './rank-history.js';
 
-export type { EndReason, TimedStep } from './job-records.js';
-export { breakdownOf, roundBreakdown, type JobSnapshot, type RankSnapshot } from './job-snapshot.js';
-
-/** Whether a rank's process is there and heard from: what tells a stalled rank from a gone one (its latest session's fields, and the rank's). */
-export type RankLiveness = Pick<Session, 'pid' | 'host' | 'heardAt' | 'heartbeatMs' | 'captures' | 'procStart' | 'disconnectedAt' | 'disconnectReason'> & {
-  connected: boolean;
-  /** Its latest process said `end`. */
-  ended: boolean;
-  /** The last step's number (-1 before the first). */
-  lastStep: number;
-  capture: Capture | null;
-  proc: (ProcReading & { at: number }) | null;
-};
-
-/** Read-only access to one rank's recent history, for windows and verdicts. */
-export interface RankView {
-  job: string;
-  rank: number;
-  localRank: number;
-  env: Env;
-  buckets: StepBuckets;
-  histogram: LogHistogram;
-  totals: StepSums;
-  durations: DurationCounts;
-  steps(): number;
-  lastStepEndAt(): number | null;
-  recent(): TimedStep[];
-  process(): ProcessAt[];
-  memory(): MemoryAt[];
-  liveness(): RankLiveness;
-}
-
-export interface HelloResult {
-  ack: number;
-  resumed: boolean;
-}
-
-export interface StepsResult {
-  accepted: StepRecord[];
-  duplicates: number;
-  ack: number;
-}
-
-export interface StoreOptions {
+export interface TableOptions {
   /** Step records kept per rank for recent step times. */
   recentSteps?: number;
   /** Sessions (processes) kept per rank; older ones are folded into the rank's counts. */
   sessionsPerRank?: number;
+  /**
+   * Jobs and ranks per job kept: the ingest refuses a hello past them before logging it (asking
+   * `refusal`), and a journal replayed with more (written with higher limits, or forged) cannot fill the heap.
+   */
+  limits?: AdmissionLimits | null;
 }
 
 /**
@@ -79,37 +34,58 @@ export class UnknownSessionError extends Error {}
 /** A hello for a session id that another job or rank holds, or without the session's resume secret. */
 export class SessionConflictError extends Error {}
 
-/** An env update that would grow a rank's env past its bound. */
-export class EnvTooLargeError extends Error {}
-
-/** A hello past --max-jobs or --max-ranks: refused live before it is logged, skipped in a replay. */
-export class LimitError extends Error {
-  constructor(readonly limit: 'jobs' | 'ranks') {
-    super(`too many ${limit}`);
-  }
+export interface HelloResult {
+  ack: number;
+  resumed: boolean;
 }
 
+/** Whether a session held is bound to another job or rank than this hello's. */
+const boundElsewhere = (session: Session, hello: Hello) => session.job.id !== hello.job || session.rank.rank !== hello.rank;
 
 /**
- * What the sidecar knows about the jobs that report to it. Pure: every method takes the
- * sidecar-clock time (`at`, ms since the epoch) it should use, so a journal replays into
- * exactly the same state.
+ * The jobs that report to the sidecar, their ranks and each rank's processes (sessions): who is
+ * bound to what, connected, heard from and ended, and how far each session's seqs go. It answers
+ * the ingest's admission questions (AdmissionPort) by the rules it applies entries by. Pure: every
+ * method takes the sidecar-clock time (`at`, ms since the epoch) it should use, so a journal
+ * replays into exactly the same state.
  */
-export class JobStore {
+export class SessionTable implements AdmissionPort, HeldSessions {
   private readonly jobs = new Map<string, Job>();
   private readonly sessions = new Map<string, Session>();
-  /**
-   * Jobs and ranks per job kept: the ingest refuses a hello past them before logging it, and a
-   * journal replayed with more (written with higher limits, or forged) cannot fill the heap.
-   */
-  maxJobs = Number.POSITIVE_INFINITY;
-  maxRanksPerJob = Number.POSITIVE_INFINITY;
+  private readonly limits: AdmissionLimits;
   private readonly recentSteps: number;
   private readonly sessionsPerRank: number;
 
-  constructor(options: StoreOptions = {}) {
+  constructor(options: TableOptions = {}) {
     this.recentSteps = options.recentSteps ?? 256;
     this.sessionsPerRank = options.sessionsPerRank ?? 16;
+    this.limits = options.limits ?? { maxJobs: Number.POSITIVE_INFINITY, maxRanksPerJob: Number.POSITIVE_INFINITY };
+  }
+
+  refusal(hello: Hello): HelloRefusal | null {
+    const limit = this.limitPassed(hello);
+    if (limit === 'jobs') return { limit, reason: `too many jobs: this sidecar takes ${this.limits.maxJobs}` };
+    if (limit === 'ranks') return { limit, reason: `too many ranks: a job may have ${this.limits.maxRanksPerJob}` };
+    return null;
+  }
+
+  /**
+   * The one rule for the limits, asked by the ingest before it journals a hello and applied to the
+   * hello entry: a new job when the jobs held are at the limit and none can make room, or a new rank
+   * of the run the hello joins when it has as many as a job may.
+   */
+  private limitPassed(hello: Hello): 'jobs' | 'ranks' | null {
+    if (!this.jobs.has(hello.job) && this.jobs.size >= this.limits.maxJobs && ![...this.jobs.values()].some(evictable)) return 'jobs';
+    const ranks = this.runJoined(hello)?.ranks;
+    if (!ranks?.has(hello.rank) && (ranks?.size ?? 0) >= this.limits.maxRanksPerJob) return 'ranks';
+    return null;
+  }
+
+  /** The run a hello joins: the job's current one, unless it ended and the hello's session is not of it (a new run replaces it). */
+  private runJoined(hello: Hello): Job | null {
+    const job = this.jobs.get(hello.job);
+    if (job && job.endedAt !== null && this.sessions.get(hello.session)?.job !== job) return null;
+    return job ?? null;
   }
 
   /**
@@ -122,7 +98,7 @@ export class JobStore {
   sessionConflict(hello: Hello, resume: string | null): string | null {
     const session = this.sessions.get(hello.session);
     if (!session) return null;
-    if (session.job.id !== hello.job || session.rank.rank !== hello.rank) {
+    if (boundElsewhere(session, hello)) {
       return `session ${hello.session} belongs to another job or rank: each process needs its own session id`;
     }
     if (session.secret === null && (session.pid !== hello.pid || session.host !== hello.host)) {
@@ -145,7 +121,9 @@ export class JobStore {
    */
   hello(hello: Hello, at: number, secret: string | null = null): HelloResult {
     const held = this.sessions.get(hello.session);
-    if (held && (held.job.id !== hello.job || held.rank.rank !== hello.rank)) throw new SessionConflictError(`session ${hello.session} belongs to another job or rank`);
+    if (held && boundElsewhere(held, hello)) throw new SessionConflictError(`session ${hello.session} belongs to another job or rank`);
+    const limit = this.limitPassed(hello);
+    if (limit) throw new LimitError(limit);
     const job = this.jobFor(hello, at);
     let session = this.sessions.get(hello.session);
     if (session && session.job !== job) session = undefined;
@@ -240,118 +218,31 @@ export class JobStore {
     session.job.lastHeardAt = Math.max(session.job.lastHeardAt ?? at, at);
   }
 
-  /** Adds the records not seen before; records at or below the session's highest seq are duplicates. */
   /**
-   * `refused`: records of the frame refused for implausible times, up to seq `through`, which the
-   * acknowledgement covers all the same (they are never applied, and never to be sent again).
+   * Counts a frame's rows against the session's seqs by the admission rule (src/store/admission.ts),
+   * and gives the rows its rank keeps. `refused`: rows the ingest left out for implausible times,
+   * up to seq `through`, which the acknowledgement covers all the same.
    */
-  steps(sessionId: string, records: readonly StepRecord[], dropped: number, at: number, duplicatesSeen = 0, refused: { count: number; through: number } | null = null): StepsResult {
+  takeRows(sessionId: string, records: readonly StepRecord[], dropped: number, at: number, duplicatesSeen: number, refused: { count: number; through: number } | null): TakenRows {
     const session = this.session(sessionId);
-    const rank = session.rank;
-    const accepted: StepRecord[] = [];
-    let duplicates = duplicatesSeen;
     const from = Math.max(session.maxSeq, session.seqBase);
-    let taken = 0;
-    for (const record of records) {
-      if (record.seq <= session.maxSeq) {
-        duplicates += 1;
-        continue;
-      }
-      if (record.seq > from) taken += 1;
-      // The live ingest leaves these out before journaling; a journal written before it did may hold them.
-      if (!plausibleAt(toSidecarMs(session, record.endNs), at)) {
-        session.maxSeq = record.seq;
-        session.refused += 1;
-        continue;
-      }
-      session.maxSeq = record.seq;
-      accepted.push(record);
-      addStep(rank.totals, record);
-      const endAt = toSidecarMs(session, record.endNs);
-      rank.recent.push({ record, endAt });
-      rank.buckets.add(record, endAt);
-      rank.histogram.add(record.durNs / 1e6);
-      addDuration(rank.durations, record.durNs / 1e9);
-      const startAt = endAt - record.durNs / 1e6;
-      if (session.job.firstStepAt === null || startAt < session.job.firstStepAt) session.job.firstStepAt = startAt;
-      rank.lastStepEndAt = Math.max(rank.lastStepEndAt ?? endAt, endAt);
-      rank.steps += 1;
-      rank.lastStep = record.step;
-    }
-    if (accepted.length > 0) rank.lastStepAt = at;
+    // Rows ascend (a journal's are checked before they come here): the last new one is the highest.
+    const admitted = admitRows(session, session.maxSeq, records, at);
+    const taken = admitted.fresh.filter((record) => record.seq > from).length;
+    session.maxSeq = Math.max(session.maxSeq, admitted.fresh.at(-1)?.seq ?? 0);
+    // A journal written before the ingest left these out may hold them.
+    session.refused += admitted.refused?.count ?? 0;
     this.heard(session, at);
     if (refused) {
       session.refused += refused.count;
       session.maxSeq = Math.max(session.maxSeq, refused.through);
     }
+    const duplicates = duplicatesSeen + admitted.duplicates;
     session.duplicates += duplicates;
     session.dropped = Math.max(session.dropped, dropped);
     // The refused records lie between the rows; what is neither held nor refused was passed over.
     session.skipped += Math.max(0, session.maxSeq - from - taken - (refused?.count ?? 0));
-    return { accepted, duplicates, ack: session.maxSeq };
-  }
-
-  /**
-   * Keeps the process counters on the rank; returns forwarded NVML samples as GPU samples, both
-   * placed on the sidecar's clock.
-   */
-  counters(sessionId: string, batch: CounterBatch, at: number): GpuSample[] {
-    const session = this.session(sessionId);
-    const placed = <T extends { at_ns: number }>(samples: T[]) =>
-      samples.map((sample) => ({ ...sample, at: toSidecarMs(session, sample.at_ns) })).filter((sample) => plausibleAt(sample.at, at));
-    if (batch.source === 'process') {
-      for (const sample of placed(batch.samples)) session.rank.process.push(sample);
-      return [];
-    }
-    if (batch.source === 'memory') {
-      for (const sample of placed(batch.samples)) session.rank.memory.push(sample);
-      return [];
-    }
-    return placed(batch.samples).map((sample) => nvmlToGpuSample(sample, sample.at));
-  }
-
-  /** Every rank's view, or one job's. */
-  rankViews(jobId?: string): RankView[] {
-    const views: RankView[] = [];
-    const jobs = jobId === undefined ? [...this.jobs.values()] : [this.jobs.get(jobId)].filter((job) => job !== undefined);
-    for (const job of jobs) {
-      for (const rank of job.ranks.values()) {
-        views.push({
-          job: job.id,
-          rank: rank.rank,
-          localRank: rank.localRank,
-          env: rank.env,
-          buckets: rank.buckets,
-          histogram: rank.histogram,
-          totals: rank.totals,
-          durations: rank.durations,
-          steps: () => rank.steps,
-          lastStepEndAt: () => rank.lastStepEndAt,
-          recent: () => rank.recent.toArray(),
-          process: () => rank.process.toArray(),
-          memory: () => rank.memory.toArray(),
-          liveness: () => {
-            const latest = rank.latest;
-            return {
-              connected: rank.sessions.some((session) => session.connections > 0),
-              ended: latest.ended,
-              pid: latest.pid,
-              host: latest.host,
-              heardAt: latest.heardAt,
-              heartbeatMs: latest.heartbeatMs,
-              captures: latest.captures,
-              procStart: latest.procStart,
-              disconnectedAt: latest.disconnectedAt,
-              disconnectReason: latest.disconnectReason,
-              lastStep: rank.lastStep,
-              capture: rank.capture,
-              proc: rank.proc,
-            };
-          },
-        });
-      }
-    }
-    return views;
+    return { session, kept: admitted.kept, duplicates };
   }
 
   /**
@@ -359,7 +250,7 @@ export class JobStore {
    * highest seq held (or what the hook said was acknowledged) only the records sent and those it
    * says it dropped can lie. Null for an unknown session.
    */
-  seqRange(sessionId: string): { base: number; skipped: number; helloAt: number; monoAtHello: number } | null {
+  seqRange(sessionId: string): SeqRange | null {
     const session = this.sessions.get(sessionId);
     if (!session) return null;
     return { base: Math.max(session.maxSeq, session.seqBase), skipped: session.skipped, helloAt: session.helloAt, monoAtHello: session.monoAtHello };
@@ -374,11 +265,6 @@ export class JobStore {
   hasSession(sessionId: string, jobId: string): boolean {
     const session = this.sessions.get(sessionId);
     return session !== undefined && session.job.id === jobId;
-  }
-
-  /** Whether a job could be forgotten to make room for a new one. */
-  hasEvictableJob(): boolean {
-    return [...this.jobs.values()].some(evictable);
   }
 
   end(sessionId: string, at?: number): void {
@@ -460,7 +346,7 @@ export class JobStore {
    * Forgets the job that ended first and has no connection left, to make room; its summary is
    * already written. Returns its id.
    */
-  evictEndedJob(): string | null {
+  private evictEndedJob(): string | null {
     let oldest: Job | null = null;
     for (const job of this.jobs.values()) {
       if (evictable(job) && (!oldest || staleSince(job) < staleSince(oldest))) oldest = job;
@@ -488,14 +374,6 @@ export class JobStore {
 
   hasJob(job: string): boolean {
     return this.jobs.has(job);
-  }
-
-  hasRank(job: string, rank: number): boolean {
-    return this.jobs.get(job)?.ranks.has(rank) ?? false;
-  }
-
-  rankCount(job: string): number {
-    return this.jobs.get(job)?.ranks.size ?? 0;
   }
 
   /**
@@ -558,7 +436,16 @@ export class JobStore {
     }
   }
 
-  /** Everything the store holds, as plain data, for a checkpoint. */
+  /** Every job held, or one. */
+  *jobsOf(jobId?: string): Iterable<Job> {
+    if (jobId === undefined) yield* this.jobs.values();
+    else {
+      const job = this.jobs.get(jobId);
+      if (job) yield job;
+    }
+  }
+
+  /** Everything the table holds, as plain data, for a checkpoint. */
   dump(): JobsCheckpoint {
     return [...this.jobs.values()].map((job) => ({
       ...job,
@@ -566,18 +453,14 @@ export class JobStore {
         ...rank,
         latest: rank.latest.id,
         sessions: rank.sessions.map(({ job: _job, rank: _rank, ...session }) => session),
-        recent: rank.recent.toArray(),
-        buckets: rank.buckets.dump(),
-        histogram: rank.histogram.dump(),
-        process: rank.process.toArray(),
-        memory: rank.memory.toArray(),
+        ...dumpHistory(rank),
       })),
     }));
   }
 
-  /** A store holding what `dump` gave; throws where a rank's latest session is not among its sessions. */
-  static load(dump: JobsCheckpoint, options: StoreOptions = {}): JobStore {
-    const store = new JobStore(options);
+  /** A table holding what `dump` gave; throws where a rank's latest session is not among its sessions. */
+  static load(dump: JobsCheckpoint, options: TableOptions = {}): SessionTable {
+    const store = new SessionTable(options);
     for (const { ranks, ...fields } of dump) {
       const job: Job = { ...fields, ranks: new Map() };
       for (const { latest, sessions, ...held } of ranks) {
@@ -585,11 +468,7 @@ export class JobStore {
           ...held,
           latest: undefined as unknown as Session,
           sessions: [],
-          recent: Ring.of(store.recentSteps, held.recent),
-          buckets: StepBuckets.load(held.buckets),
-          histogram: LogHistogram.load(held.histogram),
-          process: Ring.of(120, held.process),
-          memory: Ring.of(MEMORY_SAMPLES, held.memory),
+          ...loadHistory(held, store.recentSteps),
         };
         for (const session of sessions) {
           const loaded: Session = { ...session, job, rank };
@@ -606,7 +485,7 @@ export class JobStore {
     return store;
   }
 
-  private session(sessionId: string): Session {
+  session(sessionId: string): Session {
     const session = this.sessions.get(sessionId);
     if (!session) throw new UnknownSessionError(`unknown session ${sessionId}`);
     return session;
@@ -618,13 +497,13 @@ export class JobStore {
    */
   private jobFor(hello: Hello, at: number): Job {
     let job = this.jobs.get(hello.job);
-    if (job && job.endedAt !== null && this.sessions.get(hello.session)?.job !== job) {
+    if (job && this.runJoined(hello) === null) {
       this.forgetJob(job);
       job = this.newJob(hello, at, job.run + 1);
     }
     if (!job) {
       // Room for a new job: the oldest ended one is forgotten (its summary is written).
-      if (this.jobs.size >= this.maxJobs && this.evictEndedJob() === null) throw new LimitError('jobs');
+      if (this.jobs.size >= this.limits.maxJobs) this.evictEndedJob();
       job = this.newJob(hello, at, 1);
     }
     job.worldSize = Math.max(job.worldSize, hello.world_size);
@@ -658,32 +537,11 @@ export class JobStore {
   private rankFor(job: Job, hello: Hello): Rank {
     let rank = job.ranks.get(hello.rank);
     if (!rank) {
-      if (job.ranks.size >= this.maxRanksPerJob) throw new LimitError('ranks');
-      rank = {
-        rank: hello.rank,
-        localRank: hello.local_rank,
-        latest: undefined as unknown as Session,
-        sessions: [],
-        forgotten: { sessions: 0, dropped: 0, duplicates: 0 },
-        env: {},
-        steps: 0,
-        lastStep: -1,
-        lastStepAt: null,
-        lastStepEndAt: null,
-        totals: emptySums(),
-        recent: new Ring(this.recentSteps),
-        buckets: new StepBuckets(),
-        histogram: new LogHistogram(),
-        durations: emptyDurations(),
-        process: new Ring(120),
-        memory: new Ring(MEMORY_SAMPLES),
-        capture: null,
-        proc: null,
-      };
+      // Its latest session is set as soon as the hello's session is made, before anything reads it.
+      rank = { ...newRank(hello, this.recentSteps), latest: undefined as unknown as Session };
       job.ranks.set(hello.rank, rank);
     }
     rank.localRank = hello.local_rank;
     return rank;
   }
 }
-
