@@ -21,8 +21,6 @@ export interface HelloResult {
   legacy: boolean;
 }
 
-export { CLOCK_SANITY } from '../model/clock.js';
-
 /**
  * Turns validated hook messages into journal entries: decides what is new, has the recorder log it
  * and apply it to the engine, and only then resolves the acknowledgement, so an acknowledged record

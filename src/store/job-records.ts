@@ -20,7 +20,6 @@ export const END_REASONS = ['all-ranks-ended', 'disconnected', 'shutdown'] as co
 export type EndReason = (typeof END_REASONS)[number];
 
 export const SESSION_DISCONNECTS = ['closed', 'silent', 'restart'] as const;
-export type SessionDisconnect = (typeof SESSION_DISCONNECTS)[number];
 
 const Int = Type.Integer({ minimum: 0 });
 const NumOrNull = Nullable(Type.Number());
