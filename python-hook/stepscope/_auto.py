@@ -223,8 +223,13 @@ class _Driver:
 
     # --- events (training thread) -------------------------------------------
 
-    def boundary(self):
-        """An optimizer step (or a backward pass where there is no optimizer) ended just now."""
+    def boundary(self, optimizer=None, args=None, kwargs=None):
+        """An optimizer step (or a backward pass where there is no optimizer) ended just now.
+
+        Also torch's global optimizer step post-hook itself (``optimizer, args, kwargs``; see
+        make_post_hook): no wrapper frame around it, as it runs every step."""
+        if not self.on or (_get_ident() != self.tid and not self.adopt_thread()):
+            return
         scope = self.scope or self.start_scope()
         if scope is None:
             return
@@ -751,14 +756,9 @@ def make_next(d, original, grad_enabled):
 
 
 def make_post_hook(d):
-    """The global optimizer step post-hook: the end of an optimizer step is a step boundary."""
-    get_ident = _get_ident
-
-    def post_hook(optimizer, args, kwargs):
-        if d.on and (get_ident() == d.tid or d.adopt_thread()):
-            d.boundary()
-
-    return post_hook
+    """The global optimizer step post-hook: the end of an optimizer step is a step boundary (on the
+    training thread, or on the first thread that steps before anything was timed)."""
+    return d.boundary
 
 
 def make_backward(d, original):
