@@ -5,7 +5,7 @@ import { DcgmSource } from './dcgm.js';
 import type { DcgmSelector } from './dcgm-parse.js';
 import { HostSource, type HostSample } from './host.js';
 import { inventorySource } from './inventory.js';
-import { NvidiaSmiCollector } from './nvidia-smi.js';
+import { nvidiaSmiCollector } from './nvidia-smi.js';
 import { SimSource } from './sim.js';
 import type { GpuSourceName, GpuSourceOption } from './gpu-source-names.js';
 import { Supervised, type Collector, type Source, type SupervisedOptions } from './source.js';
@@ -69,7 +69,7 @@ const perGpu = (samples: GpuSample[]) => samples.length;
 const GPU_TABLE: Record<ActiveGpu, { available: (config: SourcesConfig) => string | null; make: (config: SourcesConfig) => Collector<GpuSample[]>; what: (config: SourcesConfig) => string }> = {
   'nvidia-smi': {
     available: () => null,
-    make: (config) => new NvidiaSmiCollector({ binary: config.nvidiaSmi, intervalMs: config.gpuIntervalMs, log: config.log }),
+    make: (config) => nvidiaSmiCollector({ binary: config.nvidiaSmi, intervalMs: config.gpuIntervalMs, log: config.log }),
     what: () => 'nvidia-smi',
   },
   dcgm: {
@@ -113,7 +113,7 @@ const COMPANIONS: Companion[] = [
     name: 'nvidia-smi-fill',
     runs: (gpu) => gpu === 'dcgm',
     without: "throttle signals the exporter lacks come from the hooks' NVML readings, if any",
-    start: companion((config) => new NvidiaSmiCollector({ binary: config.nvidiaSmi, intervalMs: Math.max(config.gpuIntervalMs, 1000), log: config.log }), (sinks) => sinks.fill, true),
+    start: companion((config) => nvidiaSmiCollector({ binary: config.nvidiaSmi, intervalMs: Math.max(config.gpuIntervalMs, 1000), log: config.log }), (sinks) => sinks.fill, true),
   },
   {
     // The GPUs' compute processes, wherever nvidia-smi runs (the source or the filler).

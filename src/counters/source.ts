@@ -11,9 +11,45 @@ export interface Source<T> {
   readonly name: string;
   /**
    * One reading; rejects with why there is none (then nothing is delivered: not measured, never empty).
-   * `signal` aborts when the supervisor gives up on the read (its watchdog, or stop).
+   * `signal` aborts when the supervisor gives up on the read (its watchdog, or stop); `warn` says a
+   * problem with a part of it that the reading goes on despite.
    */
-  read(signal: AbortSignal): Promise<T>;
+  read(signal: AbortSignal, warn: Warn): Promise<T>;
+}
+
+/** The supervisor's rate-limited log: each distinct `problem` once per quiet period. */
+export type Warn = (problem: string, message: string, fields?: Record<string, unknown>) => void;
+
+/**
+ * A source whose readings, after the first, come as a stream: a long-lived child printing them
+ * (nvidia-smi -lms). `read` gives the first, as any source's; then `run` streams until it ends, and
+ * the supervisor runs it again (with backoff) until stopped. A run counts as a restart of the child.
+ */
+export interface StreamSource<T> extends Source<T> {
+  /**
+   * One run of the stream: each reading to `out` as it comes; settles when the stream ends, rejecting
+   * with why (a ReadError's problem and fields go into the log). `signal` ends it, its reason 'stop'
+   * (end gently) or 'stalled' (the watchdog: at once); the run must then end its child and settle.
+   */
+  run(out: StreamOutput<T>, signal: AbortSignal): Promise<void>;
+}
+
+export interface StreamOutput<T> {
+  /** A reading, with the sidecar's own time spent producing it (its share of the self-timing). */
+  emit(reading: T, costMs: number): void;
+  /** A problem with a part of the output; readings go on. */
+  warn: Warn;
+}
+
+/** Why a read or a stream failed, with what the log should say of it: `problem` is what counts as the same problem again. */
+export class ReadError extends Error {
+  constructor(
+    message: string,
+    readonly problem: string = message,
+    readonly fields: Record<string, unknown> = {},
+  ) {
+    super(message);
+  }
 }
 
 /** A source as it runs: what the registry starts and stops and the outputs ask how it fares. */
@@ -37,13 +73,23 @@ export interface SourceTiming {
   totalMs: number;
 }
 
+/** How a stream is watched: a run without live readings for `stallMs` is ended and run again. */
+export interface StreamOptions<T> {
+  stallMs: number;
+  /** A run that delivered and lasted this long earns the first backoff again. */
+  resetAfterMs: number;
+  /** Whether a reading is live (has figures): only those keep the watchdog quiet and make the health ok. Default: all. */
+  live?: (reading: T) => boolean;
+}
+
 export interface SupervisedOptions<T> {
-  /** A read every this often, timed from the previous start; null: one read only (the inventory). */
+  /** A read every this often, timed from the previous start; null: one read only (the inventory, a stream's first). */
   intervalMs: number | null;
   log: Logger;
   /** A read not settled by then is a failure (it is aborted, and still awaited before the next: never two at once). Default 15 s. */
   timeoutMs?: number;
-  /** After failures in a row the wait doubles each time, from the interval up to this. Default 60 s. */
+  /** After failures in a row the wait doubles each time, from this (default twice the interval) up to `maxBackoffMs` (default 60 s). */
+  firstBackoffMs?: number;
   maxBackoffMs?: number;
   now?: () => number;
   /** Samples a reading holds, for its health (a GPU source's reading is one sample per GPU); default 1. */
@@ -52,10 +98,14 @@ export interface SupervisedOptions<T> {
 
 const WARNING_QUIET_MS = 5 * 60_000;
 
-/** Runs one Source: a read every interval (timed from the previous start), backoff after failures. */
+/**
+ * Runs one source: a read every interval (timed from the previous start), backoff after failures;
+ * a StreamSource's stream after its first read, with a watchdog, run again with backoff when it ends.
+ */
 export class Supervised<T> implements Collector<T> {
   readonly name: string;
-  readonly restartsChild = false;
+  readonly restartsChild: boolean;
+  private readonly stream: { source: StreamSource<T>; options: StreamOptions<T> } | null;
   private readonly status: HealthTracker;
   private readonly warnings: RateLimitedWarnings;
   private readonly log: Logger;
@@ -65,14 +115,19 @@ export class Supervised<T> implements Collector<T> {
   /** No read is scheduled any more: stopped, or a required first read failed. */
   private ended = false;
   private running: Promise<boolean> | null = null;
+  private streaming: Promise<void> | null = null;
   private failures = 0;
   private readonly timings: SourceTiming = { reads: 0, lastMs: null, totalMs: 0 };
 
+  constructor(source: StreamSource<T>, options: SupervisedOptions<T> & { stream: StreamOptions<T> });
+  constructor(source: Source<T>, options: SupervisedOptions<T>);
   constructor(
-    private readonly source: Source<T>,
-    private readonly options: SupervisedOptions<T>,
+    private readonly source: Source<T> | StreamSource<T>,
+    private readonly options: SupervisedOptions<T> & { stream?: StreamOptions<T> },
   ) {
     this.name = source.name;
+    this.stream = 'run' in source && options.stream ? { source, options: options.stream } : null;
+    this.restartsChild = this.stream !== null;
     this.log = options.log.child({ source: source.name });
     this.status = new HealthTracker(source.name);
     this.warnings = new RateLimitedWarnings(this.log, WARNING_QUIET_MS);
@@ -95,11 +150,14 @@ export class Supervised<T> implements Collector<T> {
 
   private async end(): Promise<void> {
     this.ended = true;
-    this.stopping.abort();
+    this.stopping.abort('stop');
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
     await this.running;
+    await this.streaming;
   }
+
+  private readonly warn: Warn = (problem, message, fields = {}) => this.warnings.warn(problem, message, fields);
 
   health(): CollectorHealth {
     return this.status.snapshot();
@@ -109,10 +167,43 @@ export class Supervised<T> implements Collector<T> {
     return { ...this.timings };
   }
 
+  private timed(ms: number): void {
+    this.timings.reads += 1;
+    this.timings.lastMs = ms;
+    this.timings.totalMs += ms;
+  }
+
+  /** The wait after `failures` failures in a row: doubling from the first backoff up to the most. */
+  private backoffMs(): number {
+    const first = this.options.firstBackoffMs ?? 2 * (this.options.intervalMs ?? 1_000);
+    return Math.min(first * 2 ** (this.failures - 1), this.options.maxBackoffMs ?? 60_000);
+  }
+
   private schedule(delayMs: number, sink: (reading: T) => void): void {
     if (this.ended) return;
     this.timer = setTimeout(() => (this.running = this.tick(sink, false)), delayMs);
     this.timer.unref();
+  }
+
+  /** A reading, to the health and the sink; `costMs` is what producing it took, the sink's time is added. */
+  private deliver(reading: T, sink: (reading: T) => void, costMs: number, live: boolean): void {
+    const started = performance.now();
+    this.status.delivered(this.options.count?.(reading) ?? 1, this.now(), live);
+    try {
+      sink(reading);
+    } catch (error) {
+      this.warnings.warn('sink threw', `the ${this.name} consumer threw`, { err: (error as Error).message });
+    } finally {
+      this.timed(costMs + (performance.now() - started));
+    }
+  }
+
+  /** A failure, in the health and (each distinct problem once per quiet period: a repeated one is not news) the log. */
+  private failed(error: unknown, message: string, fields: Record<string, unknown>): void {
+    const why = (error as Error).message;
+    const problem = error instanceof ReadError ? error.problem : why;
+    this.status.failing(why);
+    this.warnings.warn(`read failed: ${problem}`, message, { ...(error instanceof ReadError ? error.fields : {}), err: why, failures: this.failures, ...fields });
   }
 
   /** One read, delivered or failed; true when delivered. */
@@ -120,7 +211,7 @@ export class Supervised<T> implements Collector<T> {
     const started = performance.now();
     const timeoutMs = this.options.timeoutMs ?? 15_000;
     const signal = AbortSignal.any([this.stopping.signal, AbortSignal.timeout(timeoutMs)]);
-    const read = this.source.read(signal);
+    const read = this.source.read(signal, this.warn);
     const givenUp = new Promise<never>((_, reject) => {
       const onAbort = () => reject(new Error(this.ended ? 'stopped' : `no reading in ${timeoutMs} ms`));
       if (signal.aborted) onAbort();
@@ -133,34 +224,89 @@ export class Supervised<T> implements Collector<T> {
       if (this.ended) return false;
       if (this.failures > 0) this.log.info({ after: this.failures }, `${this.name}: reading again`);
       this.failures = 0;
-      this.status.delivered(this.options.count?.(reading) ?? 1, this.now());
       delivered = true;
-      try {
-        sink(reading);
-      } catch (error) {
-        this.warnings.warn('sink threw', `the ${this.name} consumer threw`, { err: (error as Error).message });
-      }
+      this.deliver(reading, sink, performance.now() - started, this.stream?.options.live?.(reading) ?? true);
     } catch (error) {
       // Never two at once: a read past the watchdog is still waited for.
       await read.catch(() => undefined);
       if (this.ended) return false;
-      const message = (error as Error).message;
+      this.timed(performance.now() - started);
       this.failures += 1;
-      this.status.failing(message);
-      // Each distinct problem once (then once per quiet period): a changed error is news, a repeated one is not.
-      if (!quiet) this.warnings.warn(`read failed: ${message}`, `${this.name}: no reading`, { err: message, failures: this.failures });
-    } finally {
-      const ms = performance.now() - started;
-      this.timings.reads += 1;
-      this.timings.lastMs = ms;
-      this.timings.totalMs += ms;
+      // A required first read's failure is said by whoever required it.
+      if (quiet) this.status.failing((error as Error).message);
+      else this.failed(error, `${this.name}: no reading`, {});
+    }
+    if (this.stream && delivered) {
+      this.streaming = this.runStream(this.stream.source, this.stream.options, sink);
+      return true;
     }
     const interval = this.options.intervalMs;
-    if (interval === null) return delivered;
-    const delay = this.failures === 0 ? Math.max(0, interval - (performance.now() - started)) : Math.min(interval * 2 ** this.failures, this.options.maxBackoffMs ?? 60_000);
+    if (interval === null && !this.stream) return delivered;
+    const delay = this.failures === 0 ? Math.max(0, interval! - (performance.now() - started)) : this.backoffMs();
     this.schedule(delay, sink);
     return delivered;
   }
+
+  /** The stream, run again after each end (with backoff), until stopped; a run without live readings for stallMs is ended. */
+  private async runStream(source: StreamSource<T>, options: StreamOptions<T>, sink: (reading: T) => void): Promise<void> {
+    for (let runs = 0; !this.ended; runs++) {
+      if (runs > 0) this.status.restarted();
+      const ending = new AbortController();
+      const startedAt = performance.now();
+      let lastLiveAt = startedAt;
+      let delivered = false;
+      const watchdog = setInterval(
+        () => {
+          const quietMs = performance.now() - lastLiveAt;
+          if (quietMs < options.stallMs || ending.signal.aborted) return;
+          this.warnings.warn('stalled', `${this.name} has delivered no live reading for ${Math.round(quietMs)} ms; ending it to run again`, { quiet_ms: Math.round(quietMs) });
+          ending.abort('stalled');
+        },
+        Math.min(options.stallMs, 1_000),
+      );
+      watchdog.unref();
+      const out: StreamOutput<T> = {
+        emit: (reading, costMs) => {
+          // A reading the stopped or stalled run still printed is not delivered.
+          if (this.ended || ending.signal.aborted) return;
+          const live = options.live?.(reading) ?? true;
+          if (live) lastLiveAt = performance.now();
+          delivered = true;
+          this.deliver(reading, sink, costMs, live);
+        },
+        warn: this.warn,
+      };
+      let why: unknown = new ReadError('the stream ended');
+      try {
+        await source.run(out, AbortSignal.any([this.stopping.signal, ending.signal]));
+      } catch (error) {
+        why = error;
+      } finally {
+        clearInterval(watchdog);
+      }
+      if (this.ended) return;
+      const livedMs = performance.now() - startedAt;
+      if (delivered && livedMs >= options.resetAfterMs) this.failures = 0;
+      this.failures += 1;
+      const delayMs = this.backoffMs();
+      const problem = why instanceof ReadError ? why.problem : (why as Error).message;
+      this.failed(why, `${this.name}: ${problem}; running it again in ${delayMs} ms`, { lived_ms: Math.round(livedMs), restart_in_ms: delayMs });
+      await sleep(delayMs, this.stopping.signal);
+    }
+  }
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener('abort', done, { once: true });
+  });
 }
 
 /** Logs each distinct problem once, then at most once per quiet period, saying how often it recurred. */

@@ -5,12 +5,9 @@
  */
 
 export { emptyGpuSample, ThrottleReason, throttleReasonNames, type GpuSample, type PowerReading, type ThrottleReasonName } from '../model/gpu.js';
-import type { GpuSample } from '../model/gpu.js';
 
 import type { CollectorHealth } from '../protocol/state.js';
 
 /** How a source fares: the schema /v1/state serves it by is its type. */
 export type { CollectorHealth };
 export type CollectorState = CollectorHealth['state'];
-
-export type GpuSink = (samples: GpuSample[]) => void;
