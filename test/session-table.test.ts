@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { Hello, StepRecord } from '../src/protocol/messages.js';
+import { LimitError } from '../src/store/admission.js';
 import { RankHistory } from '../src/store/rank-history.js';
 import { SessionTable, type TableOptions } from '../src/store/session-table.js';
 
@@ -148,5 +149,40 @@ describe('the session table and the ranks\' history', () => {
     history.steps('s0', Array.from({ length: 200 }, (_, i) => record(i + 1, { dur: i + 1, compute: 0 })), 0, 1);
     const stepMs = store.snapshot(2)[0]!.ranks[0]!.step_ms;
     expect(stepMs).toEqual({ last: 200, mean: 150.5, p50: 150, p90: 190 });
+  });
+
+  it('refuses a hello live exactly when applying it would pass the limits: one rule for both', () => {
+    const { store, history } = tableOf({ limits: { maxJobs: 1, maxRanksPerJob: 2 } });
+    /** What `refusal` says of the hello, then what applying it did: the two must agree. */
+    const both = (h: Hello, at: number) => {
+      const asked = store.refusal(h)?.limit ?? null;
+      let applied: string | null = null;
+      try {
+        store.hello(h, at);
+      } catch (error) {
+        if (!(error instanceof LimitError)) throw error;
+        applied = error.limit;
+      }
+      return [asked, applied];
+    };
+    expect(both(hello({ session: 'a0' }), 0)).toEqual([null, null]);
+    expect(both(hello({ session: 'a1', rank: 1 }), 1)).toEqual([null, null]);
+    expect(both(hello({ session: 'a2', rank: 2 }), 2), 'a third rank').toEqual(['ranks', 'ranks']);
+    store.connected('a0');
+    history.steps('a0', [record(1)], 0, 3);
+    // Job j steps and has a connection: it cannot make room.
+    expect(both(hello({ job: 'k', session: 'k0' }), 4), 'a second job').toEqual(['jobs', 'jobs']);
+    store.disconnected('a0', 5);
+    store.settle(20_000, 1_000);
+    // Ended, with nobody connected: a new job takes its place.
+    expect(both(hello({ job: 'k', session: 'k0' }), 20_001)).toEqual([null, null]);
+    expect(both(hello({ job: 'k', session: 'k1', rank: 1 }), 20_002)).toEqual([null, null]);
+    expect(store.snapshot(20_003).map((job) => [job.job, job.ranks.length])).toEqual([['k', 2]]);
+    store.settle(40_000, 1_000);
+    // A new run of the ended job k starts with no ranks: a rank its full old run did not have is not past the limit.
+    expect(both(hello({ job: 'k', session: 'k2', rank: 2 }), 40_001)).toEqual([null, null]);
+    expect(store.snapshot(40_002).map((job) => [job.job, job.run, job.ranks.length])).toEqual([['k', 2, 1]]);
+    expect(both(hello({ job: 'k', session: 'k3', rank: 0 }), 40_003)).toEqual([null, null]);
+    expect(both(hello({ job: 'k', session: 'k4', rank: 3 }), 40_004)).toEqual(['ranks', 'ranks']);
   });
 });
