@@ -16,7 +16,7 @@ import { checkpointBytesFor, DEFAULT_LIMITS, type IngestLimits } from './ingest/
 import { fitToMemory } from './ingest/memory-budget.js';
 import { Recorder } from './journal/recorder.js';
 import { replayJournal, TICK_MS } from './journal/replay.js';
-import { TickSchedule, WATCHED_TICK_MS } from './engine/tick-schedule.js';
+import { REAL_TIMERS, TickSchedule, WATCHED_TICK_MS } from './engine/tick-schedule.js';
 import { Wal } from './journal/wal.js';
 import { createLogger, type Logger, type LogLevel } from './log/log.js';
 import type { StreamLimits } from './outputs/stream-viewer.js';
@@ -157,6 +157,8 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
     dcgm: given.dcgmUrl ? { url: given.dcgmUrl, select: { pod: given.dcgmPod, namespace: given.dcgmNamespace } } : null,
     hostIntervalMs: given.hostIntervalMs,
     procRoot: given.procRoot,
+    // Only a live job's verdicts and notes show the node's processes; idle, the scan is most of the CPU.
+    processesWanted: () => engine.world.jobs.liveJobs().length > 0,
     simScenario: given.simScenario,
     log,
   });
@@ -289,10 +291,13 @@ export async function serve(given: ServeOptions): Promise<Sidecar> {
       if (options.exitOnEnd && endedHere > 0 && engine.world.jobs.liveJobs().length === 0 && stopping === null) void stop('every job ended');
     });
   };
-  const ticks = new TickSchedule(() => void recorder.record({ t: 'tick', at: Date.now() }).then(published, fail('tick')), () => engine.changed, {
-    idleMs: options.tickMs ?? TICK_MS,
-    watchedMs: WATCHED_TICK_MS,
-  });
+  const ticks = new TickSchedule(
+    () => void recorder.record({ t: 'tick', at: Date.now() }).then(published, fail('tick')),
+    () => engine.changed,
+    { idleMs: options.tickMs ?? TICK_MS, watchedMs: WATCHED_TICK_MS },
+    REAL_TIMERS,
+    () => engine.world.jobs.liveJobs().length === 0,
+  );
 
   let onRequest: Parameters<FastifyServerFactory>[0] = () => undefined;
   const app = await buildServer({

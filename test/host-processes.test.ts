@@ -98,4 +98,18 @@ describe('the host source, processes', () => {
     expect(second).toMatchObject({ visible: 'node', truncated: false });
     expect(second.top.slice(0, 2)).toMatchObject([{ pid: 27074, cores: 0.515 }, { pid: 27116, cores: 0.502 }]);
   });
+
+  it('reads no process while nothing wants them (no job is live), and the busiest again from the second reading after', async () => {
+    const root = tempDir('stepscope-proc-');
+    dirs.push(root);
+    cpSync(path.join(PROCESSES, 't0'), root, { recursive: true });
+    let wanted = false;
+    const host = new HostSource({ log: capturedLogger().log, procRoot: root, sysRoot: null, processesWanted: () => wanted });
+    const idle = await host.read();
+    expect('processes' in idle).toBe(false);
+    wanted = true;
+    expect((await host.read()).processes).toEqual({ visible: 'node', read: 72, truncated: false, top: [] });
+    cpSync(path.join(PROCESSES, 't1'), root, { recursive: true });
+    expect((await host.read()).processes!.top.slice(0, 2)).toMatchObject([{ pid: 27074, cores: 0.515 }, { pid: 27116, cores: 0.502 }]);
+  });
 });

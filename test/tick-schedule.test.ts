@@ -25,11 +25,11 @@ function manualTimers() {
   return { timers, advance };
 }
 
-function schedule() {
+function schedule(quiet = () => false) {
   const { timers, advance } = manualTimers();
   const ticks: number[] = [];
   let changed = false;
-  const ticking = new TickSchedule(() => (ticks.push(timers.now()), (changed = false)), () => changed, { idleMs: 250, watchedMs: 50 }, timers);
+  const ticking = new TickSchedule(() => (ticks.push(timers.now()), (changed = false)), () => changed, { idleMs: 250, watchedMs: 50 }, timers, quiet);
   return { ticking, ticks, advance, arrive: () => (changed = true) };
 }
 
@@ -57,6 +57,25 @@ describe('the engine tick schedule', () => {
     ticking.watched(true);
     advance(1000);
     expect(ticks).toEqual([250, 500, 750, 1000]);
+  });
+
+  it('while no job is live, ticks only at the first look after something came in', () => {
+    let live = false;
+    const { ticking, ticks, advance, arrive } = schedule(() => !live);
+    advance(1000);
+    expect(ticks).toEqual([]);
+    arrive();
+    advance(300);
+    expect(ticks).toEqual([1250]);
+    ticking.watched(true);
+    advance(100);
+    arrive();
+    advance(100);
+    expect(ticks).toEqual([1250, 1450]);
+    // A live job: every tick again, since time alone moves its verdicts.
+    live = true;
+    advance(500);
+    expect(ticks).toEqual([1250, 1450, 1700, 1950]);
   });
 
   it('goes back to 250 ms once the last viewer leaves, and stops for good', () => {

@@ -23,6 +23,8 @@ export interface SourcesConfig {
   dcgm: { url: string; select: DcgmSelector } | null;
   hostIntervalMs: number;
   procRoot: string;
+  /** Whether a job is live, which the host source's scan of the node's processes is for. */
+  processesWanted?: () => boolean;
   simScenario?: string;
   log: Logger;
 }
@@ -127,7 +129,7 @@ const COMPANIONS: Companion[] = [
     runs: () => true,
     without: 'no host counters',
     start: companion(
-      (config) => supervised(new HostSource({ procRoot: config.procRoot, log: config.log }), { intervalMs: config.hostIntervalMs, maxBackoffMs: 8 * config.hostIntervalMs, log: config.log }),
+      (config) => supervised(new HostSource({ procRoot: config.procRoot, log: config.log, processesWanted: config.processesWanted }), { intervalMs: config.hostIntervalMs, maxBackoffMs: 8 * config.hostIntervalMs, log: config.log }),
       (sinks) => sinks.host,
       false,
     ),

@@ -2,7 +2,9 @@
  * When the engine ticks: every `idleMs` (250 ms) as it always has; while a viewer is connected, also
  * `watchedMs` (50 ms) after the last tick where something new came in, so a step reaches a person
  * within about one short tick. Nothing new, no extra tick: a viewer of an idle sidecar costs what it
- * did. The timers are injected: tests drive them.
+ * did. While `quiet` (no job is live, so only an entry can change anything) a tick that nothing came
+ * in for is skipped: an idle sidecar journals and publishes nothing 4 times a second (issue 24,
+ * target 8). The timers are injected: tests drive them.
  */
 export interface Timers {
   setTimeout(run: () => void, ms: number): unknown;
@@ -36,6 +38,8 @@ export class TickSchedule {
     private readonly changed: () => boolean,
     private readonly intervals: TickIntervals,
     private readonly timers: Timers = REAL_TIMERS,
+    /** Whether time alone changes nothing: no job is live. */
+    private readonly quiet: () => boolean = () => false,
   ) {
     this.lastAt = timers.now();
     this.arm();
@@ -68,9 +72,15 @@ export class TickSchedule {
   private fire(): void {
     this.timer = null;
     const now = this.timers.now();
-    if (now - this.lastAt < this.intervals.idleMs && !this.changed()) {
+    const changed = this.changed();
+    if (now - this.lastAt < this.intervals.idleMs && !changed) {
       // A short look found nothing new: the next look a short tick on, the next tick when due.
       this.arm(Math.min(now, this.lastAt + this.intervals.idleMs - this.everyMs));
+      return;
+    }
+    if (!changed && this.quiet()) {
+      // Due, but a tick would change nothing: look again, and tick at the first look that finds something.
+      this.arm(now);
       return;
     }
     this.lastAt = now;
