@@ -1,7 +1,7 @@
 // The real sidecar for the benchmarks (scripts/bench.mjs, scripts/accuracy.mjs): `serve` on a free
 // port, resolved once it is ready.
 import { spawn } from 'node:child_process';
-import { SIDECAR_NODE_FLAGS } from '../dist/node-flags.js';
+import { SIDECAR_NODE_FLAGS } from '../dist/ingest/node-flags.js';
 
 /** Node's flags for the sidecar: SIDECAR_NODE_ARGS where set (empty for none), else those every start path gives it. */
 const nodeArgs = process.env.SIDECAR_NODE_ARGS === undefined ? SIDECAR_NODE_FLAGS : process.env.SIDECAR_NODE_ARGS.split(' ').filter(Boolean);

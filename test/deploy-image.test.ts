@@ -3,7 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { validate } from 'dockerfile-utils';
 import { describe, expect, it } from 'vitest';
-import { IMAGE_NODE_OPTIONS, SIDECAR_NODE_FLAGS } from '../src/node-flags.js';
+import { IMAGE_NODE_OPTIONS, SIDECAR_NODE_FLAGS } from '../src/ingest/node-flags.js';
 import { dockerfile, envOf, type Stage } from './support/dockerfile.js';
 import { CLI, ROOT, startSidecar } from './support/sidecar.js';
 

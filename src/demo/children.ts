@@ -1,6 +1,6 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createWriteStream } from 'node:fs';
-import { SIDECAR_NODE_FLAGS } from '../node-flags.js';
+import { SIDECAR_NODE_FLAGS } from '../ingest/node-flags.js';
 
 /** The processes the demo runs: the sidecar (as `stepscope serve`) and the Python ranks. */
 

@@ -1,7 +1,7 @@
 import { getHeapStatistics, setFlagsFromString } from 'node:v8';
 import { readMemoryLimit } from '../counters/cgroup-memory.js';
 import type { Logger } from '../log/log.js';
-import { IMAGE_NODE_OPTIONS } from '../node-flags.js';
+import { IMAGE_NODE_OPTIONS } from './node-flags.js';
 import { DEFAULT_LIMITS, type IngestLimits } from './limits.js';
 
 /**
