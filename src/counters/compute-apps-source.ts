@@ -1,5 +1,5 @@
 import { COMPUTE_APPS_FIELDS, parseComputeApps, type ComputeApp } from './compute-apps.js';
-import { execOnce } from './nvidia-smi.js';
+import { execOnce } from './nvidia-smi-exec.js';
 import { exitWarning } from './nvidia-smi-parse.js';
 import type { Source } from './source.js';
 

@@ -2,7 +2,7 @@ import si from 'systeminformation';
 import type { Logger } from '../log/log.js';
 import type { NodeInventory } from '../protocol/state.js';
 import { inventoryOf, type CpuFacts } from './inventory-parse.js';
-import { execOnce } from './nvidia-smi.js';
+import { execOnce } from './nvidia-smi-exec.js';
 import type { Source } from './source.js';
 
 /**

@@ -1,7 +1,8 @@
-import { execFile, spawn, type ExecFileException } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
 import type { Logger } from '../log/log.js';
+import { execOnce, firstLine } from './nvidia-smi-exec.js';
 import { anyMigEnabled, parseMigListing, parseMigQuery, withMigInstances, withQueryDetails, type MigDevice } from './nvidia-smi-mig.js';
 import {
   driverWarning,
@@ -42,7 +43,6 @@ export interface NvidiaSmiOptions {
 
 const DEFAULT_BACKOFF: Backoff = { initialMs: 250, maxMs: 10_000, resetAfterMs: 30_000 };
 const STOP_GRACE_MS = 2_000;
-const MAX_OUTPUT_BYTES = 1 << 20;
 /** The first reading's calls, each under the probe's limit: up to four queries (fields the driver refuses), -L and -q. */
 const PROBE_CALLS = 6;
 
@@ -234,36 +234,6 @@ function toSample(line: string, fields: readonly string[], at: number, warn: War
 
 function queryArgs(fields: readonly string[]): string[] {
   return [`--query-gpu=${fields.join(',')}`, '--format=csv,noheader,nounits'];
-}
-
-export type ExecResult = { ok: true; stdout: string } | { ok: false; reason: string; output: string; stdout: string; code: number | null };
-
-export function execOnce(binary: string, args: string[], options: { env: NodeJS.ProcessEnv | undefined; timeoutMs: number; signal?: AbortSignal }): Promise<ExecResult> {
-  return new Promise((resolve) => {
-    execFile(
-      binary,
-      args,
-      { env: options.env, timeout: options.timeoutMs, killSignal: 'SIGKILL', maxBuffer: MAX_OUTPUT_BYTES, encoding: 'utf8', signal: options.signal },
-      (error, stdout, stderr) => {
-        if (!error) return resolve({ ok: true, stdout });
-        const output = `${stdout}\n${stderr}`.trim();
-        const code = typeof error.code === 'number' && !error.killed ? error.code : null;
-        resolve({ ok: false, reason: execFailure(binary, error, output, options.timeoutMs), output, stdout, code });
-      },
-    );
-  });
-}
-
-function execFailure(binary: string, error: ExecFileException, output: string, timeoutMs: number): string {
-  if (error.code === 'ENOENT') return `"${binary}" not found (is the NVIDIA driver installed and nvidia-smi on PATH?)`;
-  if (error.code === 'EACCES') return `"${binary}" is not executable`;
-  if (error.killed) return `"${binary}" gave no answer within ${timeoutMs} ms`;
-  const status = typeof error.code === 'number' ? `exit ${error.code}` : `signal ${error.signal ?? error.code ?? 'unknown'}`;
-  return `"${binary}" failed (${status}): ${firstLine(output) || error.message}`;
-}
-
-function firstLine(text: string): string {
-  return text.split('\n').find((line) => line.trim())?.trim() ?? '';
 }
 
 function clip(line: string): string {

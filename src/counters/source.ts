@@ -310,7 +310,7 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
 }
 
 /** Logs each distinct problem once, then at most once per quiet period, saying how often it recurred. */
-export class RateLimitedWarnings {
+class RateLimitedWarnings {
   private static readonly MAX_KINDS = 200;
   private readonly seen = new Map<string, { loggedAt: number; suppressed: number }>();
 
