@@ -178,7 +178,8 @@ describe('NvidiaSmiCollector', () => {
     await waitFor(() => h.rounds.length >= roundsAtRestart + 2);
 
     expect(second).not.toBe(first);
-    expect(h.collector.health()).toMatchObject({ state: 'ok', restarts: 1 });
+    expect(h.collector.health()).toMatchObject({ state: 'ok', restarts: 1, lastError: null });
+    expect(h.logs.some((line) => line.msg === 'nvidia-smi: reading again')).toBe(true);
   });
 
   it('restarts a child that exits on its own, with backoff, naming its exit code and last stderr line', async () => {

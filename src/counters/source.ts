@@ -271,6 +271,7 @@ export class Supervised<T> implements Collector<T> {
           if (this.ended || ending.signal.aborted) return;
           const live = options.live?.(reading) ?? true;
           if (live) lastLiveAt = performance.now();
+          if (!delivered && this.failures > 0) this.log.info({ after: this.failures }, `${this.name}: reading again`);
           delivered = true;
           this.deliver(reading, sink, costMs, live);
         },
