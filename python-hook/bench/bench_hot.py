@@ -13,11 +13,18 @@ step above the same loop bare:
 - ``zero_code_no_loader`` (with torch): a loop without a DataLoader or optimizer (the forward probe,
   the backward wrapper, a ``no_grad`` block's enter and exit).
 
+With ``--by-call``, instead, each call of a step is timed on its own with ``time.perf_counter_ns``
+(the loader's ``next()``, each ``with`` phase, ``step()``; the zero-code path's ``next()``,
+``backward`` and optimizer post-hook), over ``--steps`` steps and ``--repeats`` passes; a call's cost is
+the mean of the fastest half of its timings (the slower half holds the preemptions of a loaded
+machine) less the same for the bare loop's call: where a step's nanoseconds go.
+
 The scope is made with no connection: nothing is encoded or sent (the sender thread's cost is
 ``bench_sender.py``'s). Prints one JSON object: per hook and figure, the median over rounds and each
 round's value, and the ratio of each hook to the first, taken round by round.
 
     python python-hook/bench/bench_hot.py --hook-path before=/tmp/before/python-hook --hook-path now=python-hook --rounds 7
+    python python-hook/bench/bench_hot.py --by-call --rounds 3
 """
 
 from __future__ import annotations
@@ -160,7 +167,129 @@ def zero_code(steps, repeats):
     return result, result2
 
 
-def child(steps, repeats):
+def fast_half(timings):
+    timings.sort()
+    return statistics.mean(timings[: len(timings) // 2])
+
+
+def by_call(steps, repeats):
+    """Each call of a step timed on its own (see the module's docstring): ns above the bare call."""
+    from stepscope._scope import Scope
+
+    clock = time.perf_counter_ns
+
+    class Empty:
+        __slots__ = ()
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, exc_type, exc, tb):
+            return False
+
+    empty = Empty()
+
+    class Bare:
+        def loader(self, iterable):
+            return iterable
+
+        def phase(self, name):
+            return empty
+
+        def step(self, samples=None):
+            pass
+
+    def explicit_calls(scope):
+        parts = {"loader next()": [], "with phase('h2d')": [], "with phase('compute')": [], "step()": []}
+        a, b, c, d = parts.values()
+        queue = getattr(scope, "_queue", [])
+        it = iter(scope.loader(range(steps * repeats + 1)))
+        for _ in range(steps * repeats):
+            t0 = clock()
+            next(it)
+            t1 = clock()
+            with scope.phase("h2d"):
+                pass
+            t2 = clock()
+            with scope.phase("compute"):
+                pass
+            t3 = clock()
+            scope.step(samples=32)
+            t4 = clock()
+            a.append(t1 - t0)
+            b.append(t2 - t1)
+            c.append(t3 - t2)
+            d.append(t4 - t3)
+            if len(queue) > 8192:
+                queue.clear()
+        return {name: fast_half(v) for name, v in parts.items()}
+
+    hooked, bare = explicit_calls(Scope(None)), explicit_calls(Bare())
+    out = {"explicit: " + name: hooked[name] - bare[name] for name in hooked}
+    try:
+        import torch
+    except ImportError:
+        return out
+    from stepscope import _auto
+
+    batch = (torch.ones(32, 64), torch.zeros(32))
+
+    def original_next(iterator):
+        return batch
+
+    def original_backward(tensor):
+        return None
+
+    def no_hook(optimizer, args, kwargs):
+        return None
+
+    d = _auto._Driver()
+    d.on = d.installed = True
+    d.optimizer_seen = True
+    d.tid = threading.get_ident()
+    scope = Scope(None)
+    d.scope_factory = lambda: scope
+    queue = scope._queue
+
+    def zero_code_calls(next_, backward, hook):
+        parts = {"next() (the step's end, its record, the batch's samples)": [], "Tensor.backward": [], "optimizer post-hook": []}
+        a, b, c = parts.values()
+        for _ in range(steps * repeats):
+            t0 = clock()
+            next_(None)
+            t1 = clock()
+            backward(None)
+            t2 = clock()
+            hook(None, (), {})
+            t3 = clock()
+            a.append(t1 - t0)
+            b.append(t2 - t1)
+            c.append(t3 - t2)
+            if len(queue) > 8192:
+                queue.clear()
+        return {name: fast_half(v) for name, v in parts.items()}
+
+    wrapped = (_auto.make_next(d, original_next, torch.is_grad_enabled), _auto.make_backward(d, original_backward), _auto.make_post_hook(d))
+    hooked, bare = zero_code_calls(*wrapped), zero_code_calls(original_next, original_backward, no_hook)
+    out.update({"zero-code: " + name: hooked[name] - bare[name] for name in hooked})
+    first = batch[0]
+    shape, plain = [], []
+    for _ in range(steps):
+        t0 = clock()
+        first.shape
+        t1 = clock()
+        t2 = clock()
+        shape.append(t1 - t0)
+        plain.append(t2 - t1)
+    out["of it: a tensor's .shape"] = fast_half(shape) - fast_half(plain)
+    d.flush()
+    return out
+
+
+def child(steps, repeats, calls):
+    if calls:
+        print(json.dumps(by_call(steps, repeats)))
+        return
     out = {"explicit": explicit(steps, repeats)}
     try:
         import torch  # noqa: F401
@@ -171,16 +300,21 @@ def child(steps, repeats):
     print(json.dumps(out))
 
 
+def ratio(values):
+    return round(statistics.median(values), 3) if values else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hook-path", action="append", default=[], help="NAME=DIR of a python-hook folder (repeatable)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--by-call", action="store_true", help="time each call of a step on its own (where the nanoseconds go)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.steps, args.repeats)
+        child(args.steps, args.repeats, args.by_call)
         return
     hooks = [tuple(spec.split("=", 1)) for spec in args.hook_path] or [("this", HERE)]
     rounds = {name: [] for name, _ in hooks}
@@ -189,6 +323,8 @@ def main() -> None:
         for name, path in order:
             env = dict(os.environ, PYTHONPATH=os.path.abspath(path))
             cmd = [sys.executable, os.path.abspath(__file__), "--child", "--steps", str(args.steps), "--repeats", str(args.repeats)]
+            if args.by_call:
+                cmd.append("--by-call")
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
             rounds[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
     first = hooks[0][0]
@@ -200,7 +336,7 @@ def main() -> None:
             for figure in runs[0]
         }
         report["ratio_to_" + first][name] = {
-            figure: round(statistics.median(run[figure] / base[figure] for run, base in zip(runs, rounds[first])), 3) for figure in runs[0]
+            figure: ratio([run[figure] / base[figure] for run, base in zip(runs, rounds[first]) if base[figure] > 0]) for figure in runs[0]
         }
     print(json.dumps(report, indent=2))
 
