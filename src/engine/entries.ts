@@ -10,7 +10,7 @@ import { InputError, parseInput, shortly, validatorOf } from '../protocol/parse.
 import { Nullable } from '../protocol/schema.js';
 import { NodeInventorySchema, type NodeInventory } from '../protocol/state.js';
 import { SummarySchema } from '../protocol/summary.js';
-import type { Env, Hello, StepRecord } from '../protocol/messages.js';
+import { recordProblem, type Env, type Hello, type StepRecord } from '../protocol/messages.js';
 
 /**
  * What the engine is fed, one entry at a time, live or from the journal: every input that shapes its
@@ -58,11 +58,7 @@ export type JournalEntry =
   /** The rank's process as the sidecar read it in /proc (while it is stalled or silent). */
   | { t: 'proc'; at: number; session: string; reading: ProcReading }
   | { t: 'env'; at: number; session: string; env: Env }
-  /**
-   * `duplicates`: records of the frame left out as already held (counted, not stored); `refused`:
-   * records left out for implausible times, counted, and acknowledged up to seq `through`.
-   */
-  | { t: 'steps'; at: number; session: string; dropped: number; rows: StepRow[]; duplicates?: number; refused?: { count: number; through: number } }
+  | StepsEntry
   | { t: 'end'; at: number; session: string; reason: string }
   | { t: 'counters'; at: number; session: string; batch: CounterBatch }
   /** `fill`: readings of a second source that only fill the throttle signals the GPU source lacks (nvidia-smi beside DCGM). */
@@ -79,6 +75,26 @@ export type JournalEntry =
   /** A run's summary files are written: a restart does not write them again. */
   | { t: 'summarized'; at: number; job: string; run: number }
   | ReferenceEntry;
+
+/** Where a live steps entry carries its checked records (liveSteps, recordsOf). */
+export const CHECKED: unique symbol = Symbol('checked records');
+
+/**
+ * `duplicates`: records of the frame left out as already held (counted, not stored); `refused`:
+ * records left out for implausible times, counted, and acknowledged up to seq `through`.
+ * `[CHECKED]`: the live frame's records that `rows` were made from, already checked by the frame's
+ * parse; JSON never holds a symbol key, so the journal never writes it and a replay never has it.
+ */
+export interface StepsEntry {
+  t: 'steps';
+  at: number;
+  session: string;
+  dropped: number;
+  rows: StepRow[];
+  duplicates?: number;
+  refused?: { count: number; through: number };
+  [CHECKED]?: readonly StepRecord[];
+}
 
 /** The `reference` entry's version: a journal holding another is refused entry by entry, with the reason. */
 export const REFERENCE_ENTRY_VERSION = 1;
@@ -134,6 +150,32 @@ export function fromRow(row: StepRow): StepRecord {
     commBytes: at(13),
     evalNs: at(14),
   };
+}
+
+/**
+ * A live frame's steps entry: the rows the journal writes, made from the records the frame's parse
+ * checked, which the engine applies as they are instead of reading the rows back and checking them again.
+ */
+export function liveSteps(
+  at: number,
+  session: string,
+  dropped: number,
+  records: readonly StepRecord[],
+  duplicates: number,
+  refused: { count: number; through: number } | null,
+): StepsEntry {
+  // In the order the journal has always written the keys: its lines stay byte for byte what they were.
+  return { t: 'steps', at, session, dropped, rows: records.map(toRow), duplicates, ...(refused ? { refused } : {}), [CHECKED]: records };
+}
+
+/** A steps entry's records: a live one's as checked, else its rows read back; a row that fails the frame's checks throws. */
+export function recordsOf(entry: StepsEntry): readonly StepRecord[] {
+  const checked = entry[CHECKED];
+  if (checked) return checked;
+  const records = entry.rows.map(fromRow);
+  // Skipped as `steps: bad row` (one reason, not one per value: it becomes a metric label).
+  if (records.some((record, i) => recordProblem(record, i === 0 ? 0 : records[i - 1]!.seq) !== null)) throw new Error('bad row');
+  return records;
 }
 
 // The shape of each entry as the journal may hold it. What these let through is applied by a total

@@ -3,8 +3,7 @@ import { CounterStore } from '../counters/counter-store.js';
 import type { AdmissionLimits } from '../store/admission.js';
 import { RankHistory } from '../store/rank-history.js';
 import { SessionTable } from '../store/session-table.js';
-import { recordProblem } from '../protocol/messages.js';
-import { fromRow, type JournalEntry } from './entries.js';
+import { recordsOf, type JournalEntry } from './entries.js';
 
 /** The data the engine holds: jobs and their steps, and the counters to match them with. */
 export interface World {
@@ -66,14 +65,10 @@ export function applyData(world: World, entry: JournalEntry): void {
     case 'proc':
       jobs.proc(entry.session, entry.reading, entry.at);
       break;
-    case 'steps': {
+    case 'steps':
       // A journal row passes the checks a frame's row passed when it was taken (a forged or damaged one is skipped).
-      const records = entry.rows.map(fromRow);
-      // Skipped as `steps: bad row` (one reason, not one per value: it becomes a metric label).
-      if (records.some((record, i) => recordProblem(record, i === 0 ? 0 : records[i - 1]!.seq) !== null)) throw new Error('bad row');
-      history.steps(entry.session, records, entry.dropped, entry.at, entry.duplicates ?? 0, entry.refused ?? null);
+      history.steps(entry.session, recordsOf(entry), entry.dropped, entry.at, entry.duplicates ?? 0, entry.refused ?? null);
       break;
-    }
     case 'end':
       jobs.end(entry.session, entry.at);
       break;

@@ -1,7 +1,7 @@
 import type { ProfileFrame, ProfileRequest } from '../protocol/profile.js';
 import type { GpuSample } from '../counters/types.js';
 import type { HostSample } from '../counters/host.js';
-import { toRow, type JournalEntry } from '../engine/entries.js';
+import { liveSteps, type JournalEntry } from '../engine/entries.js';
 import type { CounterBatch } from '../protocol/counters.js';
 import { CloseCode, ProtocolError, type Env, type Hello, type Steps, type StepRecord, type Welcome } from '../protocol/messages.js';
 import { mintSecret } from '../protocol/session-secret.js';
@@ -129,7 +129,7 @@ export class Ingest {
       if (refused) this.stats.implausible.steps = (this.stats.implausible.steps ?? 0) + refused.count;
       this.logged.set(session, Math.max(after, fresh.at(-1)!.seq));
       try {
-        await this.record({ t: 'steps', at, session, dropped: message.dropped, rows: kept.map(toRow), duplicates, ...(refused ? { refused } : {}) });
+        await this.record(liveSteps(at, session, message.dropped, kept, duplicates, refused));
       } catch (error) {
         // Nothing of it was acknowledged: after the hook reconnects, its resent records are new again.
         this.logged.delete(session);
