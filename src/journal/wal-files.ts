@@ -70,15 +70,16 @@ const HEX = '0123456789abcdef';
 
 /** One record line for the JSON text `json` (which JSON.stringify never gives a raw newline). */
 export function encodeLine(json: string): Buffer {
-  const body = Buffer.from(json, 'utf8');
-  const line = Buffer.allocUnsafe(body.length + 10);
-  let crc = crc32(body);
+  // The JSON is encoded straight into the line (no buffer of its own to copy from): once per record.
+  const size = Buffer.byteLength(json, 'utf8');
+  const line = Buffer.allocUnsafe(size + 10);
+  line.write(json, 9, size, 'utf8');
+  let crc = crc32(line.subarray(9, 9 + size));
   for (let i = 7; i >= 0; i -= 1) {
     line[i] = HEX.charCodeAt(crc & 0xf);
     crc >>>= 4;
   }
   line[8] = 0x20;
-  body.copy(line, 9);
   line[line.length - 1] = 0x0a;
   return line;
 }
