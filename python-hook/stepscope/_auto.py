@@ -151,6 +151,7 @@ class _Driver:
         self.register_probe = None  # torch's register_module_forward_pre_hook, where it has one
         self.probe_hook = None  # the global forward pre-hook (make_probe)
         self.probe = None  # its handle while registered
+        self.probe_handle = None  # the handle of its first registration, whose entry later arms put back
         self.forward_seen = False  # a training forward started a step: steps end at the next one
         self.eval_depth = 0  # nesting of no_grad / inference_mode blocks on the training thread
         self.eval_t0 = 0  # entry of the outermost such block
@@ -278,9 +279,20 @@ class _Driver:
     # --- forwards and evaluation (training thread) ---------------------------
 
     def arm_probe(self):
-        """Await the next module call: a training forward, or evaluation inside a no_grad block."""
+        """Await the next module call: a training forward, or evaluation inside a no_grad block.
+
+        Registered once through torch's API; later arms put the same entry back into torch's dict of
+        global hooks (the handle's ``hooks_dict_ref`` and ``id``, torch 1.13 to 2.x): a loop without a
+        DataLoader arms it every step, and a new handle costs 0.9-1.5 us, the entry ~0.1 us."""
         if self.probe is None and self.register_probe is not None and not self.compiled:
-            self.probe = self.register_probe(self.probe_hook)
+            handle = self.probe_handle
+            ref = getattr(handle, "hooks_dict_ref", None)
+            hooks = ref() if ref is not None else None
+            if hooks is None:
+                handle = self.probe_handle = self.register_probe(self.probe_hook)
+            else:
+                hooks[handle.id] = self.probe_hook
+            self.probe = handle
 
     def compiling(self):
         """The program uses torch.compile: a global hook that comes and goes would be traced into its
