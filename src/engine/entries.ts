@@ -164,8 +164,20 @@ export function liveSteps(
   duplicates: number,
   refused: { count: number; through: number } | null,
 ): StepsEntry {
-  // In the order the journal has always written the keys: its lines stay byte for byte what they were.
-  return { t: 'steps', at, session, dropped, rows: records.map(toRow), duplicates, ...(refused ? { refused } : {}), [CHECKED]: records };
+  // The keys in the order the journal has always written them: its lines stay byte for byte what they were.
+  return {
+    t: 'steps',
+    at,
+    session,
+    dropped,
+    // Made when the journal serializes the entry, not held while its write is in flight: the GC would have to keep them.
+    get rows() {
+      return records.map(toRow);
+    },
+    duplicates,
+    ...(refused ? { refused } : {}),
+    [CHECKED]: records,
+  };
 }
 
 /** A steps entry's records: a live one's as checked, else its rows read back; a row that fails the frame's checks throws. */
