@@ -174,7 +174,7 @@ program
       if (command.getOptionValueSource(key) === 'env') options[key] = envBoolean(name);
     }
     const { serve } = await import('./serve-command.js');
-    const sidecar = await serve({
+    const { sidecar } = await serve({
       host: options.host,
       port: options.port,
       out: options.out,

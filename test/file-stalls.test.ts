@@ -7,10 +7,8 @@ import type { Summary } from '../src/protocol/summary.js';
 import { IoLimiter, IoTimeoutError } from '../src/io/bounded-read.js';
 import { nodeWalFs, type WalFs } from '../src/journal/wal-fs.js';
 import { Wal } from '../src/journal/wal.js';
-import { createLogger } from '../src/log/log.js';
 import { entryFileName, pastRunEntry, runRecord } from '../src/outputs/past-runs.js';
 import { HISTORY_CACHE } from '../src/outputs/runs-store.js';
-import { sidecarRuns } from '../src/outputs/runs.js';
 import { cleanupList } from './support/cleanup-list.js';
 import { hello, range, row, steps, TestHook } from './support/hook-client.js';
 import { inProcess } from './support/in-process.js';
@@ -27,7 +25,6 @@ import { useTempDirs } from './support/temp-dirs.js';
 
 const tempDir = useTempDirs('stepscope-file-stalls-');
 const cleanups = cleanupList();
-const silent = createLogger('silent');
 const fixture = JSON.parse(readFileSync(path.join(ROOT, 'test/fixtures/summaries/a10-baseline.json'), 'utf8')) as Summary;
 
 /** A history folder for `job` holding one valid entry. */
@@ -54,9 +51,7 @@ describe('names asked of /v1/runs', () => {
     const dir = tempDir();
     const known = Array.from({ length: HISTORY_CACHE.jobs + 20 }, (_, i) => `real-${i}`);
     for (const job of known) keepRun(dir, job);
-    const side = await inProcess();
-    const history = sidecarRuns({ dir, log: silent, baseline: null, record: side.record, snapshot: () => side.engine.snapshot(), now: side.now });
-    history.route(side.app);
+    const side = await inProcess({ historyDir: dir });
     const runsOf = async (job: string) => {
       const response = await side.app.inject({ url: `/v1/runs?job=${encodeURIComponent(job)}` });
       expect(response.statusCode).toBe(200);
@@ -94,9 +89,7 @@ describe('FIFOs and reads that never return', () => {
     }
     cleanups.push(() => release(fifos));
     const wal = await Wal.open({ dir: path.join(out, 'journal'), maxBytes: 64 * 1024 * 1024 });
-    const side = await inProcess({ wal, now: Date.now });
-    const history = sidecarRuns({ dir, log: silent, baseline: null, record: side.record, snapshot: () => side.engine.snapshot(), now: side.now });
-    history.route(side.app);
+    const side = await inProcess({ wal, now: Date.now, historyDir: dir });
     const address = await listen(side);
     cleanups.push(() => side.app.close());
 
@@ -113,7 +106,7 @@ describe('FIFOs and reads that never return', () => {
       expect(response.statusCode).toBe(200);
       expect(response.json()).toMatchObject({ runs: [expect.anything()], skipped: 1 });
     }
-    expect(history.store!.skippedOf('fifo-0')[0]!.reason).toMatch(/not a regular file/);
+    expect(side.runs.store!.skippedOf('fifo-0')[0]!.reason).toMatch(/not a regular file/);
   });
 
   it('are given up on after the timeout, holding no more than their share of the threads, while other file-system calls go on', async () => {

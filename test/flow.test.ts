@@ -68,7 +68,7 @@ describe('backpressure over a real websocket', () => {
     await hook.next((m) => m.type === 'welcome');
     for (let frame = 0; frame < 50; frame++) hook.send(steps(range(frame * 100 + 1, frame * 100 + 100).map((seq) => row({ seq }))));
     await hook.next((m) => m.type === 'ack' && m.ack === 5000);
-    const state = (await side.app.inject({ method: 'GET', url: '/v1/state' })).json();
+    const state = (await side.readState()).json();
     expect(state.jobs[0].ranks[0].steps).toBe(5000);
     hook.close();
   });

@@ -24,7 +24,7 @@ async function sidecarInProcess() {
   const side = await inProcess({ now: Date.now });
   cleanups.push(() => side.app.close());
   const { ingestUrl } = await listen(side);
-  return { ingestUrl, state: async () => (await side.app.inject({ method: 'GET', url: '/v1/state' })).json() };
+  return { ingestUrl, state: async () => (await side.readState()).json() };
 }
 
 const jobEnv = (url: string, job: string) => ({ STEPSCOPE_URL: url, STEPSCOPE_JOB: job, RANK: '0', WORLD_SIZE: '1', LOCAL_RANK: '0' });

@@ -11,7 +11,7 @@ describe('ingest over a real websocket', () => {
   let logs: LogLine[];
   const sidecar = {
     ingestUrl: '',
-    state: async () => (await side.app.inject({ method: 'GET', url: '/v1/state' })).json(),
+    state: async () => (await side.readState()).json(),
     waitForLog: (predicate: (line: LogLine) => boolean) => waitFor(() => logs.find(predicate)),
   };
   beforeEach(async () => {

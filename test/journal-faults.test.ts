@@ -54,7 +54,7 @@ describe('the journal on a full disk', () => {
     const metrics = (await s.app.inject({ url: '/metrics' })).body;
     expect(metrics).toMatch(/^stepscope_journal_ok 0$/m);
     expect(metrics).toMatch(/^stepscope_journal_write_errors_total [1-9]/m);
-    const state = (await s.app.inject({ url: '/v1/state' })).json();
+    const state = (await s.readState()).json();
     expect(state.journal).toMatchObject({ ok: false, reason: expect.stringContaining('ENOSPC') });
 
     // Space comes back; after the retry delay the hook's resend is written and acknowledged.

@@ -14,7 +14,7 @@ async function sidecar(limits: Partial<IngestLimits>): Promise<InProcess & { ing
   const side = await inProcess({ limits });
   const { ingestUrl } = await listen(side);
   cleanups.push(() => side.app.close());
-  return { ...side, ingestUrl, state: async () => (await side.app.inject({ method: 'GET', url: '/v1/state' })).json() };
+  return { ...side, ingestUrl, state: async () => (await side.readState()).json() };
 }
 
 async function connect(url: string): Promise<TestHook> {

@@ -6,7 +6,9 @@ import type { Hello, StepRecord } from '../src/protocol/messages.js';
 import { parseExposition, valueOf } from './fixtures/metrics/exposition.js';
 import { cleanupList } from './support/cleanup-list.js';
 import { rankHello } from './support/entries.js';
-import { inProcess } from './support/in-process.js';
+import { inProcess, SOURCES_NONE } from './support/in-process.js';
+import { buildServer } from '../src/http-server.js';
+import { createLogger } from '../src/log/log.js';
 
 /** /metrics and /readyz of sidecars built in this process around a store filled by hand. */
 
@@ -32,8 +34,8 @@ const records = (count: number): StepRecord[] =>
 
 const cleanups = cleanupList();
 
-async function sidecar(options: { ready?: () => { ready: boolean; reason: string | null } } = {}) {
-  const s = await inProcess({ at: T0, ready: options.ready });
+async function sidecar() {
+  const s = await inProcess({ at: T0 });
   cleanups.push(() => s.app.close());
   return {
     ...s,
@@ -152,7 +154,21 @@ describe('the verdict state set', () => {
 describe('GET /readyz', () => {
   it('answers 503 until the sidecar listens, 200 while it is ready, 503 once it is not', async () => {
     let ready = true;
-    const { app } = await sidecar({ ready: () => ({ ready, reason: ready ? null : 'journal write failed: ENOSPC' }) });
+    // The sidecar's parts behind an app whose own readiness the test sets (the Sidecar's is `stopping`).
+    const s = await sidecar();
+    const app = await buildServer({
+      ingest: s.ingest,
+      log: createLogger('silent'),
+      snapshot: () => s.engine.snapshot(),
+      fresh: async () => s.engine.snapshot(),
+      onSnapshot: () => () => undefined,
+      journal: () => s.recorder.health(),
+      maxFrameBytes: 1 << 20,
+      windowMs: 4_000,
+      sources: () => SOURCES_NONE,
+      ready: () => ({ ready, reason: ready ? null : 'journal write failed: ENOSPC' }),
+    });
+    cleanups.push(() => app.close());
     expect((await app.inject({ url: '/readyz' })).statusCode).toBe(503);
     expect((await app.inject({ url: '/healthz' })).statusCode).toBe(200);
     await app.listen({ host: '127.0.0.1', port: 0 });

@@ -2,9 +2,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ProfileCaptures } from '../src/ingest/profiles.js';
 import { askCapture } from '../src/viewer/capture-client.js';
-import { createLogger } from '../src/log/log.js';
 import { hello, range, row, steps, TestHook } from './support/hook-client.js';
 import { inProcess, type InProcess } from './support/in-process.js';
 import { listen } from './support/listening.js';
@@ -27,11 +25,9 @@ afterEach(async () => {
 const TRACE = { traceEvents: [{ name: 'aten::addmm', ph: 'X', ts: 1, dur: 5, pid: 1, tid: 1 }] };
 
 async function setup(job: string, options: { profile?: boolean } = {}) {
-  const side: InProcess = await inProcess({ now: Date.now });
   const out = temp();
-  let now = Date.now();
-  const captures = new ProfileCaptures(side.ingest, side.engine.world.jobs, { out, enabled: true, afterMs: 1000, everyMs: 600_000, steps: 20, maxBytes: 1 << 20, chunkBytes: 64, now: () => now, log: createLogger('silent') });
-  captures.route(side.app, () => side.engine.snapshot());
+  const side: InProcess = await inProcess({ at: Date.now(), out, capture: { enabled: true, afterMs: 1000, everyMs: 600_000, steps: 20, maxBytes: 1 << 20, chunkBytes: 64 } });
+  const { captures } = side;
   const address = await listen(side);
   cleanups.push(() => side.app.close());
   const hook = await TestHook.connect(address.ingestUrl);
@@ -40,7 +36,7 @@ async function setup(job: string, options: { profile?: boolean } = {}) {
   await hook.next((m) => m.type === 'welcome');
   hook.send(steps(range(1, 5).map((seq) => row({ seq }))));
   await hook.next((m) => m.type === 'ack' && m.ack >= 5);
-  return { side, out, captures, hook, address, later: (ms: number) => (now += ms) };
+  return { side, out, captures, hook, address, later: (ms: number) => side.setTime(side.now() + ms) };
 }
 
 const chunked = (bytes: Buffer, size: number) => range(0, Math.ceil(bytes.length / size) - 1).map((i) => bytes.subarray(i * size, (i + 1) * size));

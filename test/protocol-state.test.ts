@@ -141,7 +141,7 @@ async function busySidecar() {
 }
 
 async function stateOf(s: InProcess): Promise<unknown> {
-  const response = await s.app.inject({ url: '/v1/state' });
+  const response = await s.readState();
   expect(response.statusCode).toBe(200);
   return response.json();
 }

@@ -39,7 +39,7 @@ async function connect(url: string): Promise<TestHook> {
 }
 
 const state = async (side: InProcess) => {
-  const reply = await side.app.inject({ method: 'GET', url: '/v1/state' });
+  const reply = await side.readState();
   expect(reply.statusCode).toBe(200);
   return { body: reply.json(), bytes: reply.body.length };
 };
@@ -251,7 +251,7 @@ describe('names, secrets, addresses and files', () => {
       windowS: 10,
       holdS: 2,
     });
-    cleanups.push(() => side.stop('test'));
+    cleanups.push(() => side.sidecar.stop('test'));
     expect(side.url).toMatch(/^ws:\/\/\[::1\]:\d+$/);
     const hook = await connect(`${side.url}/v1/ingest`);
     hook.send(hello());

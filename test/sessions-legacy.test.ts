@@ -57,7 +57,7 @@ describe('a session journaled before resume secrets', () => {
     const lateStranger = await connect();
     lateStranger.send(hello({ session: 'old-session', pid: 4242, host: 'node-7', resume: null }));
     expect((await lateStranger.closed).reason).toMatch(/already held/);
-    const state = (await side.app.inject({ url: '/v1/state' })).json() as { jobs: Array<{ steps: number }> };
+    const state = (await side.readState()).json() as { jobs: Array<{ steps: number }> };
     expect(state.jobs[0]!.steps).toBe(60);
   });
 });

@@ -1,32 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { TickSchedule, type Timers } from '../src/engine/tick-schedule.js';
-
-/** Timers on a clock the test moves: each due timer runs as the clock passes it. */
-function manualTimers() {
-  let now = 0;
-  let next = 1;
-  const pending = new Map<number, { at: number; run: () => void }>();
-  const timers: Timers = {
-    setTimeout: (run, ms) => (pending.set(next, { at: now + ms, run }), next++),
-    clearTimeout: (handle) => void pending.delete(handle as number),
-    now: () => now,
-  };
-  const advance = (ms: number) => {
-    const until = now + ms;
-    for (;;) {
-      const due = [...pending.entries()].filter(([, timer]) => timer.at <= until).sort((a, b) => a[1].at - b[1].at)[0];
-      if (!due) break;
-      pending.delete(due[0]);
-      now = due[1].at;
-      due[1].run();
-    }
-    now = until;
-  };
-  return { timers, advance };
-}
+import { TickSchedule } from '../src/engine/tick-schedule.js';
+import { manualScheduler } from './support/manual-scheduler.js';
 
 function schedule(quiet = () => false) {
-  const { timers, advance } = manualTimers();
+  const timers = manualScheduler();
+  const advance = (ms: number) => timers.advance(ms);
   const ticks: number[] = [];
   let changed = false;
   const ticking = new TickSchedule(() => (ticks.push(timers.now()), (changed = false)), () => changed, { idleMs: 250, watchedMs: 50 }, timers, quiet);
