@@ -194,26 +194,13 @@ def hook_path_alone(n=200_000, repeats=7):
     zero-code path installs (DataLoader ``__next__``, ``Tensor.backward``, the optimizer post-hook,
     built by the same functions) against calling the stand-ins bare; the explicit API's loader, two
     phases and step() against a bare loop. Not disturbed by the noise of a real step."""
+    from _stand_ins import loader_path, no_loader_path
     from stepscope._scope import Scope
 
-    batch = (torch.ones(32, 64), torch.zeros(32))
-
-    def original_next(iterator):
-        return batch
-
-    def original_backward(tensor):
-        return None
-
-    d = _auto._Driver()
-    d.on = d.installed = True
-    d.optimizer_seen = True
-    d.tid = threading.get_ident()
-    scope = Scope(None)
-    d.scope_factory = lambda: scope
-    wrapped_next = _auto.make_next(d, original_next, torch.is_grad_enabled)
-    wrapped_backward = _auto.make_backward(d, original_backward)
-    post_hook = _auto.make_post_hook(d)
-    queue = scope._queue
+    with_loader = loader_path(torch)
+    batch, queue = with_loader.batch, with_loader.queue
+    original_next, original_backward, _ = with_loader.bare
+    wrapped_next, wrapped_backward, post_hook = with_loader.hooked
 
     def bare():
         for _ in range(n):
@@ -255,36 +242,20 @@ def hook_path_alone(n=200_000, repeats=7):
     # A loop without a DataLoader or optimizer (issue 26): the training forward's first module call
     # seen by the probe (armed at the step's end, removed at that call: torch's real registry), the
     # backward pass ending the step, and the hand-written update's no_grad block.
-    d2 = _auto._Driver()
-    d2.on = d2.installed = True
-    d2.tid = threading.get_ident()
-    scope2 = Scope(None)
-    d2.scope_factory = lambda: scope2
-    d2.register_probe = torch.nn.modules.module.register_module_forward_pre_hook
-    d2.probe_hook = _auto.make_probe(d2, torch.is_grad_enabled)
-    backward2 = _auto.make_backward(d2, original_backward)
-
-    def original_enter(ctx):
-        return None
-
-    def original_exit(ctx, *exc):
-        return None
-
-    enter = _auto.make_grad_mode(d2, original_enter, True)
-    leave = _auto.make_grad_mode(d2, original_exit, False)
-    module = torch.nn.Identity()
-    queue2 = scope2._queue
-    d2.arm_probe()
+    without = no_loader_path(torch)
+    queue2, module = without.queue, without.module
+    backward_bare, original_enter, original_exit = without.bare
+    probe, backward2, enter, leave = without.hooked
 
     def bare_no_loader():
         for _ in range(n):
-            original_backward(None)
+            backward_bare(None)
             original_enter(None)
             original_exit(None, None, None, None)
 
     def zero_code_no_loader():
         for _ in range(n):
-            d2.probe_hook(module, ())
+            probe(module, ())
             backward2(None)
             enter(None)
             leave(None, None, None, None)
@@ -296,8 +267,8 @@ def hook_path_alone(n=200_000, repeats=7):
         "zero_code_no_loader_us_per_step": round(cpu_us(zero_code_no_loader) - cpu_us(bare_no_loader), 3),
         "explicit_us_per_step": round(cpu_us(explicit) - cpu_us(plain), 3),
     }
-    d.flush()
-    d2.flush()
+    with_loader.driver.flush()
+    without.driver.flush()
     result.update(cuda_marks_alone(batch, original_next, original_backward, n, repeats))
     return result
 

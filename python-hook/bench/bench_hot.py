@@ -35,7 +35,6 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,30 +78,10 @@ def explicit(steps, repeats):
 def zero_code(steps, repeats):
     import torch
 
-    from stepscope import _auto
-    from stepscope._scope import Scope
+    from _stand_ins import loader_path, no_loader_path
 
-    batch = (torch.ones(32, 64), torch.zeros(32))
-
-    def original_next(iterator):
-        return batch
-
-    def original_backward(tensor):
-        return None
-
-    def no_hook(optimizer, args, kwargs):
-        return None
-
-    d = _auto._Driver()
-    d.on = d.installed = True
-    d.optimizer_seen = True
-    d.tid = threading.get_ident()
-    scope = Scope(None)
-    d.scope_factory = lambda: scope
-    wrapped_next = _auto.make_next(d, original_next, torch.is_grad_enabled)
-    wrapped_backward = _auto.make_backward(d, original_backward)
-    post_hook = _auto.make_post_hook(d)
-    queue = scope._queue
+    with_loader = loader_path(torch)
+    queue = with_loader.queue
     loop = range(steps)
 
     def run(next_, backward, hook):
@@ -116,32 +95,16 @@ def zero_code(steps, repeats):
 
         return go
 
-    bare, hooked = run(original_next, original_backward, no_hook), run(wrapped_next, wrapped_backward, post_hook)
+    bare, hooked = run(*with_loader.bare), run(*with_loader.hooked)
     hooked()
     result = cpu_ns(hooked, steps, repeats) - cpu_ns(bare, steps, repeats)
 
     # Without a DataLoader or optimizer: the probe (torch's real global forward pre-hook registry),
     # the backward pass ending the step, the hand-written update's no_grad block.
-    d2 = _auto._Driver()
-    d2.on = d2.installed = True
-    d2.tid = threading.get_ident()
-    scope2 = Scope(None)
-    d2.scope_factory = lambda: scope2
-    d2.register_probe = torch.nn.modules.module.register_module_forward_pre_hook
-    d2.probe_hook = _auto.make_probe(d2, torch.is_grad_enabled)
-    backward2 = _auto.make_backward(d2, original_backward)
-
-    def original_enter(ctx):
-        return None
-
-    def original_exit(ctx, *exc):
-        return None
-
-    enter = _auto.make_grad_mode(d2, original_enter, True)
-    leave = _auto.make_grad_mode(d2, original_exit, False)
-    module = torch.nn.Identity()
-    queue2 = scope2._queue
-    d2.arm_probe()
+    without = no_loader_path(torch)
+    queue2, module = without.queue, without.module
+    original_backward, original_enter, original_exit = without.bare
+    probe, backward2, enter, leave = without.hooked
 
     def bare2():
         for _ in loop:
@@ -153,7 +116,7 @@ def zero_code(steps, repeats):
 
     def hooked2():
         for _ in loop:
-            d2.probe_hook(module, ())
+            probe(module, ())
             backward2(None)
             enter(None)
             leave(None, None, None, None)
@@ -162,8 +125,8 @@ def zero_code(steps, repeats):
 
     hooked2()
     result2 = cpu_ns(hooked2, steps, repeats) - cpu_ns(bare2, steps, repeats)
-    d.flush()
-    d2.flush()
+    with_loader.driver.flush()
+    without.driver.flush()
     return result, result2
 
 
@@ -230,26 +193,10 @@ def by_call(steps, repeats):
         import torch
     except ImportError:
         return out
-    from stepscope import _auto
+    from _stand_ins import loader_path
 
-    batch = (torch.ones(32, 64), torch.zeros(32))
-
-    def original_next(iterator):
-        return batch
-
-    def original_backward(tensor):
-        return None
-
-    def no_hook(optimizer, args, kwargs):
-        return None
-
-    d = _auto._Driver()
-    d.on = d.installed = True
-    d.optimizer_seen = True
-    d.tid = threading.get_ident()
-    scope = Scope(None)
-    d.scope_factory = lambda: scope
-    queue = scope._queue
+    with_loader = loader_path(torch)
+    queue = with_loader.queue
 
     def zero_code_calls(next_, backward, hook):
         parts = {"next() (the step's end, its record, the batch's samples)": [], "Tensor.backward": [], "optimizer post-hook": []}
@@ -269,10 +216,9 @@ def by_call(steps, repeats):
                 queue.clear()
         return {name: fast_half(v) for name, v in parts.items()}
 
-    wrapped = (_auto.make_next(d, original_next, torch.is_grad_enabled), _auto.make_backward(d, original_backward), _auto.make_post_hook(d))
-    hooked, bare = zero_code_calls(*wrapped), zero_code_calls(original_next, original_backward, no_hook)
+    hooked, bare = zero_code_calls(*with_loader.hooked), zero_code_calls(*with_loader.bare)
     out.update({"zero-code: " + name: hooked[name] - bare[name] for name in hooked})
-    first = batch[0]
+    first = with_loader.batch[0]
     shape, plain = [], []
     for _ in range(steps):
         t0 = clock()
@@ -282,7 +228,7 @@ def by_call(steps, repeats):
         shape.append(t1 - t0)
         plain.append(t2 - t1)
     out["of it: a tensor's .shape"] = fast_half(shape) - fast_half(plain)
-    d.flush()
+    with_loader.driver.flush()
     return out
 
 

@@ -1,0 +1,69 @@
+"""The zero-code path's wrappers around stand-ins that cost nothing, for the benchmarks that time the
+hook's own code on the training thread (bench_auto.py, bench_hot.py): built by the hook's own
+``make_*`` functions, with a scope that has no connection (nothing is encoded or sent)."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+
+def _driver(scope_cls, auto):
+    d = auto._Driver()
+    d.on = d.installed = True
+    d.tid = threading.get_ident()
+    scope = scope_cls(None)
+    d.scope_factory = lambda: scope
+    return d, scope
+
+
+def loader_path(torch):
+    """A DataLoader and optimizer loop: ``__next__``, ``Tensor.backward`` and the optimizer post-hook.
+
+    ``bare`` and ``hooked`` are each (next, backward, post-hook); the stand-in next returns a batch of
+    two tensors."""
+    from stepscope import _auto
+    from stepscope._scope import Scope
+
+    batch = (torch.ones(32, 64), torch.zeros(32))
+
+    def original_next(iterator):
+        return batch
+
+    def original_backward(tensor):
+        return None
+
+    def no_hook(optimizer, args, kwargs):
+        return None
+
+    d, scope = _driver(Scope, _auto)
+    d.optimizer_seen = True
+    hooked = (_auto.make_next(d, original_next, torch.is_grad_enabled), _auto.make_backward(d, original_backward), _auto.make_post_hook(d))
+    return SimpleNamespace(driver=d, queue=scope._queue, batch=batch, bare=(original_next, original_backward, no_hook), hooked=hooked)
+
+
+def no_loader_path(torch):
+    """A loop without a DataLoader or optimizer (issue 26): the forward probe (torch's real global
+    forward pre-hook registry, armed here), the backward pass ending the step, and the hand-written
+    update's ``no_grad`` block (enter, exit).
+
+    ``bare`` is (backward, enter, exit); ``hooked`` is (probe, backward, enter, exit), the probe called
+    with ``module``."""
+    from stepscope import _auto
+    from stepscope._scope import Scope
+
+    def original_backward(tensor):
+        return None
+
+    def original_enter(ctx):
+        return None
+
+    def original_exit(ctx, *exc):
+        return None
+
+    d, scope = _driver(Scope, _auto)
+    d.register_probe = torch.nn.modules.module.register_module_forward_pre_hook
+    d.probe_hook = _auto.make_probe(d, torch.is_grad_enabled)
+    hooked = (d.probe_hook, _auto.make_backward(d, original_backward), _auto.make_grad_mode(d, original_enter, True), _auto.make_grad_mode(d, original_exit, False))
+    d.arm_probe()
+    return SimpleNamespace(driver=d, queue=scope._queue, module=torch.nn.Identity(), bare=(original_backward, original_enter, original_exit), hooked=hooked)
