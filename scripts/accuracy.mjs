@@ -373,10 +373,11 @@ async function main() {
       const sidecar = await startSidecar(out);
       let neighbour = null;
       if (cell.neighbour) {
-        neighbour = track(spawn(python, [path.join(HERE, 'neighbour.py'), '--procs', String(cell.neighbour)], { stdio: 'ignore', detached: true }));
+        neighbour = track(spawn(python, [path.join(HERE, 'neighbour.py'), '--procs', String(cell.neighbour)], { stdio: ['ignore', 'ignore', 'inherit'], detached: true }));
         await sleep(500);
       }
       try {
+        if (neighbour && neighbour.exitCode !== null) throw new Error(`the neighbour exited ${neighbour.exitCode} at its start`);
         const script = path.join(HERE, 'train.py');
         const zeroCode = (job, args) => run(process.execPath, [CLI, 'run', '--url', sidecar.url, '--job', job, '--', python, script, ...args], env);
         // The verdicts: the program and its ablation side by side, each against the sidecar.

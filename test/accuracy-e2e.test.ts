@@ -195,14 +195,14 @@ describe.skipIf(!torch.python || !ALL_E2E)(`verdicts against ground truth: real 
   });
 
   // The issue's case: loader workers that keep up (the loop hardly waits in next()) but take the
-  // CPU the training step needs. Bounded: the program, its two workers and a one-process neighbour
-  // share one core (taskset), whatever the machine's other cores do. The ablation runs after it,
-  // on the same core beside the same neighbour, so that the neighbour weighs on both alike.
-  it.skipIf(!PSI || !TASKSET)('loader workers that keep up but take the CPU the step needs, beside a neighbour on one core: input-bound (workers-starve-step)', async (context) => {
+  // CPU the training step needs. Bounded: the program and its two workers share one core (taskset),
+  // whatever the machine's other cores do; the ablation runs after it, on the same core. (It was
+  // titled "beside a neighbour", but its neighbour died at its start unseen until stop 40, so it was
+  // recorded, and its figures taken, without one; beside a real one the ablation's loss falls to
+  // 7-8% and the rule's upper estimate stays near 20%, as the freed CPU goes partly to the neighbour.)
+  it.skipIf(!PSI || !TASKSET)('loader workers that keep up but take the CPU the step needs, pinned to one core: input-bound (workers-starve-step)', async (context) => {
     const core = String(Math.max(...CORES));
     const pin = ['taskset', '-c', core];
-    const neighbour = track(spawn('taskset', ['-c', core, torch.python!, path.join(HERE, 'neighbour.py'), '--procs', '1'], { stdio: 'ignore', detached: true }), 'neighbour.py');
-    context.onTestFinished(() => killTree(neighbour));
     // About 15 ms of training and 15 ms of loading a batch on a quiet core: two workers keep up with ease.
     const loop = ['--steps', '100000', '--seconds', '10', '--workers', '2', '--hidden', '1024', '--load-units', String(Math.round(15 * sizes.units_per_ms))];
     const real = await zeroCode(context, 'starved-workers', loop, null, 'train.py', pin);
@@ -228,10 +228,11 @@ describe.skipIf(!torch.python || !ALL_E2E)(`verdicts against ground truth: real 
 
   it.skipIf(!PSI)('num_workers=0 beside a neighbour holding both cores: input-bound, its causes ranked by what fixing each buys, both estimated', async (context) => {
     // A real neighbour: two processes keeping a core each busy, for as long as the runs last.
-    const neighbour = track(spawn(torch.python!, [path.join(HERE, 'neighbour.py'), '--procs', '2'], { stdio: 'ignore', detached: true }), 'neighbour.py');
+    const neighbour = track(spawn(torch.python!, [path.join(HERE, 'neighbour.py'), '--procs', '2'], { stdio: ['ignore', 'ignore', 'inherit'], detached: true }), 'neighbour.py');
     context.onTestFinished(() => killTree(neighbour));
     const loop = ['--steps', '10000', '--seconds', '8', '--hidden', String(width(0.5)), '--load-units', units(9.5)];
     const { real, lost } = await withAblation(context, 'loader-beside-a-neighbour', loop);
+    expect(neighbour.exitCode, 'the neighbour ran all along').toBeNull();
     expect(lost, 'nearly all of the step is loading').toBeGreaterThan(0.5);
     const causes: Array<{ cause: string; gain: number | null }> = real.summary.causes;
     expect(causes.filter((c) => c.cause === 'contention' || c.cause === 'few-workers').map((c) => c.gain), JSON.stringify(causes)).not.toContain(null);

@@ -1,14 +1,27 @@
 """A real neighbour for the accuracy benchmark: --procs processes that keep a core each busy with
 arithmetic until killed (SIGTERM or SIGKILL), as another tenant's job on a shared node would."""
 import argparse
+import ctypes
 import multiprocessing
 import os
 import signal
 import sys
 
 
-def spin():
+PR_SET_PDEATHSIG = 1
+
+
+def spin(parent):
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # Each in a session of its own, as another tenant's processes would be: where the kernel groups
+    # by session (sched_autogroup), the processes of one session share one task's time, so a
+    # two-process neighbour in one session would hold one core against the job's session, not two.
+    os.setsid()
+    # Out of its parent's process group now, so killing that group no longer reaches it: it dies
+    # with its parent instead, however the parent dies.
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        return
     x = 0
     while True:
         for i in range(10_000):
@@ -19,7 +32,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--procs", type=int, default=2)
     args = p.parse_args()
-    workers = [multiprocessing.Process(target=spin, daemon=True) for _ in range(args.procs)]
+    workers = [multiprocessing.Process(target=spin, args=(os.getpid(),), daemon=True) for _ in range(args.procs)]
     for w in workers:
         w.start()
 
@@ -35,5 +48,7 @@ def main():
 
 
 if __name__ == "__main__":
-    os.setpgrp()
+    # A group of its own, to be killed as one; started detached it leads a session, and so its group, already.
+    if os.getsid(0) != os.getpid():
+        os.setpgrp()
     main()
