@@ -150,8 +150,9 @@ export async function serve(given: ServeOptions): Promise<Served> {
     dcgm: given.dcgmUrl ? { url: given.dcgmUrl, select: { pod: given.dcgmPod, namespace: given.dcgmNamespace } } : null,
     hostIntervalMs: given.hostIntervalMs,
     procRoot: given.procRoot,
-    // Only a live job's verdicts and notes show the node's processes; idle, the scan is most of the CPU.
-    processesWanted: () => engine.world.jobs.liveJobs().length > 0,
+    // Only a live job's verdicts and notes show the node's processes, and want a GPU sample each
+    // half second; idle, the scan and the samples are most of the CPU.
+    jobsLive: () => engine.world.jobs.liveJobs().length > 0,
     simScenario: given.simScenario,
     log,
   });

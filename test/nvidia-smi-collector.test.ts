@@ -1,7 +1,7 @@
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { nvidiaSmiCollector, type NvidiaSmiOptions } from '../src/counters/nvidia-smi.js';
+import { IDLE_INTERVAL_MS, nvidiaSmiCollector, type NvidiaSmiOptions } from '../src/counters/nvidia-smi.js';
 import type { Collector } from '../src/counters/source.js';
 import type { GpuSample } from '../src/counters/types.js';
 import { capturedLogger } from './support/logger.js';
@@ -201,6 +201,27 @@ describe('NvidiaSmiCollector', () => {
     await waitFor(() => warnings(h).find((line) => line.problem === 'stalled'));
     await waitFor(() => h.collector.health().restarts >= 1);
     expect(warnings(h).some((line) => line.signal === 'SIGKILL')).toBe(true);
+  });
+
+  it('loops at the idle pace while no job is live, and again at its interval once one is: neither a failure nor a restart', async () => {
+    let live = false;
+    const h = await started(harness((dir) => ({ gpus: 1, pidFile: path.join(dir, 'loop.pid') }), { jobsLive: () => live }));
+    const pidFile = path.join(h.dir, 'loop.pid');
+    const loopArg = (pid: number) => {
+      const args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+      return Number(args[args.indexOf('-lms') + 1]);
+    };
+    const idle = await pidFrom(pidFile);
+    expect(loopArg(idle)).toBe(IDLE_INTERVAL_MS);
+    await waitFor(() => h.rounds.length >= 1);
+    live = true;
+    const busy = await pidFrom(pidFile, idle);
+    expect(loopArg(busy)).toBe(100);
+    const rounds = h.rounds.length;
+    await waitFor(() => h.rounds.length >= rounds + 3);
+    expect(h.collector.health()).toMatchObject({ state: 'ok', restarts: 0, lastError: null });
+    expect(warnings(h)).toEqual([]);
+    expect(h.logs.find((line) => line.msg === 'reading GPU counters from nvidia-smi')).toMatchObject({ interval_ms: 100, idle_interval_ms: IDLE_INTERVAL_MS });
   });
 
   it('skips lines it cannot read, with one warning per distinct problem, and keeps the rest', async () => {

@@ -29,6 +29,12 @@ export interface NvidiaSmiOptions {
   /** Executable name (looked up on PATH, the one in `env` if given) or path. */
   binary?: string;
   intervalMs?: number;
+  /**
+   * Whether a job is live. While none is, the stream runs at IDLE_INTERVAL_MS (or intervalMs where
+   * that is longer): the node's GPUs are still shown, but a sample every half second that only the
+   * node view reads cost most of the idle sidecar's CPU. Always live when absent.
+   */
+  jobsLive?: () => boolean;
   log: Logger;
   /** Clock for `GpuSample.at`; ms since the epoch. */
   now?: () => number;
@@ -42,6 +48,8 @@ export interface NvidiaSmiOptions {
 }
 
 const DEFAULT_BACKOFF: Backoff = { initialMs: 250, maxMs: 10_000, resetAfterMs: 30_000 };
+/** nvidia-smi's interval while no job is live. */
+export const IDLE_INTERVAL_MS = 5_000;
 const STOP_GRACE_MS = 2_000;
 /** The first reading's calls, each under the probe's limit: up to four queries (fields the driver refuses), -L and -q. */
 const PROBE_CALLS = 6;
@@ -65,7 +73,9 @@ interface Query {
 export function nvidiaSmiCollector(options: NvidiaSmiOptions): Collector<GpuSample[]> {
   const intervalMs = options.intervalMs ?? 500;
   const backoff = options.backoff ?? DEFAULT_BACKOFF;
-  return new Supervised(new NvidiaSmiSource({ ...options, intervalMs }), {
+  const source = new NvidiaSmiSource({ ...options, intervalMs });
+  const slowestMs = Math.max(intervalMs, options.jobsLive ? IDLE_INTERVAL_MS : 0);
+  return new Supervised(source, {
     intervalMs: null,
     log: options.log,
     now: options.now,
@@ -74,7 +84,13 @@ export function nvidiaSmiCollector(options: NvidiaSmiOptions): Collector<GpuSamp
     maxBackoffMs: backoff.maxMs,
     count: (devices) => devices.length,
     // A round of only "[Unknown Error]" and the like is printed, but reads nothing.
-    stream: { stallMs: options.stallMs ?? Math.max(5 * intervalMs, 15_000), resetAfterMs: backoff.resetAfterMs, live: (round) => round.some(hasFigures) },
+    stream: {
+      stallMs: options.stallMs ?? Math.max(5 * slowestMs, 15_000),
+      resetAfterMs: backoff.resetAfterMs,
+      live: (round) => round.some(hasFigures),
+      // A job went live (or the last one ended): the child runs again at the other pace.
+      retune: () => source.running !== null && source.running !== source.wantedInterval(),
+    },
   });
 }
 
@@ -86,6 +102,8 @@ class NvidiaSmiSource implements StreamSource<GpuSample[]> {
   private readonly now: () => number;
   private readonly probeTimeoutMs: number;
   private query: Query | null = null;
+  /** The running child's interval; null between runs. */
+  running: number | null = null;
 
   constructor(private readonly options: NvidiaSmiOptions & { intervalMs: number }) {
     this.binary = options.binary ?? 'nvidia-smi';
@@ -107,16 +125,24 @@ class NvidiaSmiSource implements StreamSource<GpuSample[]> {
         reasons_field: fields.at(-1),
         power_fields: fields.filter((field) => field.startsWith('power.draw')),
         interval_ms: this.options.intervalMs,
+        idle_interval_ms: this.options.jobsLive ? Math.max(this.options.intervalMs, IDLE_INTERVAL_MS) : null,
       },
       'reading GPU counters from nvidia-smi',
     );
     return withMigInstances(samples, migs);
   }
 
+  /** The interval the child should loop at now: the sidecar's while a job is live, else the idle one. */
+  wantedInterval(): number {
+    const { intervalMs, jobsLive } = this.options;
+    return !jobsLive || jobsLive() ? intervalMs : Math.max(intervalMs, IDLE_INTERVAL_MS);
+  }
+
   /** One looping child, until it exits or `signal` ends it. */
   run(out: StreamOutput<GpuSample[]>, signal: AbortSignal): Promise<void> {
     const query = this.query!;
-    const child = spawn(this.binary, [...queryArgs(query.fields), '-lms', String(this.options.intervalMs)], { env: this.options.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const intervalMs = (this.running = this.wantedInterval());
+    const child = spawn(this.binary, [...queryArgs(query.fields), '-lms', String(intervalMs)], { env: this.options.env, stdio: ['ignore', 'pipe', 'pipe'] });
     const rounds = new RoundGrouper(query.lastIndex);
     let lastStderr = '';
     /** The sidecar's own time on the lines of the round being read. */
@@ -136,6 +162,7 @@ class NvidiaSmiSource implements StreamSource<GpuSample[]> {
     });
     return new Promise((_, reject) => {
       const gone = (what: string, fields: Record<string, unknown>) => {
+        this.running = null;
         signal.removeEventListener('abort', end);
         clearTimeout(grace);
         reject(new ReadError(`nvidia-smi ${what}${lastStderr ? `: ${lastStderr}` : ''}`, `nvidia-smi ${what}`, { ...fields, stderr: lastStderr || null }));

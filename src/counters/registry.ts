@@ -23,8 +23,8 @@ export interface SourcesConfig {
   dcgm: { url: string; select: DcgmSelector } | null;
   hostIntervalMs: number;
   procRoot: string;
-  /** Whether a job is live, which the host source's scan of the node's processes is for. */
-  processesWanted?: () => boolean;
+  /** Whether a job is live: the host source scans the node's processes only then, and nvidia-smi samples at its idle pace while not. */
+  jobsLive?: () => boolean;
   simScenario?: string;
   log: Logger;
 }
@@ -71,7 +71,7 @@ const perGpu = (samples: GpuSample[]) => samples.length;
 const GPU_TABLE: Record<ActiveGpu, { available: (config: SourcesConfig) => string | null; make: (config: SourcesConfig) => Collector<GpuSample[]>; what: (config: SourcesConfig) => string }> = {
   'nvidia-smi': {
     available: () => null,
-    make: (config) => nvidiaSmiCollector({ binary: config.nvidiaSmi, intervalMs: config.gpuIntervalMs, log: config.log }),
+    make: (config) => nvidiaSmiCollector({ binary: config.nvidiaSmi, intervalMs: config.gpuIntervalMs, jobsLive: config.jobsLive, log: config.log }),
     what: () => 'nvidia-smi',
   },
   dcgm: {
@@ -115,7 +115,7 @@ const COMPANIONS: Companion[] = [
     name: 'nvidia-smi-fill',
     runs: (gpu) => gpu === 'dcgm',
     without: "throttle signals the exporter lacks come from the hooks' NVML readings, if any",
-    start: companion((config) => nvidiaSmiCollector({ binary: config.nvidiaSmi, intervalMs: Math.max(config.gpuIntervalMs, 1000), log: config.log }), (sinks) => sinks.fill, true),
+    start: companion((config) => nvidiaSmiCollector({ binary: config.nvidiaSmi, intervalMs: Math.max(config.gpuIntervalMs, 1000), jobsLive: config.jobsLive, log: config.log }), (sinks) => sinks.fill, true),
   },
   {
     // The GPUs' compute processes, wherever nvidia-smi runs (the source or the filler).
@@ -129,7 +129,7 @@ const COMPANIONS: Companion[] = [
     runs: () => true,
     without: 'no host counters',
     start: companion(
-      (config) => supervised(new HostSource({ procRoot: config.procRoot, log: config.log, processesWanted: config.processesWanted }), { intervalMs: config.hostIntervalMs, maxBackoffMs: 8 * config.hostIntervalMs, log: config.log }),
+      (config) => supervised(new HostSource({ procRoot: config.procRoot, log: config.log, processesWanted: config.jobsLive }), { intervalMs: config.hostIntervalMs, maxBackoffMs: 8 * config.hostIntervalMs, log: config.log }),
       (sinks) => sinks.host,
       false,
     ),

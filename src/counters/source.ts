@@ -80,6 +80,12 @@ export interface StreamOptions<T> {
   resetAfterMs: number;
   /** Whether a reading is live (has figures): only those keep the watchdog quiet and make the health ok. Default: all. */
   live?: (reading: T) => boolean;
+  /**
+   * Whether the running stream's settings are out of date (its pace: nvidia-smi's interval while a
+   * job is live or not). Asked at the watchdog's checks; then the run is ended gently and run again
+   * at once, which is neither a failure nor a restart.
+   */
+  retune?: () => boolean;
 }
 
 export interface SupervisedOptions<T> {
@@ -249,16 +255,19 @@ export class Supervised<T> implements Collector<T> {
 
   /** The stream, run again after each end (with backoff), until stopped; a run without live readings for stallMs is ended. */
   private async runStream(source: StreamSource<T>, options: StreamOptions<T>, sink: (reading: T) => void): Promise<void> {
+    let retuned = false;
     for (let runs = 0; !this.ended; runs++) {
-      if (runs > 0) this.status.restarted();
+      if (runs > 0 && !retuned) this.status.restarted();
       const ending = new AbortController();
       const startedAt = performance.now();
       let lastLiveAt = startedAt;
       let delivered = false;
       const watchdog = setInterval(
         () => {
+          if (ending.signal.aborted) return;
+          if (options.retune?.()) return void ending.abort('retune');
           const quietMs = performance.now() - lastLiveAt;
-          if (quietMs < options.stallMs || ending.signal.aborted) return;
+          if (quietMs < options.stallMs) return;
           this.warnings.warn('stalled', `${this.name} has delivered no live reading for ${Math.round(quietMs)} ms; ending it to run again`, { quiet_ms: Math.round(quietMs) });
           ending.abort('stalled');
         },
@@ -286,6 +295,8 @@ export class Supervised<T> implements Collector<T> {
         clearInterval(watchdog);
       }
       if (this.ended) return;
+      retuned = ending.signal.reason === 'retune';
+      if (retuned) continue;
       const livedMs = performance.now() - startedAt;
       if (delivered && livedMs >= options.resetAfterMs) this.failures = 0;
       this.failures += 1;
