@@ -1,5 +1,5 @@
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { computeAppsSource } from '../src/counters/compute-apps-source.js';
 import type { ComputeApp } from '../src/counters/compute-apps.js';
 import { Supervised, type Source } from '../src/counters/source.js';
@@ -85,5 +85,34 @@ describe('Supervised', () => {
     expect(readings[0]).toBe(2); // the first read timed out: not delivered
     expect(most).toBe(1);
     expect(supervised.health().state).toBe('ok');
+  });
+
+  it('reads at the pace of the moment: slowly while idle, and within a second of the pace quickening, not at the end of the slow wait', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'setInterval', 'clearInterval', 'performance', 'Date'] });
+    try {
+      let live = false;
+      let reads = 0;
+      const counting: Source<number> = { name: 'paced', read: async () => ++reads };
+      const { log } = capturedLogger();
+      const supervised = new Supervised(counting, { intervalMs: 5_000, pace: () => (live ? 5_000 : 30_000), log });
+      running.push(supervised as Supervised<unknown>);
+      await supervised.start(() => undefined);
+      expect(reads).toBe(1);
+      await vi.advanceTimersByTimeAsync(29_000);
+      expect(reads).toBe(1);
+      await vi.advanceTimersByTimeAsync(1_000);
+      expect(reads, 'idle: one read each 30 s').toBe(2);
+      await vi.advanceTimersByTimeAsync(10_000);
+      expect(reads).toBe(2);
+      live = true;
+      await vi.advanceTimersByTimeAsync(1_000);
+      expect(reads, 'a job went live 10 s into the idle wait: read within the second').toBe(3);
+      await vi.advanceTimersByTimeAsync(4_000);
+      expect(reads).toBe(3);
+      await vi.advanceTimersByTimeAsync(1_000);
+      expect(reads, 'live: one read each 5 s').toBe(4);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });

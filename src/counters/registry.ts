@@ -56,13 +56,17 @@ type Running = Omit<Collector<unknown>, 'start'>;
 
 export class GpuSourceError extends Error {}
 
-/** Which processes hold a GPU changes slowly, and each reading is a process spawn. */
+/** Which processes hold a GPU changes slowly, and each reading is a process spawn (and NVML's start in it). */
 const APPS_INTERVAL_MS = 5_000;
+/** While no job is live, only the node view shows them: the idle sidecar's spawns were most of its CPU beside the GPU stream. */
+const APPS_IDLE_INTERVAL_MS = 30_000;
 /** A busy node's exporter can take seconds to render; this only has to catch a connection that hangs. */
 const DCGM_TIMEOUT_MS = 5_000;
 
 const supervised = <T>(source: Source<T>, options: SupervisedOptions<T>): Collector<T> => new Supervised(source, options);
 const perGpu = (samples: GpuSample[]) => samples.length;
+/** `liveMs` while a job is live, `idleMs` while none is; always `liveMs` where the sidecar does not say. */
+const paced = (config: SourcesConfig, liveMs: number, idleMs: number) => (config.jobsLive ? () => (config.jobsLive!() ? liveMs : idleMs) : undefined);
 
 /**
  * The GPU sources: how each is built and how its failure to start is named. The registry only
@@ -122,7 +126,7 @@ const COMPANIONS: Companion[] = [
     name: 'compute-apps',
     runs: (gpu, running) => gpu === 'nvidia-smi' || running.has('nvidia-smi-fill'),
     without: 'other processes on the GPUs are not shown',
-    start: companion((config) => supervised(computeAppsSource({ binary: config.nvidiaSmi }), { intervalMs: APPS_INTERVAL_MS, log: config.log }), (sinks) => sinks.apps, false),
+    start: companion((config) => supervised(computeAppsSource({ binary: config.nvidiaSmi }), { intervalMs: APPS_INTERVAL_MS, pace: paced(config, APPS_INTERVAL_MS, APPS_IDLE_INTERVAL_MS), log: config.log }), (sinks) => sinks.apps, false),
   },
   {
     name: 'host',

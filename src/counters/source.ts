@@ -1,4 +1,4 @@
-import { performance } from 'node:perf_hooks';
+// performance is the global one (Node 16+), which a test's fake timers can drive.
 import type { Logger } from '../log/log.js';
 import { HealthTracker } from './health.js';
 import type { CollectorHealth } from './types.js';
@@ -91,6 +91,12 @@ export interface StreamOptions<T> {
 export interface SupervisedOptions<T> {
   /** A read every this often, timed from the previous start; null: one read only (the inventory, a stream's first). */
   intervalMs: number | null;
+  /**
+   * The interval now, where it follows the sidecar's state (slower while no job is live); it takes
+   * the place of `intervalMs` between reads. A wait under way is looked at each second, so a pace
+   * that quickens takes effect within a second rather than at the end of the slow wait.
+   */
+  pace?: () => number;
   log: Logger;
   /** A read not settled by then is a failure (it is aborted, and still awaited before the next: never two at once). Default 15 s. */
   timeoutMs?: number;
@@ -103,6 +109,8 @@ export interface SupervisedOptions<T> {
 }
 
 const WARNING_QUIET_MS = 5 * 60_000;
+/** How often a paced wait looks whether its pace has changed. */
+const PACE_CHECK_MS = 1_000;
 
 /**
  * Runs one source: a read every interval (timed from the previous start), backoff after failures;
@@ -191,6 +199,20 @@ export class Supervised<T> implements Collector<T> {
     this.timer.unref();
   }
 
+  /** The next read at `startedAt` (the last read's start) plus the pace, which is looked at again each second. */
+  private schedulePaced(startedAt: number, pace: () => number, sink: (reading: T) => void): void {
+    const leftMs = () => startedAt + pace() - performance.now();
+    const check = () => {
+      if (this.ended) return;
+      if (leftMs() <= 0) return void (this.running = this.tick(sink, false));
+      this.timer = setTimeout(check, Math.min(leftMs(), PACE_CHECK_MS));
+      this.timer.unref();
+    };
+    if (this.ended) return;
+    this.timer = setTimeout(check, Math.max(0, Math.min(leftMs(), PACE_CHECK_MS)));
+    this.timer.unref();
+  }
+
   /** A reading, to the health and the sink; `costMs` is what producing it took, the sink's time is added. */
   private deliver(reading: T, sink: (reading: T) => void, costMs: number, live: boolean): void {
     const started = performance.now();
@@ -248,8 +270,9 @@ export class Supervised<T> implements Collector<T> {
     }
     const interval = this.options.intervalMs;
     if (interval === null && !this.stream) return delivered;
-    const delay = this.failures === 0 ? Math.max(0, interval! - (performance.now() - started)) : this.backoffMs();
-    this.schedule(delay, sink);
+    const pace = this.options.pace;
+    if (this.failures === 0 && pace) this.schedulePaced(started, pace, sink);
+    else this.schedule(this.failures === 0 ? Math.max(0, interval! - (performance.now() - started)) : this.backoffMs(), sink);
     return delivered;
   }
 
