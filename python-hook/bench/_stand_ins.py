@@ -1,11 +1,38 @@
 """The zero-code path's wrappers around stand-ins that cost nothing, for the benchmarks that time the
-hook's own code on the training thread (bench_auto.py, bench_hot.py): built by the hook's own
-``make_*`` functions, with a scope that has no connection (nothing is encoded or sent)."""
+hook's own code on the training thread (bench_auto.py, bench_hot.py, bench_floor.py): built by the
+hook's own ``make_*`` functions, with a scope that has no connection (nothing is encoded or sent);
+and the explicit API's loop of steps that do nothing, with a phase that does nothing beside it."""
 
 from __future__ import annotations
 
 import threading
 from types import SimpleNamespace
+
+
+class Empty:
+    """A context manager that does nothing: a bare loop's phase."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        return False
+
+
+def explicit_steps(scope, n):
+    """The explicit API over ``n`` steps that do nothing: its loader, two phases and step(); the
+    scope's queue emptied as it fills, as nothing sends it."""
+    queue = scope._queue
+    for _ in scope.loader(range(n)):
+        with scope.phase("h2d"):
+            pass
+        with scope.phase("compute"):
+            pass
+        scope.step(samples=32)
+        if len(queue) > 8192:
+            queue.clear()
 
 
 def _driver(scope_cls, auto):
@@ -66,4 +93,25 @@ def no_loader_path(torch):
     d.probe_hook = _auto.make_probe(d, torch.is_grad_enabled)
     hooked = (d.probe_hook, _auto.make_backward(d, original_backward), _auto.make_grad_mode(d, original_enter, True), _auto.make_grad_mode(d, original_exit, False))
     d.arm_probe()
-    return SimpleNamespace(driver=d, queue=scope._queue, module=torch.nn.Identity(), bare=(original_backward, original_enter, original_exit), hooked=hooked)
+    queue, module = scope._queue, torch.nn.Identity()
+    probe, backward, enter, leave = hooked
+
+    def steps_bare(n):
+        for _ in range(n):
+            original_backward(None)
+            original_enter(None)
+            original_exit(None, None, None, None)
+            if len(queue) > 8192:
+                queue.clear()
+
+    def steps_hooked(n):
+        for _ in range(n):
+            probe(module, ())
+            backward(None)
+            enter(None)
+            leave(None, None, None, None)
+            if len(queue) > 8192:
+                queue.clear()
+
+    # steps_bare / steps_hooked: n steps, the stand-ins called bare or through the wrappers.
+    return SimpleNamespace(driver=d, queue=queue, module=module, bare=(original_backward, original_enter, original_exit), hooked=hooked, steps_bare=steps_bare, steps_hooked=steps_hooked)

@@ -194,7 +194,7 @@ def hook_path_alone(n=200_000, repeats=7):
     zero-code path installs (DataLoader ``__next__``, ``Tensor.backward``, the optimizer post-hook,
     built by the same functions) against calling the stand-ins bare; the explicit API's loader, two
     phases and step() against a bare loop. Not disturbed by the noise of a real step."""
-    from _stand_ins import loader_path, no_loader_path
+    from _stand_ins import explicit_steps, loader_path, no_loader_path
     from stepscope._scope import Scope
 
     with_loader = loader_path(torch)
@@ -220,16 +220,7 @@ def hook_path_alone(n=200_000, repeats=7):
             pass
 
     def explicit():
-        explicit_scope = Scope(None)
-        q = explicit_scope._queue
-        for _ in explicit_scope.loader(range(n)):
-            with explicit_scope.phase("h2d"):
-                pass
-            with explicit_scope.phase("compute"):
-                pass
-            explicit_scope.step(samples=32)
-            if len(q) > 8192:
-                q.clear()
+        explicit_steps(Scope(None), n)
 
     def cpu_us(fn):
         runs = []
@@ -243,24 +234,12 @@ def hook_path_alone(n=200_000, repeats=7):
     # seen by the probe (armed at the step's end, removed at that call: torch's real registry), the
     # backward pass ending the step, and the hand-written update's no_grad block.
     without = no_loader_path(torch)
-    queue2, module = without.queue, without.module
-    backward_bare, original_enter, original_exit = without.bare
-    probe, backward2, enter, leave = without.hooked
 
     def bare_no_loader():
-        for _ in range(n):
-            backward_bare(None)
-            original_enter(None)
-            original_exit(None, None, None, None)
+        without.steps_bare(n)
 
     def zero_code_no_loader():
-        for _ in range(n):
-            probe(module, ())
-            backward2(None)
-            enter(None)
-            leave(None, None, None, None)
-            if len(queue2) > 8192:
-                queue2.clear()
+        without.steps_hooked(n)
 
     result = {
         "zero_code_us_per_step": round(cpu_us(zero_code) - cpu_us(bare), 3),

@@ -50,6 +50,7 @@ def cpu_ns(fn, steps, repeats):
 
 
 def explicit(steps, repeats):
+    from _stand_ins import explicit_steps
     from stepscope._scope import Scope
 
     scope = Scope(None)
@@ -62,14 +63,7 @@ def explicit(steps, repeats):
                 queue.clear()
 
     def hooked():
-        for _ in scope.loader(data):
-            with scope.phase("h2d"):
-                pass
-            with scope.phase("compute"):
-                pass
-            scope.step(samples=32)
-            if len(queue) > 8192:
-                queue.clear()
+        explicit_steps(scope, steps)
 
     hooked()  # the first lookups decide GPU timing (off here): not part of a step's cost
     return cpu_ns(hooked, steps, repeats) - cpu_ns(bare, steps, repeats)
@@ -102,26 +96,12 @@ def zero_code(steps, repeats):
     # Without a DataLoader or optimizer: the probe (torch's real global forward pre-hook registry),
     # the backward pass ending the step, the hand-written update's no_grad block.
     without = no_loader_path(torch)
-    queue2, module = without.queue, without.module
-    original_backward, original_enter, original_exit = without.bare
-    probe, backward2, enter, leave = without.hooked
 
     def bare2():
-        for _ in loop:
-            original_backward(None)
-            original_enter(None)
-            original_exit(None, None, None, None)
-            if len(queue2) > 8192:
-                queue2.clear()
+        without.steps_bare(steps)
 
     def hooked2():
-        for _ in loop:
-            probe(module, ())
-            backward2(None)
-            enter(None)
-            leave(None, None, None, None)
-            if len(queue2) > 8192:
-                queue2.clear()
+        without.steps_hooked(steps)
 
     hooked2()
     result2 = cpu_ns(hooked2, steps, repeats) - cpu_ns(bare2, steps, repeats)
@@ -137,18 +117,10 @@ def fast_half(timings):
 
 def by_call(steps, repeats):
     """Each call of a step timed on its own (see the module's docstring): ns above the bare call."""
+    from _stand_ins import Empty
     from stepscope._scope import Scope
 
     clock = time.perf_counter_ns
-
-    class Empty:
-        __slots__ = ()
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, exc_type, exc, tb):
-            return False
 
     empty = Empty()
 
