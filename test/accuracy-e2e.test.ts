@@ -199,7 +199,7 @@ describe.skipIf(!torch.python || !ALL_E2E)(`verdicts against ground truth: real 
   // whatever the machine's other cores do; the ablation runs after it, on the same core. (It was
   // titled "beside a neighbour", but its neighbour died at its start unseen until stop 40, so it was
   // recorded, and its figures taken, without one; beside a real one the ablation's loss falls to
-  // 7-8% and the rule's upper estimate stays near 20%, as the freed CPU goes partly to the neighbour.)
+  // 5-8% and the rule's upper estimate stays near 20%, as the freed CPU goes partly to the neighbour.)
   it.skipIf(!PSI || !TASKSET)('loader workers that keep up but take the CPU the step needs, pinned to one core: input-bound (workers-starve-step)', async (context) => {
     const core = String(Math.max(...CORES));
     const pin = ['taskset', '-c', core];
