@@ -5,6 +5,7 @@ import { IDLE_INTERVAL_MS, nvidiaSmiCollector, type NvidiaSmiOptions } from '../
 import type { Collector } from '../src/counters/source.js';
 import type { GpuSample } from '../src/counters/types.js';
 import { capturedLogger } from './support/logger.js';
+import { runs } from './support/children.js';
 import { pathWithFakeNvidiaSmi } from './support/fake-gpu.js';
 import { ROOT, tempDir, waitFor, type LogLine } from './support/sidecar.js';
 const FAST_BACKOFF = { initialMs: 50, maxMs: 400, resetAfterMs: 5_000 };
@@ -54,15 +55,6 @@ async function pidFrom(file: string, not?: number): Promise<number> {
     const pid = Number(readFileSync(file, 'utf8'));
     return pid > 0 && pid !== not ? pid : null;
   });
-}
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 const CAPTURES = path.join(ROOT, 'test', 'fixtures', 'nvidia-smi');
@@ -302,7 +294,7 @@ describe('NvidiaSmiCollector', () => {
 
     await h.collector.stop();
     const delivered = h.rounds.length;
-    expect(isAlive(pid)).toBe(false);
+    expect(runs(pid)).toBe(false);
     await new Promise((resolve) => setTimeout(resolve, 400));
     expect(h.rounds.length).toBe(delivered);
     expect(h.collector.health()).toMatchObject({ state: 'stopped', restarts: 0 });

@@ -1,5 +1,5 @@
 import type { ChildProcess } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 
 /**
  * Every process the test support starts (sidecars, Python loops) is registered here until it exits,
@@ -36,6 +36,26 @@ export function track<T extends ChildProcess>(child: T, what = 'child'): T {
 export function atFileEnd(cleanup: () => unknown): () => void {
   cleanups.add(cleanup);
   return () => void cleanups.delete(cleanup);
+}
+
+/**
+ * Whether `pid` runs: neither gone nor a zombie. A process that died before its parent reaped
+ * it (the parent exited first) is an orphaned zombie until PID 1 reaps it, and some init processes
+ * (this CI machine's) never do; kill(pid, 0) still succeeds on one.
+ */
+export function runs(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
+  } catch {
+    // No such process, or no /proc: ask the kernel.
+    try {
+      process.kill(pid, 0);
+      return !existsSync('/proc/self/stat');
+    } catch {
+      return false;
+    }
+  }
 }
 
 /** The pids of `pid`'s descendants (Linux /proc), children before grandchildren; none where /proc is not there. */
