@@ -74,7 +74,7 @@ export function nvidiaSmiCollector(options: NvidiaSmiOptions): Collector<GpuSamp
   const intervalMs = options.intervalMs ?? 500;
   const backoff = options.backoff ?? DEFAULT_BACKOFF;
   const source = new NvidiaSmiSource({ ...options, intervalMs });
-  const slowestMs = Math.max(intervalMs, options.jobsLive ? IDLE_INTERVAL_MS : 0);
+  const slowestMs = source.idleIntervalMs ?? intervalMs;
   return new Supervised(source, {
     intervalMs: null,
     log: options.log,
@@ -104,12 +104,15 @@ class NvidiaSmiSource implements StreamSource<GpuSample[]> {
   private query: Query | null = null;
   /** The running child's interval; null between runs. */
   running: number | null = null;
+  /** The interval while no job is live; null where the sidecar does not say whether one is. */
+  readonly idleIntervalMs: number | null;
 
   constructor(private readonly options: NvidiaSmiOptions & { intervalMs: number }) {
     this.binary = options.binary ?? 'nvidia-smi';
     this.log = options.log.child({ source: this.name });
     this.now = options.now ?? Date.now;
     this.probeTimeoutMs = options.probeTimeoutMs ?? 15_000;
+    this.idleIntervalMs = options.jobsLive ? Math.max(options.intervalMs, IDLE_INTERVAL_MS) : null;
   }
 
   /** The probe: its answer is the first reading. */
@@ -125,7 +128,7 @@ class NvidiaSmiSource implements StreamSource<GpuSample[]> {
         reasons_field: fields.at(-1),
         power_fields: fields.filter((field) => field.startsWith('power.draw')),
         interval_ms: this.options.intervalMs,
-        idle_interval_ms: this.options.jobsLive ? Math.max(this.options.intervalMs, IDLE_INTERVAL_MS) : null,
+        idle_interval_ms: this.idleIntervalMs,
       },
       'reading GPU counters from nvidia-smi',
     );
@@ -135,7 +138,7 @@ class NvidiaSmiSource implements StreamSource<GpuSample[]> {
   /** The interval the child should loop at now: the sidecar's while a job is live, else the idle one. */
   wantedInterval(): number {
     const { intervalMs, jobsLive } = this.options;
-    return !jobsLive || jobsLive() ? intervalMs : Math.max(intervalMs, IDLE_INTERVAL_MS);
+    return this.idleIntervalMs === null || jobsLive!() ? intervalMs : this.idleIntervalMs;
   }
 
   /** One looping child, until it exits or `signal` ends it. */
