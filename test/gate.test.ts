@@ -132,9 +132,11 @@ describe('stepscope gate', () => {
   });
 
   it('cannot judge (exit 2) too few steady steps, no reference, another GPU model, an unreadable file or bad usage', async () => {
-    const short = await inProcess(SHORT, { ...defaults, baseline: SHORT_BASE });
+    // Its 100 ms steps over 12 s against a reference of 10 ms steps: asked for 200 steady steps, it has too few.
+    const tooShort = { ...defaults, minSteps: 200, baseline: SHORT_BASE };
+    const short = await inProcess(SHORT, tooShort);
     expect(short.status).toBe(2);
-    expect(short.stdout).toMatch(/cannot judge slow-steps: this run has \d+ steady steps .*fewer than the 20 needed/);
+    expect(short.stdout).toMatch(/cannot judge slow-steps: this run has \d+ steady steps .*fewer than the 200 needed/);
     expect((await inProcess(HEALTHY, defaults)).stdout).toMatch(/no reference/);
     const other = load(HEALTHY);
     const h100 = gate({ ...load(EQUAL), env: { ...load(EQUAL).env, gpu_name: 'NVIDIA A10' } }, { label: 'x', runs: [other], reference: { kind: 'baseline', label: 'x', runs: 1, summary: other, env: other.env } });
@@ -146,7 +148,7 @@ describe('stepscope gate', () => {
     expect(cli(HEALTHY, '--sigma', 'x').status).toBe(2);
     const dir = temp();
     const junit = path.join(dir, 'gate.xml');
-    expect((await inProcess(SHORT, { ...defaults, baseline: SHORT_BASE, junit })).status).toBe(2);
+    expect((await inProcess(SHORT, { ...tooShort, junit })).status).toBe(2);
     expect(checkJunit(junit)).toMatchObject({ tests: 1, failures: 0, skipped: 1 });
     // A report it cannot write is not a regression: a regressed run still exits 2 then, saying why.
     const unwritable = await inProcess(REGRESSED, { ...defaults, baseline: HEALTHY, junit: path.join(dir, 'no-such-dir', 'gate.xml') });
