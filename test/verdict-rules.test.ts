@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { findStraggler } from '../src/model/straggler.js';
 import { VerdictTracker } from '../src/analysis/tracker.js';
 import { judge, type RankContext } from '../src/analysis/verdict.js';
+import { margin } from '../src/analysis/limiters.js';
 import { gpu, window } from './support/rank-window.js';
 import { WasteLedger } from '../src/analysis/waste.js';
 
@@ -47,6 +48,28 @@ describe('the verdict rules', () => {
     const partly = judge(window({ data: 0.25 }, { lost: { slices: 16, input: { share: 0.25, low: 0.17 }, transfer: { share: 0, low: 0 }, host: { share: 0, low: 0 }, communication: null } }), context());
     expect(partly.verdict).toBe('compute-bound');
     expect(partly.limiters).toEqual([{ limiter: 'input', share: 0.25, low: 0.17, level: 'moderate' }]);
+  });
+
+  it('waits for a first verdict while its window has too few slices to tell a limiter from none', () => {
+    // Two slices of a steady job of 1 ms steps, 36% and 30% waiting for data: at one degree of freedom
+    // the bound lies far below the share.
+    const low = 0.33 - margin([{ share: 0.36, weight: 1 }, { share: 0.3, weight: 1 }])!;
+    expect(low).toBeCloseTo(0.141, 3);
+    const lost = (slices: number) => ({ slices, input: { share: 0.33, low }, transfer: { share: 0, low: 0 }, host: { share: 0, low: 0 }, communication: null });
+    const thin = window({ data: 0.33 }, { step_ms_mean: 1, step_ms_p50: 1, steps: 500, lost: lost(2) });
+    const loader = { env: { loader: { num_workers: 0 } } };
+    for (const current of [null, 'warming-up'] as const) {
+      const judgement = judge(thin, context({ ...loader, current }));
+      expect(judgement.verdict).toBe('warming-up');
+      expect(judgement.evidence.rule).toBe('deciding: loading 33% of step time, at least 14% across 2 slices of time: too few yet to tell whether it is over 20%');
+    }
+    // A verdict in force is judged as before; so is a window of 8 slices, and one whose every step
+    // has a slice of its own (slow steps: waiting a tick adds no slice).
+    expect(judge(thin, context({ ...loader, current: 'compute-bound' })).verdict).toBe('compute-bound');
+    expect(judge(window({ data: 0.33 }, { step_ms_mean: 1, step_ms_p50: 1, steps: 2000, lost: lost(8) }), context(loader)).verdict).toBe('compute-bound');
+    expect(judge(window({ data: 0.33 }, { step_ms_mean: 1000, step_ms_p50: 1000, steps: 2, lost: lost(2) }), context(loader)).verdict).toBe('compute-bound');
+    // Under its bar, nothing to decide: compute-bound at once.
+    expect(judge(window({ data: 0.15 }, { steps: 500, lost: { ...lost(2), input: { share: 0.15, low: 0.05 } } }), context(loader)).verdict).toBe('compute-bound');
   });
 
   it('lists every limiter costing 5% or more beside the verdict, with its level, most costly first', () => {

@@ -1,6 +1,7 @@
 import type { StepWindow } from './window.js';
 import type { Env } from '../protocol/messages.js';
 import type { ThrottleReasonName } from '../counters/types.js';
+import { LIMITER_WORDS } from '../model/costs.js';
 import { LIMITER_OF, type Cause, type CommCause, type ComputeCause, type Evidence, type InputCause, type Limiter, type MemoryCause, type ThrottleCause, type Verdict } from '../model/verdict.js';
 import { inputFixes, wholeLimiter, type PresentCause } from './fix-estimate.js';
 import { listLimiters, MODERATE } from './limiters.js';
@@ -49,6 +50,12 @@ export const THRESHOLDS = {
   computeIdleShare: 0.5,
   /** A verdict in force keeps its place until its lost share falls below this fraction of its threshold. */
   stickiness: 0.75,
+  /**
+   * A first verdict waits while a limiter's share is over its bar but its lower bound is not yet and
+   * the window has fewer slices than this, where steps share slices (so the next tick adds one): with
+   * 2 or 3 slices the bound is too wide to rule the limiter out, and compute-bound said then would hold.
+   */
+  firstVerdictSlices: 8,
   /** Causes of input-bound. */
   cgroupThrottledShare: 0.25,
   iowaitPct: 10,
@@ -214,6 +221,20 @@ function throttleCause(window: StepWindow): { cause: ThrottleCause; share: numbe
 
 const pct = (x: number) => `${Math.round(x * 100)}%`;
 
+/**
+ * Why a rank with no verdict yet waits for one (null: it need not): a limiter's share is over its
+ * bar while its lower bound is not, over too few slices to say which, and the next tick adds one.
+ */
+function firstVerdictPending(costs: Record<Limiter, LostShare>, window: StepWindow, context: RankContext): string | null {
+  if (context.current !== null && context.current !== 'warming-up') return null;
+  const slices = window.lost?.slices ?? 0;
+  if (slices >= THRESHOLDS.firstVerdictSlices || window.steps <= slices) return null;
+  const open = (Object.keys(costs) as Limiter[]).find((limiter) => limiter !== 'throttle' && costs[limiter].share >= LIMITER_BARS[limiter]);
+  if (open === undefined) return null;
+  const { share, low } = costs[open];
+  return `deciding: ${LIMITER_WORDS[open]} ${pct(share)} of step time, at least ${pct(low)} across ${slices} slices of time: too few yet to tell whether it is over ${pct(LIMITER_BARS[open])}`;
+}
+
 export function judge(window: StepWindow, context: RankContext): Judgement {
   const figures = evidenceFigures(window, context);
   let limiters: LimiterCost[] = [];
@@ -268,6 +289,8 @@ export function judge(window: StepWindow, context: RankContext): Judgement {
   const candidates = (Object.keys(lost) as Limiter[]).filter(over).sort((a, b) => lost[b] - lost[a]);
   const top = candidates[0];
   limiters = listLimiters(costs, threshold, top !== undefined && top === current ? top : null);
+  const undecided = top === undefined ? firstVerdictPending(costs, window, context) : null;
+  if (undecided) return done('warming-up', null, undecided, lost);
   // The bar the headline quotes is the one the figure passed: a verdict held in force below its
   // entry threshold says so, so that "18% (≥ 20%)" is never written; a bound below the share is given.
   const bar = (limiter: Limiter) => {
