@@ -96,6 +96,18 @@ describe('stepscope watch --selector stops every port-forward it started', () =>
     await waitFor(() => !runs(forward!) || null, 5_000).catch((error: Error) => Promise.reject(new Error(`${error.message}; the port-forward: ${what()}`)));
   });
 
+  it('on a signal while kubectl still lists the pods: none is forwarded, and the listing is stopped', async () => {
+    const dir = tempDir();
+    const run = viewer(dir, { FAKE_KUBECTL_PODS: pods('train-0'), FAKE_KUBECTL_PORTS: JSON.stringify({ 'train-0': 1 }), FAKE_KUBECTL_GET_DELAY_MS: '60000' });
+    const get = await waitFor(() => (existsSync(path.join(dir, 'get.pid')) ? Number(readFileSync(path.join(dir, 'get.pid'), 'utf8')) : null), 10_000);
+    run.child.kill('SIGTERM');
+    expect(await run.exited).toBe(1);
+    // Stopped by the signal, not by kubectl's 30 s timeout.
+    expect(run.err()).toMatch(/get pods --selector job-name=train: The operation was aborted/);
+    await waitFor(() => !runs(get) || null, 5_000);
+    expect(existsSync(path.join(dir, 'train-0.pid')), 'no port-forward started').toBe(false);
+  });
+
   it('when the viewer ends on its own (its reader went away)', async () => {
     const sidecar = await startSidecar(['--gpu-source', 'none']);
     cleanups.push(() => sidecar.stop('SIGKILL'));

@@ -47,7 +47,7 @@ const scope = (o: KubeOptions) => [...(o.context ? ['--context', o.context] : []
 export async function selectPods(options: KubeOptions): Promise<string[]> {
   const kubectl = options.kubectl ?? 'kubectl';
   const stdout = await new Promise<string>((resolve, reject) =>
-    execFile(kubectl, ['get', 'pods', '--selector', options.selector, '--output', 'json', ...scope(options)], { maxBuffer: 64 * 1024 * 1024, timeout: 30_000 }, (error, out, err) => {
+    execFile(kubectl, ['get', 'pods', '--selector', options.selector, '--output', 'json', ...scope(options)], { maxBuffer: 64 * 1024 * 1024, timeout: 30_000, ...(options.signal ? { signal: options.signal } : {}) }, (error, out, err) => {
       if (error) reject(new Error(`${kubectl} get pods --selector ${options.selector}: ${(err || error.message).trim().split('\n').at(-1)}`));
       else resolve(out);
     }),
@@ -64,7 +64,6 @@ export async function selectPods(options: KubeOptions): Promise<string[]> {
     .sort();
 }
 
-/** `kubectl port-forward pod/NAME :PORT`, resolved with the local port once it forwards. */
 /**
  * Every port-forward this process started and has not stopped: stopped, whatever way the process
  * leaves (an error thrown anywhere, process.exit), so that none outlives the viewer.
@@ -77,8 +76,11 @@ const stopChild = (child: ChildProcess) => {
 };
 const stopAll = () => [...children].forEach(stopChild);
 
+/** `kubectl port-forward pod/NAME :PORT`, resolved with the local port once it forwards. */
 function portForward(pod: string, options: KubeOptions): Promise<{ port: number; child: ChildProcess }> {
   const kubectl = options.kubectl ?? 'kubectl';
+  // An abort listener added to a signal already aborted never fires: none is started then.
+  if (options.signal?.aborted) return Promise.reject(new Error(`${kubectl} port-forward pod/${pod}: stopped before it started`));
   const child = spawn(kubectl, ['port-forward', `pod/${pod}`, `:${options.port ?? 9477}`, '--address', '127.0.0.1', ...scope(options)], { stdio: ['ignore', 'pipe', 'pipe'] });
   if (children.size === 0) process.on('exit', stopAll);
   children.add(child);
