@@ -1,7 +1,8 @@
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { fakeNvidiaSmiEnv } from './support/fake-gpu.js';
+import { runs } from './support/children.js';
 import { findPython } from './support/python.js';
 import { fixture, runPython } from './support/run-python.js';
 import { ROOT, startSidecar, waitFor } from './support/sidecar.js';
@@ -87,7 +88,13 @@ describe.skipIf(!plain.python)('GPU counters matched to ranks, with a stand-in n
     const sidecar = await startSidecar(['--gpu-source', 'nvidia-smi', '--gpu-interval', '250'], env);
     const loop = runPython(plain.python!, fixture('plain_loop.py'), ['--steps', '600', '--data-ms', '9'], { ...rankEnv(sidecar.ingestUrl, 'restart', 0), WORLD_SIZE: '1' });
     await waitFor(async () => ((await sidecar.state()).jobs[0]?.steps ?? 0) > 50, 15_000);
-    const pid = Number(readFileSync(pidFile, 'utf8'));
+    // The stream at the live pace: the one at the idle pace is ended and run again at 250 ms once the
+    // job is live (a retune, not a restart), and CI once killed it just as it went (kill ESRCH).
+    const pid = await waitFor(() => {
+      const pid = Number(readFileSync(pidFile, 'utf8'));
+      const args = existsSync(`/proc/${pid}/cmdline`) ? readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0') : [];
+      return args[args.indexOf('-lms') + 1] === '250' && runs(pid) ? pid : null;
+    }, 15_000);
     process.kill(pid, 'SIGKILL');
 
     // Steps keep being taken in while nvidia-smi is down: no rate, which load would decide, only that they come.
