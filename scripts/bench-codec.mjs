@@ -1,19 +1,20 @@
 #!/usr/bin/env node
 // msgpackr's native string extractor (msgpackr-extract) against its plain JavaScript decoder, on the
 // frames the sidecar decodes (issue 24, target 9): a hook's step frame of 256 rows and a hello with an
-// environment of 60 variables. Each mode in a child Node of its own, interleaved, 3 rounds; in each
-// child the median of 7 timings of 3,000 decodes. Run after `npm run build`.
+// environment of 60 variables; and the codec's own decode (the plain decoder after its nesting bound,
+// which walks each frame's headers first). Each mode in a child Node of its own, interleaved, 3
+// rounds; in each child the median of 7 timings of 3,000 decodes. Run after `npm run build`.
 //
 //   node scripts/bench-codec.mjs
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
-const MODES = { native: 'msgpackr', plain: 'msgpackr/pack' };
+const MODES = { native: 'msgpackr', plain: 'msgpackr/pack', codec: 'msgpackr/pack' };
 
 if (process.argv[2] === '--child') {
   const { Packr } = await import(MODES[process.argv[3]]);
   const { isNativeAccelerationEnabled } = await import(MODES[process.argv[3]]);
-  const { encode } = await import('../dist/protocol/codec.js');
+  const { decode, encode } = await import('../dist/protocol/codec.js');
   const { GPU_COLUMNS, REQUIRED_COLUMNS } = await import('../dist/protocol/messages.js');
   const STEP_FIELDS = [...REQUIRED_COLUMNS, ...GPU_COLUMNS];
   // The sidecar's decoder options (src/protocol/codec.ts), on the chosen entry.
@@ -24,7 +25,8 @@ if (process.argv[2] === '--child') {
   const hello = encode({ v: 1, type: 'hello', job: 'bench', rank: 0, local_rank: 0, world_size: 1, session: 'abc', pid: 1, host: 'bench', clock: { wall_ns: 0, mono_ns: 0 }, env });
   const time = (bytes, n = 3000) => {
     const t0 = process.hrtime.bigint();
-    for (let i = 0; i < n; i++) packr.unpack(bytes);
+    if (process.argv[3] === 'codec') for (let i = 0; i < n; i++) decode(bytes);
+    else for (let i = 0; i < n; i++) packr.unpack(bytes);
     return Number(process.hrtime.bigint() - t0) / n / 1000;
   };
   time(steps);
@@ -35,7 +37,7 @@ if (process.argv[2] === '--child') {
   const median = (values) => values.sort((a, b) => a - b)[3];
   console.log(JSON.stringify({ native: isNativeAccelerationEnabled, steps_us: median(s), hello_us: median(h) }));
 } else {
-  const runs = { native: [], plain: [] };
+  const runs = { native: [], plain: [], codec: [] };
   for (let round = 0; round < 3; round++) {
     for (const mode of Object.keys(MODES)) {
       const child = spawnSync(process.execPath, [fileURLToPath(import.meta.url), '--child', mode], { encoding: 'utf8' });
@@ -47,6 +49,7 @@ if (process.argv[2] === '--child') {
   const median = (values) => values.sort((a, b) => a - b)[1];
   const figure = (mode, key) => median(runs[mode].map((r) => r[key]));
   for (const key of ['steps_us', 'hello_us']) {
-    console.log(`${key.padEnd(9)} native ${figure('native', key).toFixed(1)} us, plain ${figure('plain', key).toFixed(1)} us: native/plain ${(figure('native', key) / figure('plain', key)).toFixed(2)}x`);
+    const [native, plain, codec] = ['native', 'plain', 'codec'].map((mode) => figure(mode, key));
+    console.log(`${key.padEnd(9)} native ${native.toFixed(1)} us, plain ${plain.toFixed(1)} us: native/plain ${(native / plain).toFixed(2)}x; the codec (plain + nesting bound) ${codec.toFixed(1)} us: codec/plain ${(codec / plain).toFixed(2)}x`);
   }
 }

@@ -1,7 +1,9 @@
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { decode, encode } from '../src/protocol/codec.js';
+import fc from 'fast-check';
+import { decode, encode, MAX_NESTING, NestedTooDeep, nestsWithin } from '../src/protocol/codec.js';
+import { anyValue } from './support/arbitraries.js';
 import { findPython } from './support/python.js';
 import { ROOT } from './support/sidecar.js';
 
@@ -67,5 +69,63 @@ describe("the codec's msgpackr entry", () => {
     // Its typings lag behind the export.
     const { isNativeAccelerationEnabled } = (await import('msgpackr/unpack')) as unknown as { isNativeAccelerationEnabled: boolean };
     expect(isNativeAccelerationEnabled).toBe(false);
+  });
+});
+
+/** How deep a decoded value's non-empty arrays and maps nest (what nestsWithin bounds). */
+function depthOf(value: unknown): number {
+  const children = Array.isArray(value) ? value : value !== null && typeof value === 'object' && !(value instanceof Uint8Array) && !(value instanceof Date) ? Object.values(value) : [];
+  return children.length === 0 ? 0 : 1 + Math.max(...children.map(depthOf));
+}
+
+describe('how deep a frame may nest', () => {
+  const nested = (depth: number, maps: boolean) => {
+    let value: unknown = 1;
+    for (let i = 0; i < depth; i++) value = maps ? { a: value } : [value];
+    return encode(value);
+  };
+
+  it(`decodes ${MAX_NESTING} levels and refuses one more before decoding, arrays or maps`, () => {
+    for (const maps of [false, true]) {
+      expect(depthOf(decode(nested(MAX_NESTING, maps)))).toBe(MAX_NESTING);
+      expect(() => decode(nested(MAX_NESTING + 1, maps))).toThrow(NestedTooDeep);
+      // Far beyond (written byte by byte: encoding it would run out of stack): refused the same way.
+      const head = maps ? [0x81, 0xa1, 0x61] : [0x91];
+      const deep = Buffer.concat([...Array.from({ length: 100_000 }, () => Buffer.from(head)), Buffer.from([0xc0])]);
+      expect(() => decode(deep)).toThrow(`nested deeper than ${MAX_NESTING} levels`);
+    }
+  });
+
+  it('measures the depth of any value the codec carries, its strings, binaries, extensions and wide integers skipped over', () => {
+    fc.assert(
+      fc.property(anyValue, fc.integer({ min: 0, max: 6 }), (value, limit) => {
+        let bytes: Buffer;
+        try {
+          bytes = encode(value);
+        } catch {
+          return fc.pre(false); // beyond what msgpack carries (an integer over 64 bits): nothing to measure
+        }
+        expect(nestsWithin(bytes, limit)).toBe(depthOf(decode(bytes)) <= limit);
+      }),
+      { seed: 20261206, numRuns: 2_000 },
+    );
+  });
+
+  it('reads 16- and 32-bit container headers, and skips payloads that look like headers', () => {
+    // array16 of one array32 of one map16 of one pair: 3 levels.
+    const headers = Buffer.from([0xdc, 0x00, 0x01, 0xdd, 0x00, 0x00, 0x00, 0x01, 0xde, 0x00, 0x01, 0xa1, 0x6b, 0xc0]);
+    expect([nestsWithin(headers, 3), nestsWithin(headers, 2)]).toEqual([true, false]);
+    // A str8 and a bin8 full of container headers, then a timestamp (fixext4 -1) whose seconds are
+    // too: one level (the array around them).
+    const payloads = Buffer.from([0x93, 0xd9, 0x04, 0x91, 0x91, 0x91, 0x91, 0xc4, 0x02, 0x9f, 0xdf, 0xd6, 0xff, 0x91, 0x91, 0x91, 0x91]);
+    expect([nestsWithin(payloads, 1), nestsWithin(payloads, 0)]).toEqual([true, false]);
+    expect(decode(payloads)).toHaveLength(3);
+  });
+
+  it('leaves bytes that are not msgpack to the decoder, and ends on them', () => {
+    for (const bytes of [[0xdd, 0xff], [0xdf, 0xff, 0xff, 0xff, 0xff], [0xdb, 0xff, 0xff, 0xff, 0xff, 0x00], [0x9f]]) {
+      expect(nestsWithin(Buffer.from(bytes), MAX_NESTING)).toBe(true);
+      expect(() => decode(Buffer.from(bytes))).toThrow();
+    }
   });
 });

@@ -81,6 +81,7 @@ describe('ingest over a real websocket', () => {
     ['a text frame', (h) => h.sendRaw('{"type":"hello"}', false), 1003, /text frames/],
     ['bytes that are not msgpack', (h) => h.sendRaw(Buffer.from([0xc1, 0xc1, 0xc1])), 1007, /not valid msgpack/],
     ['a msgpack value that is not a map', (h) => h.sendRaw(encode([1, 2, 3])), 1007, /must be a msgpack map/],
+    ['a frame nested 3,000 deep (decoded, its depth would be up to the stack)', (h) => h.sendRaw(Buffer.concat([Buffer.alloc(3_000, 0x91), Buffer.from([0xc0])])), 1007, /frame: nested deeper than 64 levels/],
     ['another protocol version', (h) => h.send(hello({ v: 2 })), 1008, /unsupported protocol version 2/],
     ['an unknown message type', (h) => h.send({ v: 1, type: 'launch' }), 1008, /unknown message type launch/],
     ['steps before hello', (h) => h.send(steps([row({ seq: 1 })])), 1008, /before hello/],

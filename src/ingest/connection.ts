@@ -1,8 +1,8 @@
 import type { ProfileRequest } from '../protocol/profile.js';
 import type { Logger } from 'pino';
 import type { RawData, WebSocket } from 'ws';
-import { decode, encode } from '../protocol/codec.js';
-import { CloseCode, parseHookMessage, ProtocolError, sidecarFrame, type Hello, type HelloMessage, type HookMessage, type SidecarMessage } from '../protocol/messages.js';
+import { encode } from '../protocol/codec.js';
+import { CloseCode, ProtocolError, readHookFrame, sidecarFrame, type Hello, type HelloMessage, type HookMessage, type SidecarMessage } from '../protocol/messages.js';
 import { JournalRefused } from '../journal/recorder.js';
 import type { Ingest } from './ingest.js';
 import type { Flow, FlowConnection } from './flow.js';
@@ -149,13 +149,7 @@ export class HookConnection {
     const settle = this.flow.take(buffer.length);
     try {
       if (!isBinary) throw new ProtocolError(CloseCode.unsupportedData, 'frame: text frames are not accepted, send msgpack in binary frames');
-      let value: unknown;
-      try {
-        value = decode(buffer);
-      } catch (error) {
-        throw new ProtocolError(CloseCode.invalidPayload, `frame: not valid msgpack (${(error as Error).message})`);
-      }
-      this.handle(parseHookMessage(value), settle);
+      this.handle(readHookFrame(buffer), settle);
     } catch (error) {
       settle();
       if (error instanceof ProtocolError) this.refuse(error);

@@ -4,6 +4,7 @@ import { profileDataProblem, ProfileFrameSchema, type ProfileFrame, type Profile
 import { parseCounterBatch, type CounterBatch } from './counters.js';
 import { EndFrame, ENV_LIMITS, EnvFrame, HelloFrame, MAX_ROWS_PER_FRAME, StepsFrame, type Env, type Hello } from './hook-schema.js';
 import { parseInput, shortly } from './parse.js';
+import { decode, NestedTooDeep } from './codec.js';
 
 export const PROTOCOL_VERSION = 1;
 
@@ -132,6 +133,18 @@ function representable(value: unknown, where: string, depth = 0): unknown {
 }
 
 /** Validates one decoded frame from a hook; throws ProtocolError with the close code to use. */
+/** A hook's binary frame, decoded and checked: a ProtocolError says why it is refused (1007 undecodable, else its content). */
+export function readHookFrame(bytes: Uint8Array): HookMessage {
+  let value: unknown;
+  try {
+    value = decode(bytes);
+  } catch (error) {
+    const why = error instanceof NestedTooDeep ? error.message : `not valid msgpack (${(error as Error).message})`;
+    throw new ProtocolError(CloseCode.invalidPayload, `frame: ${why}`);
+  }
+  return parseHookMessage(value);
+}
+
 export function parseHookMessage(value: unknown): HookMessage {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw new ProtocolError(CloseCode.invalidPayload, 'frame: must be a msgpack map');

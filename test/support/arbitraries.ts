@@ -13,8 +13,8 @@ import { Recorder } from '../../src/journal/recorder.js';
 import type { Wal } from '../../src/journal/wal.js';
 import { createLogger } from '../../src/log/log.js';
 import { sidecarState } from '../../src/outputs/state.js';
-import { decode, encode } from '../../src/protocol/codec.js';
-import { CloseCode, parseHookMessage, ProtocolError, type HookMessage } from '../../src/protocol/messages.js';
+import { decode, encode, MAX_NESTING } from '../../src/protocol/codec.js';
+import { CloseCode, ProtocolError, readHookFrame, type HookMessage } from '../../src/protocol/messages.js';
 import { STEP_FIELDS } from './hook-client.js';
 import type { SidecarState } from '../../src/protocol/state.js';
 import { hello as helloEntry, run } from './entries.js';
@@ -146,21 +146,19 @@ export const anyValue: fc.Arbitrary<unknown> = fc.letrec<{ value: unknown; array
 })).value;
 
 /**
- * How deep the deep values nest: a few hundred levels, which decode on any stack, or tens of
- * thousands, which overflow any. Not the band between (about 2,000 to 5,000 with Node's default
- * stack): whether msgpack's recursive decoder gets through there depends on how deep the caller's own
- * stack already is, so the parser called from a test and the sidecar's connection called from its
- * socket could each refuse the same frame with a different code (CI saw 2,881 levels give 1007 in one
- * and 1008 in the other on Node 24).
+ * How deep the deep values nest: around the codec's bound (MAX_NESTING, refused before decoding
+ * beyond it) or anywhere up to tens of thousands. Before the bound, around 2,000 to 5,000 levels
+ * msgpack's recursive decoder got through or not depending on how deep the caller's own stack was, so
+ * the same frame could be refused with two codes (CI saw 2,881 levels give 1007 and 1008 on Node 24).
  */
-const depthBeyondDoubt = (most: number) => fc.oneof(fc.integer({ min: 100, max: 1_000 }), fc.integer({ min: 20_000, max: most }));
+const nestingDepth = (most: number) => fc.oneof(fc.integer({ min: MAX_NESTING - 8, max: MAX_NESTING + 8 }), fc.integer({ min: 1, max: most }));
 
 /**
- * Arrays or maps nested hundreds to tens of thousands deep (depthBeyondDoubt). The outermost one
+ * Arrays or maps nested up to tens of thousands deep, often around the codec's bound (nestingDepth). The outermost one
  * describes itself to fast-check (whose printer would otherwise recurse through every level of a
  * counterexample).
  */
-export const deepValue: fc.Arbitrary<unknown> = fc.tuple(depthBeyondDoubt(40_000), fc.boolean()).map(([depth, maps]) => {
+export const deepValue: fc.Arbitrary<unknown> = fc.tuple(nestingDepth(40_000), fc.boolean()).map(([depth, maps]) => {
   let value: unknown = 1;
   for (let i = 0; i < depth; i++) value = maps ? { a: value } : [value];
   Object.defineProperty(value, fc.toStringMethod, { value: () => `<${maps ? 'maps' : 'arrays'} nested ${depth} deep>`, enumerable: false });
@@ -322,8 +320,8 @@ export const rawValue: fc.Arbitrary<Uint8Array> = fc.letrec<{ value: Uint8Array;
   map: fc.array(fc.tuple(rawKey, tie('value')), { maxLength: 4 }).map(rawMap),
 })).value;
 
-/** Arrays or maps nested far deeper than anything legitimate (up to 200 000 levels; depthBeyondDoubt). */
-export const rawDeep: fc.Arbitrary<Uint8Array> = fc.tuple(depthBeyondDoubt(200_000), fc.boolean()).map(([depth, maps]) => {
+/** Arrays or maps nested up to 200 000 levels, often around the codec's bound (nestingDepth). */
+export const rawDeep: fc.Arbitrary<Uint8Array> = fc.tuple(nestingDepth(200_000), fc.boolean()).map(([depth, maps]) => {
   const head = maps ? [0x81, 0xa1, 0x61] : [0x91];
   const out = Buffer.alloc(depth * head.length + 1);
   for (let i = 0; i < depth; i++) out.set(head, i * head.length);
@@ -623,18 +621,12 @@ export function rawMutate(frame: Record<string, unknown>, m: RawMutation): Uint8
 export type Outcome = { ok: true; message: HookMessage } | { ok: false; error: ProtocolError };
 
 /**
- * What HookConnection does with a binary frame before acting on it: decode (a decode failure is a
- * 1007) and validate. Any exception other than a ProtocolError escapes: that is the bug to find.
+ * What HookConnection does with a binary frame before acting on it (readHookFrame: decode, a failure
+ * a 1007, and validate). Any exception other than a ProtocolError escapes: that is the bug to find.
  */
 export function readFrame(bytes: Uint8Array): Outcome {
-  let value: unknown;
   try {
-    value = decode(bytes);
-  } catch (error) {
-    return { ok: false, error: new ProtocolError(CloseCode.invalidPayload, `frame: not valid msgpack (${(error as Error).message})`) };
-  }
-  try {
-    return { ok: true, message: parseHookMessage(value) };
+    return { ok: true, message: readHookFrame(bytes) };
   } catch (error) {
     if (error instanceof ProtocolError) return { ok: false, error };
     throw error;
