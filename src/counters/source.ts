@@ -202,15 +202,16 @@ export class Supervised<T> implements Collector<T> {
   /** The next read at `startedAt` (the last read's start) plus the pace, which is looked at again each second. */
   private schedulePaced(startedAt: number, pace: () => number, sink: (reading: T) => void): void {
     const leftMs = () => startedAt + pace() - performance.now();
+    const wait = () => {
+      this.timer = setTimeout(check, Math.max(0, Math.min(leftMs(), PACE_CHECK_MS)));
+      this.timer.unref();
+    };
     const check = () => {
       if (this.ended) return;
       if (leftMs() <= 0) return void (this.running = this.tick(sink, false));
-      this.timer = setTimeout(check, Math.min(leftMs(), PACE_CHECK_MS));
-      this.timer.unref();
+      wait();
     };
-    if (this.ended) return;
-    this.timer = setTimeout(check, Math.max(0, Math.min(leftMs(), PACE_CHECK_MS)));
-    this.timer.unref();
+    if (!this.ended) wait();
   }
 
   /** A reading, to the health and the sink; `costMs` is what producing it took, the sink's time is added. */

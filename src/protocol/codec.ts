@@ -106,14 +106,14 @@ export function nestsWithin(bytes: Uint8Array, limit: number): boolean {
       case Read.FixArray: items = b & 0x0f; break;
       case Read.FixStr: i += b & 0x1f; break;
       case Read.Len8: i += 1 + (bytes[i] ?? end); break;
-      case Read.Len16: i += 2 + (((bytes[i] ?? end) << 8) | (bytes[i + 1] ?? 0)); break;
+      case Read.Len16: i += 2 + u16(bytes, i); break;
       case Read.Len32: i += 4 + u32(bytes, i); break;
       case Read.Ext8: i += 2 + (bytes[i] ?? end); break;
-      case Read.Ext16: i += 3 + (((bytes[i] ?? end) << 8) | (bytes[i + 1] ?? 0)); break;
+      case Read.Ext16: i += 3 + u16(bytes, i); break;
       case Read.Ext32: i += 5 + u32(bytes, i); break;
-      case Read.Array16: items = ((bytes[i] ?? 0) << 8) | (bytes[i + 1] ?? 0); i += 2; break;
+      case Read.Array16: items = u16(bytes, i); i += 2; break;
       case Read.Array32: items = u32(bytes, i); i += 4; break;
-      case Read.Map16: items = 2 * (((bytes[i] ?? 0) << 8) | (bytes[i + 1] ?? 0)); i += 2; break;
+      case Read.Map16: items = 2 * u16(bytes, i); i += 2; break;
       case Read.Map32: items = 2 * u32(bytes, i); i += 4; break;
     }
     if (items > 0) {
@@ -127,5 +127,6 @@ export function nestsWithin(bytes: Uint8Array, limit: number): boolean {
   return true;
 }
 
-/** A big-endian 32-bit length; past the end, one that ends the pass. */
+/** Big-endian 16- and 32-bit lengths; past the end, one that ends the pass. */
+const u16 = (bytes: Uint8Array, at: number): number => (at + 2 <= bytes.length ? (bytes[at]! << 8) | bytes[at + 1]! : bytes.length);
 const u32 = (bytes: Uint8Array, at: number): number => (at + 4 <= bytes.length ? ((bytes[at]! << 24) | (bytes[at + 1]! << 16) | (bytes[at + 2]! << 8) | bytes[at + 3]!) >>> 0 : bytes.length);

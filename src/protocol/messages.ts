@@ -132,7 +132,6 @@ function representable(value: unknown, where: string, depth = 0): unknown {
   return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, representable(item, `${where}.${key.slice(0, 40)}`, depth + 1)]));
 }
 
-/** Validates one decoded frame from a hook; throws ProtocolError with the close code to use. */
 /** A hook's binary frame, decoded and checked: a ProtocolError says why it is refused (1007 undecodable, else its content). */
 export function readHookFrame(bytes: Uint8Array): HookMessage {
   let value: unknown;
@@ -145,6 +144,7 @@ export function readHookFrame(bytes: Uint8Array): HookMessage {
   return parseHookMessage(value);
 }
 
+/** Validates one decoded frame from a hook; throws ProtocolError with the close code to use. */
 export function parseHookMessage(value: unknown): HookMessage {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw new ProtocolError(CloseCode.invalidPayload, 'frame: must be a msgpack map');

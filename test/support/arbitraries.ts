@@ -154,9 +154,9 @@ export const anyValue: fc.Arbitrary<unknown> = fc.letrec<{ value: unknown; array
 const nestingDepth = (most: number) => fc.oneof(fc.integer({ min: MAX_NESTING - 8, max: MAX_NESTING + 8 }), fc.integer({ min: 1, max: most }));
 
 /**
- * Arrays or maps nested up to tens of thousands deep, often around the codec's bound (nestingDepth). The outermost one
- * describes itself to fast-check (whose printer would otherwise recurse through every level of a
- * counterexample).
+ * Arrays or maps nested up to tens of thousands deep, often around the codec's bound (nestingDepth).
+ * The outermost one describes itself to fast-check (whose printer would otherwise recurse through
+ * every level of a counterexample).
  */
 export const deepValue: fc.Arbitrary<unknown> = fc.tuple(nestingDepth(40_000), fc.boolean()).map(([depth, maps]) => {
   let value: unknown = 1;
