@@ -114,7 +114,10 @@ function run(command, args, env = {}, timeoutMs = 180_000, json = true, started 
 /** A sidecar of the cell's own (its journal holds the cell alone), gone once both of its jobs have ended. */
 async function startSidecar(out) {
   // A job ends when its hook says so; the grace is for a hook gone silent, which a loaded machine can make of a live one.
-  const { child, port } = await startSidecarOf(CLI, ['--gpu-source', 'none', '--out', out, '--end-grace', '5', '--exit-on-end'], { detached: true });
+  // Not --exit-on-end: a cell's two jobs start apart (the ablation makes its batches first), and the
+  // sidecar left once the first ended when the second had not said hello yet (2 cells of a grid run
+  // lost their ablation's summary so). It is stopped once both summaries are written.
+  const { child, port } = await startSidecarOf(CLI, ['--gpu-source', 'none', '--out', out, '--end-grace', '5'], { detached: true });
   track(child);
   const exited = new Promise((resolve) => child.once('exit', resolve));
   return { child, exited, url: `ws://127.0.0.1:${port}/v1/ingest` };
@@ -388,6 +391,7 @@ async function main() {
         const truth = truthOf(cell, turns?.real ?? real.result, turns?.ablated ?? ablated.result);
         const said = stepscopeSaid(await summaryOf(out, cell.name), cell);
         const control = stepscopeSaid(await summaryOf(out, `${cell.name}-ablated`), cell);
+        sidecar.child.kill('SIGTERM');
         await sidecar.exited;
         let before = null;
         if (opts.before) {
