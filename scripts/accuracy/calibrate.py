@@ -15,6 +15,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from steady import steady_allocator
 from train import WORDS, mlp, tokenize
 
 
@@ -79,6 +80,7 @@ def main():
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--features", type=int, default=64)
     args = p.parse_args()
+    steady_allocator()
     torch.set_num_threads(1)
     hidden = {str(ms): w for ms, w in widths_for(args.compute_ms, args.layers, args.batch, args.features).items()}
     print(json.dumps({

@@ -21,6 +21,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from steady import steady_allocator
+
 
 class TinyLM(nn.Module):
     """Embeddings, a GRU-free MLP over a context window, and a head: a bigram-plus model."""
@@ -69,6 +71,7 @@ def main():
     p.add_argument("--ready", action="store_true", help="the ablation: never evaluate")
     p.add_argument("--skip", type=float, default=0.2)
     args = p.parse_args()
+    steady_allocator()
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

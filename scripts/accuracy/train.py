@@ -34,6 +34,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
+from steady import steady_allocator
+
 WORDS = ("the quick brown fox jumps over the lazy dog while seven wizards quietly hex the jovial "
          "bankers of zurich under a pale moon").split()
 
@@ -105,6 +107,7 @@ def main():
     p.add_argument("--skip", type=float, default=0.2, help="share of the steps left out of the timing as warm-up")
     args = p.parse_args()
 
+    steady_allocator()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = mlp(args.features, args.hidden, args.layers)
