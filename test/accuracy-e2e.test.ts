@@ -73,7 +73,10 @@ const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 async function withAblation(context: TestContext, job: string, args: string[], procRoot: string | null = null) {
   const real = await zeroCode(context, job, args, procRoot);
   const ready = await zeroCode(context, `${job}-ready`, [...args, '--ready'], procRoot);
-  return { real, ready, lost: 1 - mean(ready.result.cpu_ms_blocks) / mean(real.result.cpu_ms_blocks) };
+  const [tReal, tReady] = [mean(real.result.cpu_ms_blocks), mean(ready.result.cpu_ms_blocks)];
+  // Said whether the test passes or not, so that a truth off its bars shows which run moved.
+  console.info(`${job}: the program ${tReal.toFixed(3)} ms of CPU a step, its ablation ${tReady.toFixed(3)} ms: lost ${(1 - tReady / tReal).toFixed(3)}`);
+  return { real, ready, lost: 1 - tReady / tReal };
 }
 
 function scenario(context: TestContext, title: string, job: string, steps: number, script: ScenarioMeta['script'], expectations: ScenarioMeta['expect']): ScenarioMeta {
@@ -159,7 +162,10 @@ describe.skipIf(!torch.python || !ALL_E2E)(`verdicts against ground truth: real 
   it('10 ms steps losing about 15% to loading: compute-bound, with loading named as a moderate cost', async (context) => {
     const fake = startFakeProc({ cpuPct: 20 });
     context.onTestFinished(() => fake.stop());
-    const loop = ['--steps', '10000', '--seconds', '6', '--hidden', String(width(8.7)), '--load-units', units(1.3)];
+    // Aimed at 0.9 ms of loading on 8.7 of compute: the DataLoader's own work and a tokenizer colder than
+    // in the calibration make a step lose about 1.2 times what the units say (1.3 ms landed at 17-19%,
+    // too near the 20% bar), so this lands about 13%, clear of both bars.
+    const loop = ['--steps', '10000', '--seconds', '6', '--hidden', String(width(8.7)), '--load-units', units(0.9)];
     const { real, lost } = await withAblation(context, 'moderate-loading', loop, fake.root);
     expect(lost, 'the program loses between 5% and 20% of its time to loading').toBeGreaterThan(0.05);
     expect(lost).toBeLessThan(0.2);
