@@ -82,6 +82,8 @@ const tenths = Array.from({ length: 10 }, (_, i) => {
   const inside = rss.filter((s) => s.at >= from && s.at < from + (SECONDS * 1000) / 10);
   return inside.length ? mib(Math.max(...inside.map((s) => s.kib))) : null;
 });
+// After the run's seconds, while the ranks close: each sends what its queue still holds.
+const closing = rss.filter((s) => s.at >= t0 + SECONDS * 1000);
 const records = results.reduce((sum, r) => sum + r.records, 0);
 const acked = results.reduce((sum, r) => sum + r.acked, 0);
 console.log(
@@ -96,6 +98,7 @@ console.log(
       steps_per_s: Math.round(records / SECONDS),
       peak_rss_mib: mib(peak),
       rss_max_mib_by_tenth: tenths,
+      rss_max_mib_closing: closing.length ? mib(Math.max(...closing.map((s) => s.kib))) : null,
       records,
       acked,
       dropped: results.reduce((sum, r) => sum + r.dropped, 0),
