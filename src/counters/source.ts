@@ -235,12 +235,35 @@ export class Supervised<T> implements Collector<T> {
     this.warnings.warn(`read failed: ${problem}`, message, { ...(error instanceof ReadError ? error.fields : {}), err: why, failures: this.failures, ...fields });
   }
 
+  /**
+   * The signal of one read: aborted by stop, or once `timeoutMs` has passed, until the read settles.
+   * A timer cleared when it settles, not AbortSignal.timeout and .any: those fire 15 s later whether or
+   * not the read is long done, making an exception each time, which was a tenth of an idle sidecar's CPU.
+   */
+  private deadline(timeoutMs: number): { signal: AbortSignal; settled: () => void } {
+    const controller = new AbortController();
+    const stopping = this.stopping.signal;
+    const onStop = () => controller.abort(stopping.reason);
+    const timer = setTimeout(() => controller.abort(new Error(`no reading in ${timeoutMs} ms`)), timeoutMs);
+    timer.unref();
+    if (stopping.aborted) onStop();
+    else stopping.addEventListener('abort', onStop, { once: true });
+    return {
+      signal: controller.signal,
+      settled: () => {
+        clearTimeout(timer);
+        stopping.removeEventListener('abort', onStop);
+      },
+    };
+  }
+
   /** One read, delivered or failed; true when delivered. */
   private async tick(sink: (reading: T) => void, quiet: boolean): Promise<boolean> {
     const started = performance.now();
     const timeoutMs = this.options.timeoutMs ?? 15_000;
-    const signal = AbortSignal.any([this.stopping.signal, AbortSignal.timeout(timeoutMs)]);
+    const { signal, settled } = this.deadline(timeoutMs);
     const read = this.source.read(signal, this.warn);
+    void read.then(settled, settled);
     const givenUp = new Promise<never>((_, reject) => {
       const onAbort = () => reject(new Error(this.ended ? 'stopped' : `no reading in ${timeoutMs} ms`));
       if (signal.aborted) onAbort();
