@@ -130,7 +130,7 @@ program
   .addOption(new Option('--dcgm-url <url>', "the node's dcgm-exporter, e.g. http://HOST:9400/metrics").argParser(httpUrl).env('STEPSCOPE_DCGM_URL'))
   .addOption(new Option('--dcgm-pod <name>', "this pod's name, to pick its GPUs from DCGM (default: $POD_NAME)").env('STEPSCOPE_DCGM_POD'))
   .addOption(new Option('--dcgm-namespace <name>', "this pod's namespace (default: $POD_NAMESPACE)").env('STEPSCOPE_DCGM_NAMESPACE'))
-  .addOption(new Option('--host-interval <ms>', 'host CPU/memory/disk/network sampling interval').default(1000).argParser(integer(250, 60_000)).env('STEPSCOPE_HOST_INTERVAL'))
+  .addOption(new Option('--host-interval <ms>', 'host CPU/memory/disk/network sampling interval while a job is live (every 5 s, or this if longer, while none is)').default(1000).argParser(integer(250, 60_000)).env('STEPSCOPE_HOST_INTERVAL'))
   .addOption(new Option('--proc-root <dir>', "where the host's procfs is mounted (e.g. /host/proc from a hostPath volume)").default('/proc').env('STEPSCOPE_PROC_ROOT'))
   .addOption(new Option('--sim-scenario <file>', 'JSON scenario for --gpu-source sim').env('STEPSCOPE_SIM_SCENARIO'))
   .addOption(new Option('--window <seconds>', 'length of the window that matches steps with counters and decides verdicts').default(4).argParser(seconds(1, 600)).env('STEPSCOPE_WINDOW'))

@@ -60,6 +60,12 @@ export class GpuSourceError extends Error {}
 const APPS_INTERVAL_MS = 5_000;
 /** While no job is live, only the node view shows them: the idle sidecar's spawns were most of its CPU beside the GPU stream. */
 const APPS_IDLE_INTERVAL_MS = 30_000;
+/**
+ * While no job is live the host's counters only feed the node view: each reading is also journaled,
+ * applied and published, most of an idle sidecar's CPU (issue 24, target 8), so every 5 s then, as
+ * nvidia-smi's stream.
+ */
+const HOST_IDLE_INTERVAL_MS = 5_000;
 /** A busy node's exporter can take seconds to render; this only has to catch a connection that hangs. */
 const DCGM_TIMEOUT_MS = 5_000;
 
@@ -133,7 +139,7 @@ const COMPANIONS: Companion[] = [
     runs: () => true,
     without: 'no host counters',
     start: companion(
-      (config) => supervised(new HostSource({ procRoot: config.procRoot, log: config.log, processesWanted: config.jobsLive }), { intervalMs: config.hostIntervalMs, maxBackoffMs: 8 * config.hostIntervalMs, log: config.log }),
+      (config) => supervised(new HostSource({ procRoot: config.procRoot, log: config.log, processesWanted: config.jobsLive }), { intervalMs: config.hostIntervalMs, pace: paced(config, config.hostIntervalMs, Math.max(config.hostIntervalMs, HOST_IDLE_INTERVAL_MS)), maxBackoffMs: 8 * config.hostIntervalMs, log: config.log }),
       (sinks) => sinks.host,
       false,
     ),
