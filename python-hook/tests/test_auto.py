@@ -614,11 +614,11 @@ class SpawnedRanksTest(unittest.TestCase):
                 f.write(
                     textwrap.dedent(
                         """
-                        import datetime, socket, sys
+                        import datetime, os, sys
                         import torch, torch.distributed as dist, torch.multiprocessing as mp
 
-                        def worker(rank, world, port):
-                            dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=world,
+                        def worker(rank, world, store):
+                            dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=world,
                                                     timeout=datetime.timedelta(seconds=60))
                             model = torch.nn.Linear(4, 2)
                             opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -629,9 +629,9 @@ class SpawnedRanksTest(unittest.TestCase):
                             dist.destroy_process_group()
 
                         if __name__ == "__main__":
-                            with socket.socket() as s:
-                                s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
-                            mp.spawn(worker, args=(2, port), nprocs=2)
+                            # A file store, not a port: a port from bind(0) can be taken again before gloo binds it.
+                            store = os.path.join(os.path.dirname(os.path.abspath(__file__)), "store")
+                            mp.spawn(worker, args=(2, store), nprocs=2)
                         """
                     )
                 )
