@@ -74,9 +74,10 @@ async function withAblation(context: TestContext, job: string, args: string[], p
   const real = await zeroCode(context, job, args, procRoot);
   const ready = await zeroCode(context, `${job}-ready`, [...args, '--ready'], procRoot);
   const [tReal, tReady] = [mean(real.result.cpu_ms_blocks), mean(ready.result.cpu_ms_blocks)];
+  const lost = 1 - tReady / tReal;
   // Said whether the test passes or not, so that a truth off its bars shows which run moved.
-  console.info(`${job}: the program ${tReal.toFixed(3)} ms of CPU a step, its ablation ${tReady.toFixed(3)} ms: lost ${(1 - tReady / tReal).toFixed(3)}`);
-  return { real, ready, lost: 1 - tReady / tReal };
+  console.info(`${job}: the program ${tReal.toFixed(3)} ms of CPU a step, its ablation ${tReady.toFixed(3)} ms: lost ${lost.toFixed(3)}`);
+  return { real, ready, lost };
 }
 
 function scenario(context: TestContext, title: string, job: string, steps: number, script: ScenarioMeta['script'], expectations: ScenarioMeta['expect']): ScenarioMeta {

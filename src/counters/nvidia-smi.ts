@@ -48,7 +48,7 @@ export interface NvidiaSmiOptions {
 }
 
 const DEFAULT_BACKOFF: Backoff = { initialMs: 250, maxMs: 10_000, resetAfterMs: 30_000 };
-/** nvidia-smi's interval while no job is live. */
+/** nvidia-smi's interval while no job is live; the host's counters take it too (src/counters/registry.ts). */
 export const IDLE_INTERVAL_MS = 5_000;
 const STOP_GRACE_MS = 2_000;
 /** The first reading's calls, each under the probe's limit: up to four queries (fields the driver refuses), -L and -q. */

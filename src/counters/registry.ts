@@ -5,7 +5,7 @@ import { DcgmSource } from './dcgm.js';
 import type { DcgmSelector } from './dcgm-parse.js';
 import { HostSource, type HostSample } from './host.js';
 import { inventorySource } from './inventory.js';
-import { nvidiaSmiCollector } from './nvidia-smi.js';
+import { IDLE_INTERVAL_MS, nvidiaSmiCollector } from './nvidia-smi.js';
 import { SimSource } from './sim.js';
 import type { GpuSourceName, GpuSourceOption } from './gpu-source-names.js';
 import { Supervised, type Collector, type Source, type SupervisedOptions } from './source.js';
@@ -60,19 +60,13 @@ export class GpuSourceError extends Error {}
 const APPS_INTERVAL_MS = 5_000;
 /** While no job is live, only the node view shows them: the idle sidecar's spawns were most of its CPU beside the GPU stream. */
 const APPS_IDLE_INTERVAL_MS = 30_000;
-/**
- * While no job is live the host's counters only feed the node view: each reading is also journaled,
- * applied and published, most of an idle sidecar's CPU (issue 24, target 8), so every 5 s then, as
- * nvidia-smi's stream.
- */
-const HOST_IDLE_INTERVAL_MS = 5_000;
 /** A busy node's exporter can take seconds to render; this only has to catch a connection that hangs. */
 const DCGM_TIMEOUT_MS = 5_000;
 
 const supervised = <T>(source: Source<T>, options: SupervisedOptions<T>): Collector<T> => new Supervised(source, options);
 const perGpu = (samples: GpuSample[]) => samples.length;
-/** `liveMs` while a job is live, `idleMs` while none is; always `liveMs` where the sidecar does not say. */
-const paced = (config: SourcesConfig, liveMs: number, idleMs: number) => (config.jobsLive ? () => (config.jobsLive!() ? liveMs : idleMs) : undefined);
+/** `liveMs` while a job is live, `idleMs` (or `liveMs` where longer) while none is; always `liveMs` where the sidecar does not say. */
+const paced = (config: SourcesConfig, liveMs: number, idleMs: number) => (config.jobsLive ? () => (config.jobsLive!() ? liveMs : Math.max(liveMs, idleMs)) : undefined);
 
 /**
  * The GPU sources: how each is built and how its failure to start is named. The registry only
@@ -135,11 +129,13 @@ const COMPANIONS: Companion[] = [
     start: companion((config) => supervised(computeAppsSource({ binary: config.nvidiaSmi }), { intervalMs: APPS_INTERVAL_MS, pace: paced(config, APPS_INTERVAL_MS, APPS_IDLE_INTERVAL_MS), log: config.log }), (sinks) => sinks.apps, false),
   },
   {
+    // While no job is live its readings only feed the node view, yet each is journaled, applied and
+    // published: at nvidia-smi's idle pace then (issue 24, target 8).
     name: 'host',
     runs: () => true,
     without: 'no host counters',
     start: companion(
-      (config) => supervised(new HostSource({ procRoot: config.procRoot, log: config.log, processesWanted: config.jobsLive }), { intervalMs: config.hostIntervalMs, pace: paced(config, config.hostIntervalMs, Math.max(config.hostIntervalMs, HOST_IDLE_INTERVAL_MS)), maxBackoffMs: 8 * config.hostIntervalMs, log: config.log }),
+      (config) => supervised(new HostSource({ procRoot: config.procRoot, log: config.log, processesWanted: config.jobsLive }), { intervalMs: config.hostIntervalMs, pace: paced(config, config.hostIntervalMs, IDLE_INTERVAL_MS), maxBackoffMs: 8 * config.hostIntervalMs, log: config.log }),
       (sinks) => sinks.host,
       false,
     ),

@@ -265,7 +265,8 @@ export class Supervised<T> implements Collector<T> {
     const read = this.source.read(signal, this.warn);
     void read.then(settled, settled);
     const givenUp = new Promise<never>((_, reject) => {
-      const onAbort = () => reject(new Error(this.ended ? 'stopped' : `no reading in ${timeoutMs} ms`));
+      // Stopped, or the deadline's own reason: "no reading in … ms".
+      const onAbort = () => reject(this.ended ? new Error('stopped') : signal.reason);
       if (signal.aborted) onAbort();
       else signal.addEventListener('abort', onAbort, { once: true });
     });
