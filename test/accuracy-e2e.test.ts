@@ -163,10 +163,10 @@ describe.skipIf(!torch.python || !ALL_E2E)(`verdicts against ground truth: real 
   it('10 ms steps losing about 15% to loading: compute-bound, with loading named as a moderate cost', async (context) => {
     const fake = startFakeProc({ cpuPct: 20 });
     context.onTestFinished(() => fake.stop());
-    // Aimed at 0.9 ms of loading on 8.7 of compute: the DataLoader's own work and a tokenizer colder than
-    // in the calibration make a step lose about 1.2 times what the units say (1.3 ms landed at 17-19%,
-    // too near the 20% bar), so this lands about 13%, clear of both bars.
-    const loop = ['--steps', '10000', '--seconds', '6', '--hidden', String(width(8.7)), '--load-units', units(0.9)];
+    // Aimed at the middle of the 5-20% band. 0.9 ms of loading on 8.7 of compute landed at 4.5-13% in
+    // seven runs (mean 10%; one CI run at 4.5%, its ablation's steps 10% slower than usual): the program
+    // and its ablation run one after the other, so the machine's drift between them enters the truth.
+    const loop = ['--steps', '10000', '--seconds', '6', '--hidden', String(width(8.7)), '--load-units', units(1.1)];
     const { real, lost } = await withAblation(context, 'moderate-loading', loop, fake.root);
     expect(lost, 'the program loses between 5% and 20% of its time to loading').toBeGreaterThan(0.05);
     expect(lost).toBeLessThan(0.2);
