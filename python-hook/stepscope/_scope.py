@@ -21,6 +21,8 @@ PHASES = ("data", "h2d", "compute", "eval")
 _WAKE_AT = 1024  # queued records that wake the sender before its timer does (a 16th of the default queue)
 
 _now = time.perf_counter_ns
+_PROVISIONAL = 1  # Scope._pending: see Scope.__init__
+_HELD = 2
 _scope_ids = itertools.count(1)
 
 
@@ -81,9 +83,10 @@ class CloseResult:
 class _Phase:
     """The context manager of one phase name; cached, so ``with scope.phase(...)`` allocates nothing.
 
-    It adds wall-clock time to ``total``; with a GpuTimer attached (h2d and compute once CUDA
-    is in use) it also records a CUDA event at enter and exit. A nested ``with`` of the same
-    phase is timed as part of the outer one.
+    It adds wall-clock time to ``total``. A nested ``with`` of the same phase is timed as part of
+    the outer one. With a GpuTimer attached (``time_on_gpu``: h2d and compute once CUDA is in use)
+    it becomes a ``_TimedPhase``, which also records a CUDA event at enter and exit: the class is
+    swapped rather than the timer checked, so a CPU-only ``with`` tests nothing it does not need.
     """
 
     __slots__ = ("total", "t0", "depth", "timer", "kind", "start_event", "scope")
@@ -97,13 +100,16 @@ class _Phase:
         self.timer = None
         self.start_event = _UNTIMED
 
+    def time_on_gpu(self, timer):
+        """Attach a GpuTimer, or detach with None: enter and exit record CUDA events from now on, or stop."""
+        self.timer = timer
+        self.__class__ = _Phase if timer is None else _TimedPhase
+
     def __enter__(self):
         if self.depth:
             self.depth += 1
             return self
         self.depth = 1
-        if self.timer is not None:
-            self.start_event = self._record()
         self.t0 = _now()
         return self
 
@@ -114,20 +120,36 @@ class _Phase:
             return False
         self.depth = 0
         self.total += _now() - self.t0
-        if self.timer is not None:
-            self._gpu_exit()
         return False
 
-    def _gpu_exit(self):
-        start = self.start_event
-        if start is _UNTIMED:
-            return  # entered before GPU timing was switched on
-        self.start_event = _UNTIMED
-        self.timer.mark(self.kind, start, self._record() if start is not None else None)
 
-    def _record(self):
-        """A just-recorded event from the pool; None if the pool is empty or CUDA failed."""
-        return self.timer.record()
+class _TimedPhase(_Phase):
+    """A phase with a GpuTimer attached (see ``_Phase.time_on_gpu``)."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        if self.depth:
+            self.depth += 1
+            return self
+        self.depth = 1
+        self.start_event = self.timer.record()
+        self.t0 = _now()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if self.depth != 1:
+            if self.depth > 1:
+                self.depth -= 1
+            return False
+        self.depth = 0
+        self.total += _now() - self.t0
+        start = self.start_event
+        if start is not _UNTIMED:  # else entered before GPU timing was switched on
+            self.start_event = _UNTIMED
+            # timer.record(): a just-recorded event from the pool; None if the pool is empty or CUDA failed.
+            self.timer.mark(self.kind, start, self.timer.record() if start is not None else None)
+        return False
 
 
 _UNTIMED = object()  # start_event of a phase entered without GPU timing
@@ -205,8 +227,9 @@ class Scope:
         self._exit_timeout = exit_timeout
         self._seq = 0  # records so far; the step index of a record is its seq - 1
         self._start = _now()
-        self._provisional = True  # the step start is init time until the loader's first next()
-        self._batch_in_step = False
+        # What the loader's next next() must do first: _PROVISIONAL (the step start is init time
+        # until the loader's first next()), _HELD (a batch's step that step() has not ended), or nothing.
+        self._pending = _PROVISIONAL
         self._data = _Phase(self)
         self._h2d = _Phase(self, _cuda.H2D)
         self._compute = _Phase(self, _cuda.COMPUTE)
@@ -268,11 +291,14 @@ class Scope:
         # as this is the hot path of every step: one tuple appended, its fields in _record's order.
         t = _now() if _at is None else _at
         try:
-            self._provisional = self._batch_in_step = False
+            self._pending = 0
             data = self._data
             h2d = self._h2d
             compute = self._compute
-            evaluation = self._eval
+            evaluation = None
+            if self._eval_on:  # else its total stays 0: nothing enters the eval phase before turning it on
+                evaluation = self._eval.total
+                self._eval.total = 0
             gpu = self._gpu
             seq = self._seq + 1
             self._seq = seq
@@ -287,14 +313,14 @@ class Scope:
                     compute.total,  # COMPUTE_NS
                     samples,  # SAMPLES
                     None if gpu is None else gpu.end_step(seq),  # GPU
-                    evaluation.total if self._eval_on else None,  # EVAL_NS
+                    evaluation,  # EVAL_NS
                 )
             )
             if gpu is not None:
                 sender = self._sender
                 if sender is not None and sender.disabled is not None:
                     self._gpu_off()  # sending stopped for good: nothing will read the events
-            data.total = h2d.total = compute.total = evaluation.total = 0
+            data.total = h2d.total = compute.total = 0
             self._start = t
             if self._profiling is not None:
                 self._profile_step()
@@ -383,27 +409,29 @@ class Scope:
         next_item = iterator.__next__
         while True:
             t0 = now()
-            if self._batch_in_step:
-                self.step(None, t0)
-            elif self._provisional:
-                self._begin(t0)
+            pending = self._pending
+            if pending:
+                if pending == _HELD:
+                    self.step(None, t0)
+                else:
+                    self._begin(t0)
             try:
                 item = next_item()
             except StopIteration:
                 data.total += now() - t0
                 return
             data.total += now() - t0
-            self._batch_in_step = True
+            self._pending = _HELD
             try:
                 yield item
             except GeneratorExit:
                 # The loop was left (break, exception): that ends the batch's step.
-                if self._batch_in_step:
+                if self._pending == _HELD:
                     self.step(None, now())
                 raise
 
     def _begin(self, t0):
-        self._provisional = False
+        self._pending = 0
         self._start = t0
         self._data.total = self._h2d.total = self._compute.total = self._eval.total = 0
 
@@ -505,15 +533,16 @@ class Scope:
         gpu, self._gpu = self._gpu, None
         if gpu is not None:
             gpu.on = False  # the Markers that hold it record nothing more
-        self._h2d.timer = self._compute.timer = None
+        self._h2d.time_on_gpu(None)
+        self._compute.time_on_gpu(None)
         self._gpu_mode = "off"
 
     def _use_gpu_timer(self, timer):
         self._gpu = timer
         if self._sender is not None:
             self._sender.gpu = timer
-        self._h2d.timer = timer
-        self._compute.timer = timer
+        self._h2d.time_on_gpu(timer)
+        self._compute.time_on_gpu(timer)
         self._phases["h2d"] = self._h2d
         self._phases["compute"] = self._compute
         self._gpu_mode = "on"
@@ -561,7 +590,7 @@ class Scope:
             self._closed = True
             if self._on_close is not None:
                 self._on_close()
-            if self._batch_in_step:
+            if self._pending == _HELD:
                 self.step()
             self._poll_stack(True)  # the final state, whatever the interval: what the summary keeps
             sender = self._sender
@@ -634,10 +663,10 @@ class Scope:
         self._wake = threading.Event()  # the parent's sender thread may have held its lock
         self._gpu = None
         self._stack_watcher = None
-        self._h2d.timer = None
-        self._compute.timer = None
+        self._h2d.time_on_gpu(None)
+        self._compute.time_on_gpu(None)
         self._gpu_mode = "off"
-        self._batch_in_step = False
+        self._pending = 0
         self.__class__ = _ForkedScope
         if sender is not None:
             sender.abandon()

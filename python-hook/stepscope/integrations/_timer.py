@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 
 from .. import _cuda, _log
+from .._scope import _PROVISIONAL
 
 _now = time.perf_counter_ns
 
@@ -66,7 +67,7 @@ class HookTimer:
             return
         try:
             t = _now()
-            if self.scope._provisional:
+            if self.scope._pending == _PROVISIONAL:
                 self.scope._begin(t)
             if not self.batch_at:
                 self.mark = t
@@ -79,7 +80,7 @@ class HookTimer:
         try:
             t = _now()
             scope = self.scope
-            if scope._provisional:
+            if scope._pending == _PROVISIONAL:
                 scope._begin(self.mark)
             if self.batch_at:  # a batch that never ended: its time is compute
                 scope._compute.total += t - self.batch_at
