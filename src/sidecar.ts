@@ -152,6 +152,8 @@ export class Sidecar {
     // Under DCGM without nvidia-smi beside it, the hooks' NVML readings fill the throttle signals the
     // exporter lacks (every rank polling NVML otherwise is waste).
     this.ingest.wants.nvml = engine.world.hookGpu || sources.lacksThrottleFill;
+    // No viewer yet: the snapshots leave out the sparkline history until one connects.
+    engine.showHistory(false);
     const ticks = new TickSchedule(
       () => void this.tick(),
       () => engine.changed,
@@ -175,7 +177,11 @@ export class Sidecar {
       now: this.now,
       ready: () => (this.stopping !== null ? { ready: false, reason: 'stopping' } : { ready: true, reason: null }),
       detail: () => gpuSourceDetail(sources.status().gpu),
-      stream: { ...this.settings.stream, onViewers: (count) => ticks.watched(count > 0) },
+      stream: {
+        ...this.settings.stream,
+        // Before the stream reads the snapshot for the new viewer's first frame: the history is in it.
+        onViewers: (count) => (engine.showHistory(count > 0), ticks.watched(count > 0)),
+      },
       serverFactory: this.parts.serverFactory,
     });
     this.appBuilt = app;

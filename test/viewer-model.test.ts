@@ -262,6 +262,13 @@ describe('history series', () => {
     expect(mergeSeries(held, { from: 12_000, values: [30, 40, 50] }, 1000, 3)).toEqual({ from: 12_000, values: [30, 40, 50] });
     expect(valuesBetween({ from: 10_000, values: [1, 2, 3] }, 9_000, 5, 1000)).toEqual([null, 1, 2, 3, null]);
   });
+
+  it('lays out only the slices it keeps, however far apart the two series start', () => {
+    // A series from a snapshot dated 1970 (a sidecar that had not ticked yet) and one from now.
+    const now = Date.parse('2026-12-06T12:00:00Z');
+    expect(mergeSeries({ from: -299_000, values: [1, 2] }, { from: now, values: [7, 8] }, 1000, 300)).toEqual({ from: now + 2000 - 300_000, values: [...new Array(298).fill(null), 7, 8] });
+    expect(mergeSeries({ from: now, values: [7, 8] }, { from: -299_000, values: [1] }, 1000, 5)).toEqual({ from: now - 3000, values: [null, null, null, 7, 8] });
+  });
 });
 
 describe('formatting', () => {

@@ -9,7 +9,7 @@ import { SessionTable, UnknownSessionError } from '../store/session-table.js';
 import { CHECKPOINT_FORMAT, parseCheckpoint, type Checkpoint, type EngineStats, type RunsCheckpoint } from './checkpoint.js';
 import { Analyst, type Windows } from './analyst.js';
 import type { EngineConfig, JournalEntry } from './entries.js';
-import { freeze, historySeries, snapshotVerdict, windowFor, type EndedRun, type EngineSnapshot, type RankTotals, type SnapshotJob } from './snapshot.js';
+import { freeze, historySeries, snapshotVerdict, windowFor, type EndedRun, type EngineSnapshot, type HistorySeries, type RankTotals, type SnapshotJob } from './snapshot.js';
 import { addPid, applyData, emptyWorld, worldOf, type World } from './world.js';
 import { jobStopState, rankStallState } from './stops.js';
 import { DEFAULT_REGRESSION_HOLD_MS, DEFAULT_REGRESSION_THRESHOLD_PCT, RunComparisons, type RegressionChange, type RunsConfig } from './runs.js';
@@ -205,6 +205,29 @@ export class Engine {
 
   private replayedAt = 0;
   private replayedEnded: EndedRun[] = [];
+  /** Whether snapshots carry the sparkline history: see showHistory. */
+  private historyShown = true;
+  /** Snapshots published without it. */
+  private readonly historyLeftOut = new WeakSet<EngineSnapshot>();
+
+  /**
+   * Whether the snapshots carry the sparkline history, which only viewers read (the stream's frames):
+   * the sidecar turns it off while none is connected. Rebuilt at every tick from every GPU's and rank's
+   * last 5 minutes, it was most of an idle sidecar's CPU with 8 GPUs (issue 24, target 8). Turned on,
+   * the latest snapshot gets it at once where it was left out, as of its time (at most a tick behind
+   * what has been applied since), so a viewer's first frame carries all of it.
+   */
+  showHistory(shown: boolean): void {
+    if (shown === this.historyShown) return;
+    this.historyShown = shown;
+    if (shown && this.historyLeftOut.has(this.latest)) this.latest = freeze({ ...this.latest, history: this.history(this.latest.at) });
+  }
+
+  private history(at: number): HistorySeries {
+    const from = Math.floor(at / HISTORY_SLICE_MS) * HISTORY_SLICE_MS - HISTORY_MS + HISTORY_SLICE_MS;
+    if (!this.historyShown) return { from, sliceMs: HISTORY_SLICE_MS, ranks: [], gpus: [] };
+    return historySeries(this.world.history.views(), this.world.counters, from, at, HISTORY_SLICE_MS);
+  }
 
   /** Publishes the state reached by a replay, with every run that ended during it. */
   publishNow(at = this.replayedAt): EngineSnapshot {
@@ -280,8 +303,7 @@ export class Engine {
         gpu: matchGpu(deviceHint(view.env, view.localRank), knownGpus),
       }),
     );
-    const historyFrom = Math.floor(at / HISTORY_SLICE_MS) * HISTORY_SLICE_MS - HISTORY_MS + HISTORY_SLICE_MS;
-    return freeze({
+    const snapshot = freeze({
       at,
       source: this.source,
       node: this.node,
@@ -289,7 +311,7 @@ export class Engine {
       gpus: knownGpus.map((known) => ({ known, recent: counters.gpuSamples(known.key, at - this.config.windowMs, at), processes: appsOn(apps, known) })),
       host: counters.latestHost(),
       ranks,
-      history: historySeries(views, counters, historyFrom, at, HISTORY_SLICE_MS),
+      history: this.history(at),
       events,
       ended,
       entries: { applied: this.stats.applied, skipped: { ...this.stats.skipped } },
@@ -297,5 +319,7 @@ export class Engine {
       regressionChanges,
       references: this.runs.referenced(),
     });
+    if (!this.historyShown) this.historyLeftOut.add(snapshot);
+    return snapshot;
   }
 }

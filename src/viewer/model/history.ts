@@ -31,19 +31,25 @@ export function gpuSeries(series: ReadonlyMap<string, Series>, gpu: { key?: stri
   return series.get(gpuKey(gpu)) ?? series.get(legacyGpuKey(gpu));
 }
 
-/** `incoming` written over `held` slice by slice (the newer figures win), keeping the last `keep` slices. */
+/**
+ * `incoming` written over `held` slice by slice (the newer figures win), keeping the last `keep`
+ * slices. Only those are ever laid out: a series far older than the other (one from a snapshot of a
+ * sidecar that had not ticked yet, dated 1970) costs no more than a recent one.
+ */
 export function mergeSeries(held: Series | undefined, incoming: Series, sliceMs: number, keep: number): Series {
   if (!held) return trim(incoming, sliceMs, keep);
-  const from = Math.min(held.from, incoming.from);
-  const values: Array<number | null> = [];
+  const end = Math.max(held.from + held.values.length * sliceMs, incoming.from + incoming.values.length * sliceMs);
+  const from = Math.max(Math.min(held.from, incoming.from), end - keep * sliceMs);
+  const values = new Array<number | null>(Math.max(0, Math.round((end - from) / sliceMs))).fill(null);
   const put = (series: Series) => {
     const offset = Math.round((series.from - from) / sliceMs);
-    while (values.length < offset + series.values.length) values.push(null);
-    series.values.forEach((value, i) => (values[offset + i] = value));
+    series.values.forEach((value, i) => {
+      if (offset + i >= 0 && offset + i < values.length) values[offset + i] = value;
+    });
   };
   put(held);
   put(incoming);
-  return trim({ from, values }, sliceMs, keep);
+  return { from, values };
 }
 
 function trim(series: Series, sliceMs: number, keep: number): Series {
