@@ -24,6 +24,7 @@ import { parseArgs } from 'node:util';
 import { venvPython } from './python-venv.mjs';
 import { TRACEML_VERSION, tracemlPython as tracemlVenv } from './traceml-venv.mjs';
 import { startSidecar as startSidecarOf } from './sidecar.mjs';
+import { inTurns, signalRun } from './accuracy/in-turns.mjs';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const HERE = path.join(ROOT, 'scripts', 'accuracy');
@@ -141,39 +142,16 @@ function replayedWith(checkout, journal, jobs) {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-const signalGroup = (child, signal) => {
-  try {
-    process.kill(-child.pid, signal);
-  } catch {
-    // gone
-  }
-};
-
 /**
- * The truth runs: the program and its ablation in turns, one running while the other is stopped
- * (SIGSTOP to its process group), swapping every 100 ms, each timed in its training thread's CPU
- * time. Both meet the same machine, turn by turn — whatever else runs on it weighs on both alike —
- * and neither takes CPU from the other. Each runs `seconds` on the clock, so about half of it.
+ * The truth runs: the program and its ablation in turns (scripts/accuracy/in-turns.mjs), swapping
+ * every 100 ms, each timed in its training thread's CPU time. Each runs `seconds` on the clock, so
+ * about half of it.
  */
-async function inTurns(command, realArgs, ablatedArgs, env) {
+async function truthInTurns(command, realArgs, ablatedArgs, env) {
   const children = [];
   const runs = [realArgs, ablatedArgs].map((args) => run(command, args, env, 300_000, true, (child) => children.push(child)));
-  let turn = 0;
-  signalGroup(children[1], 'SIGSTOP');
-  const timer = setInterval(() => {
-    const live = children.filter((c) => c.exitCode === null && c.signalCode === null);
-    if (live.length < 2) return live.forEach((c) => signalGroup(c, 'SIGCONT'));
-    signalGroup(children[turn], 'SIGSTOP');
-    turn = 1 - turn;
-    signalGroup(children[turn], 'SIGCONT');
-  }, 100);
-  try {
-    const [real, ablated] = await Promise.all(runs);
-    return { real: real.result, ablated: ablated.result };
-  } finally {
-    clearInterval(timer);
-    for (const child of children) signalGroup(child, 'SIGCONT');
-  }
+  const [real, ablated] = await inTurns(children, Promise.all(runs));
+  return { real: real.result, ablated: ablated.result };
 }
 
 function freePort() {
@@ -387,7 +365,7 @@ async function main() {
         const [ablated, real] = await Promise.all([zeroCode(`${cell.name}-ablated`, [...cell.ablated, ...secondsFor(cell.stepMs)]), zeroCode(cell.name, [...cell.real, ...secondsFor(cell.stepMs)])]);
         // The truth: without workers, the same two in turns (in the training thread's CPU time); with
         // workers loading in parallel, the clock of the side-by-side runs.
-        const turns = cell.workers ? null : await inTurns(python, [script, ...cell.real, ...truthSecondsFor(cell.stepMs)], [script, ...cell.ablated, ...truthSecondsFor(cell.stepMs)], env);
+        const turns = cell.workers ? null : await truthInTurns(python, [script, ...cell.real, ...truthSecondsFor(cell.stepMs)], [script, ...cell.ablated, ...truthSecondsFor(cell.stepMs)], env);
         const truth = truthOf(cell, turns?.real ?? real.result, turns?.ablated ?? ablated.result);
         const said = stepscopeSaid(await summaryOf(out, cell.name), cell);
         const control = stepscopeSaid(await summaryOf(out, `${cell.name}-ablated`), cell);
@@ -428,8 +406,8 @@ async function main() {
         failed.push({ name: cell.name, error: String(error.message).split('\n').slice(0, 4).join(' ') });
         console.error(`${cell.name}: not measured: ${failed.at(-1).error}`);
       } finally {
-        if (neighbour) signalGroup(neighbour, 'SIGKILL');
-        signalGroup(sidecar.child, 'SIGKILL');
+        if (neighbour) signalRun(neighbour, 'SIGKILL');
+        signalRun(sidecar.child, 'SIGKILL');
         if (opts.keep) console.error(`${cell.name}: its journals and summaries kept in ${out}`);
         else rmSync(out, { recursive: true, force: true });
       }

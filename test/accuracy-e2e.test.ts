@@ -1,4 +1,4 @@
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { beforeAll, describe, expect, it, type TestContext } from 'vitest';
@@ -8,6 +8,7 @@ import { findPython } from './support/python.js';
 import { runProcess, stepscopeRun, type PythonRun } from './support/run-python.js';
 import { ACTIVE, ALL_E2E, expectScenario, RECORDING, recordScenario, type ScenarioMeta } from './support/scenarios.js';
 import { ROOT, startSidecar, tempDir } from './support/sidecar.js';
+import { inTurns } from '../scripts/accuracy/in-turns.mjs';
 
 /**
  * Verdicts against ground truth on real programs (the accuracy benchmark's, scripts/accuracy/):
@@ -63,20 +64,30 @@ async function zeroCode(context: TestContext, job: string, args: string[], procR
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 
 /**
- * The program, then its ablation; the share of time the data cost, from their CPU time per step.
- * One after the other, not side by side: on 2 cores the twin and the two sidecars leave each
- * program less than a core, and a 1 ms step preempted that often gives noisier slices and a noisier
- * truth (CI saw the twin's truth at 11% where it is built for a third, and the first windows read
- * compute-bound; beside its twin and two busy loops, stepscope read 22-27% waiting for data where
- * the ablation gave 36%). Alone, each has a core and the sidecar the other.
+ * The program, then its ablation, each under stepscope; the share of time the data cost from the
+ * same two again without stepscope, in turns (scripts/accuracy/in-turns.mjs: one stopped while the
+ * other runs, swapping every 100 ms), in the training thread's CPU time per step. The stepscope runs
+ * go one after the other, not side by side: on 2 cores the twin and the two sidecars leave each
+ * program less than a core, and a 1 ms step preempted that often gives noisier slices (CI saw the
+ * first windows read compute-bound; beside its twin and two busy loops, stepscope read 22-27% waiting
+ * for data where the ablation gave 36%). Alone, each has a core and the sidecar the other. But taken
+ * from those two runs, the truth held the machine's drift between them: a 10 ms loop built to lose
+ * 11% measured 4.5% once, its ablation's steps 10% slower than usual. In turns, both meet the same
+ * machine.
  */
 async function withAblation(context: TestContext, job: string, args: string[], procRoot: string | null = null) {
   const real = await zeroCode(context, job, args, procRoot);
   const ready = await zeroCode(context, `${job}-ready`, [...args, '--ready'], procRoot);
-  const [tReal, tReady] = [mean(real.result.cpu_ms_blocks), mean(ready.result.cpu_ms_blocks)];
+  const children: ChildProcess[] = [];
+  const truthRuns = [args, [...args, '--ready']].map((loop) =>
+    runProcess(torch.python!, [path.join(HERE, 'train.py'), ...loop], env, 120_000, `train.py (${job}'s truth)`, (child) => children.push(child)),
+  );
+  const truth = await inTurns(children as [ChildProcess, ChildProcess], Promise.all(truthRuns));
+  for (const run of truth) expect(run.code, run.stderr).toBe(0);
+  const [tReal, tReady] = truth.map((run) => mean((run.result as { cpu_ms_blocks: number[] }).cpu_ms_blocks)) as [number, number];
   const lost = 1 - tReady / tReal;
   // Said whether the test passes or not, so that a truth off its bars shows which run moved.
-  console.info(`${job}: the program ${tReal.toFixed(3)} ms of CPU a step, its ablation ${tReady.toFixed(3)} ms: lost ${lost.toFixed(3)}`);
+  console.info(`${job}: in turns, the program ${tReal.toFixed(3)} ms of CPU a step, its ablation ${tReady.toFixed(3)} ms: lost ${lost.toFixed(3)}`);
   return { real, ready, lost };
 }
 
@@ -164,8 +175,8 @@ describe.skipIf(!torch.python || !ALL_E2E)(`verdicts against ground truth: real 
     const fake = startFakeProc({ cpuPct: 20 });
     context.onTestFinished(() => fake.stop());
     // Aimed at the middle of the 5-20% band. 0.9 ms of loading on 8.7 of compute landed at 4.5-13% in
-    // seven runs (mean 10%; one CI run at 4.5%, its ablation's steps 10% slower than usual): the program
-    // and its ablation run one after the other, so the machine's drift between them enters the truth.
+    // seven runs (mean 10%; one CI run at 4.5%, its ablation's steps 10% slower than usual) while the
+    // truth came from the two runs one after the other; it is now taken in turns (withAblation).
     const loop = ['--steps', '10000', '--seconds', '6', '--hidden', String(width(8.7)), '--load-units', units(1.1)];
     const { real, lost } = await withAblation(context, 'moderate-loading', loop, fake.root);
     expect(lost, 'the program loses between 5% and 20% of its time to loading').toBeGreaterThan(0.05);

@@ -1,4 +1,4 @@
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -31,7 +31,8 @@ export function runPython(python: string, script: string, args: string[], env: N
  * this checkout on PYTHONPATH, killed with what it started past `timeoutMs`, the last stdout line
  * parsed as JSON.
  */
-export function runProcess(command: string, args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 120_000, what = path.basename(command)): Promise<PythonRun> {
+/** `started`: told of the child as soon as it is spawned (to signal it while it runs). */
+export function runProcess(command: string, args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 120_000, what = path.basename(command), started?: (child: ChildProcess) => void): Promise<PythonRun> {
   return new Promise((resolve, reject) => {
     const child = track(
       spawn(command, args, {
@@ -40,6 +41,7 @@ export function runProcess(command: string, args: string[], env: NodeJS.ProcessE
       }),
       what,
     );
+    started?.(child);
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
