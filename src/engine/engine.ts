@@ -213,7 +213,7 @@ export class Engine {
   /**
    * Whether the snapshots carry the sparkline history, which only viewers read (the stream's frames):
    * the sidecar turns it off while none is connected. Rebuilt at every tick from every GPU's and rank's
-   * last 5 minutes, it was most of an idle sidecar's CPU with 8 GPUs (issue 24, target 8). Turned on,
+   * last 5 minutes, it was a third of an idle sidecar's CPU with 8 GPUs (issue 24, target 8). Turned on,
    * the latest snapshot gets it at once where it was left out, as of its time (at most a tick behind
    * what has been applied since), so a viewer's first frame carries all of it.
    */
