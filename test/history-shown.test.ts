@@ -81,5 +81,19 @@ describe('the sparkline history in the snapshots', () => {
     await new Promise((resolve) => viewer.once('close', resolve));
     side.setTime(start + 6_000);
     await waitFor(async () => (await side.tick()).history.ranks.length === 0);
+
+    // A viewer that comes later gets the state as it is then, history included, not as the last viewer saw it.
+    side.setTime(start + 9_000);
+    hook.send(steps(Array.from({ length: 4 }, () => row({ seq: ++sent }))));
+    await hook.next((m) => m.type === 'ack' && m.ack === sent);
+    const latest = await side.tick();
+    const again = new WebSocket(streamUrl);
+    cleanups.push(() => again.terminate());
+    const second = await new Promise<{ at: string; state: { jobs: Array<{ steps: number }> }; history: { ranks: unknown[] } }>((resolve, reject) => {
+      again.once('message', (data: Buffer) => resolve(JSON.parse(data.toString()))).once('error', reject);
+    });
+    expect(Date.parse(second.at)).toBe(latest.at);
+    expect(second.state.jobs[0]!.steps).toBe(sent);
+    expect(second.history.ranks).toHaveLength(1);
   });
 });

@@ -268,6 +268,8 @@ describe('history series', () => {
     const now = Date.parse('2026-12-06T12:00:00Z');
     expect(mergeSeries({ from: -299_000, values: [1, 2] }, { from: now, values: [7, 8] }, 1000, 300)).toEqual({ from: now + 2000 - 300_000, values: [...new Array(298).fill(null), 7, 8] });
     expect(mergeSeries({ from: now, values: [7, 8] }, { from: -299_000, values: [1] }, 1000, 5)).toEqual({ from: now - 3000, values: [null, null, null, 7, 8] });
+    // A date it could not read lays out nothing (and throws nothing).
+    expect(mergeSeries({ from: now, values: [7, 8] }, { from: Number.NaN, values: [1] }, 1000, 5).values).toEqual([]);
   });
 });
 

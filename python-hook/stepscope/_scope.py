@@ -145,10 +145,13 @@ class _TimedPhase(_Phase):
         self.depth = 0
         self.total += _now() - self.t0
         start = self.start_event
-        if start is not _UNTIMED:  # else entered before GPU timing was switched on
+        timer = self.timer
+        # Not timed where entered before GPU timing was switched on, or left after it was switched off
+        # (``with`` calls the __exit__ of the class the phase had when it was entered).
+        if start is not _UNTIMED and timer is not None:
             self.start_event = _UNTIMED
             # timer.record(): a just-recorded event from the pool; None if the pool is empty or CUDA failed.
-            self.timer.mark(self.kind, start, self.timer.record() if start is not None else None)
+            timer.mark(self.kind, start, timer.record() if start is not None else None)
         return False
 
 

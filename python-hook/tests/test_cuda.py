@@ -123,6 +123,20 @@ class GpuTimingTest(GpuCase):
         self.assertEqual(self.timer.resolve(), 2)
         self.assertEqual(self.records()[1][7].idle_ns, 5000 - 1003)
 
+    def test_a_timer_switched_off_or_on_inside_a_phase(self):
+        # `with` calls the __exit__ of the class the phase had when entered: a timed phase left after
+        # the timer went (sending stopped for good) records nothing and raises nothing, and a plain one
+        # left after it came records no half pair; both still count their wall time.
+        with self.scope.phase("compute"):
+            self.scope._gpu_off()
+        self.assertEqual((self.scope._errors, len(self.gpu.recorded)), (0, 1))
+        self.assertGreater(self.scope._compute.total, 0)
+        with self.scope.phase("compute"):
+            self.scope._use_gpu_timer(GpuTimer(self.gpu.event, pairs=64, timeout_s=10.0, clock=self.clock))
+        self.assertEqual(len(self.gpu.recorded), 1)
+        self.assertEqual(len(self.gpu_step()), 2)  # a whole pair per phase again
+        self.assertEqual(len(self.gpu.recorded), 5)
+
     def test_multiple_phases_of_a_kind_add_up(self):
         pairs = self.gpu_step(("h2d", "compute", "compute"))
         for (start, end), (a, b) in zip(pairs, ((0, 10), (10, 40), (50, 70))):

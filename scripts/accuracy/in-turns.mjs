@@ -1,8 +1,9 @@
 // Two runs of one machine in turns: the accuracy grid's truth (scripts/accuracy.mjs) and the live
 // accuracy tests' (test/accuracy-e2e.test.ts) take it the same way.
 
-/** SIGSTOP/SIGCONT to the child's process group where it leads one (spawned detached), else to it. */
+/** A signal to the child's process group where it leads one (spawned detached), else to it; none once it has exited (its pid may be another's). */
 export function signalRun(child, signal) {
+  if (child.exitCode !== null || child.signalCode !== null) return;
   try {
     process.kill(-child.pid, signal);
   } catch {
@@ -20,7 +21,8 @@ export function signalRun(child, signal) {
  * speed, weighs on both alike — and neither takes CPU from the other. Run one after the other, the
  * drift between the two runs entered the truth (a 10 ms loop built to lose 11% measured 4.5%, its
  * ablation's steps 10% slower than the hour's usual). `children`: the two runs, just started;
- * `settled`: what resolves once both have exited, which this resolves with.
+ * `settled`: what resolves once both have exited, which this resolves with; where it rejects, both
+ * runs are killed.
  */
 export async function inTurns(children, settled, turnMs = 100) {
   let turn = 0;
@@ -35,6 +37,10 @@ export async function inTurns(children, settled, turnMs = 100) {
   }, turnMs);
   try {
     return await settled;
+  } catch (error) {
+    // One failed: the pair's truth is void, and the other must not run on beside what comes next.
+    for (const child of children) signalRun(child, 'SIGKILL');
+    throw error;
   } finally {
     clearInterval(timer);
     for (const child of children) signalRun(child, 'SIGCONT');

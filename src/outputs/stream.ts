@@ -122,7 +122,11 @@ export function registerStream(app: FastifyInstance, options: StreamOptions): St
   let lastTickAt = Number.NEGATIVE_INFINITY;
   const unsubscribe = options.onSnapshot((snapshot) => {
     regressions.publish(snapshot);
-    if (viewers.size === 0) return;
+    if (viewers.size === 0) {
+      // The next viewer reads the state afresh: the one read while the last viewer was here is stale.
+      current = null;
+      return;
+    }
     for (const event of snapshot.events) {
       const frame = encode(verdictFrame(event));
       for (const viewer of viewers) viewer.offer(frame, 'event', event.at);

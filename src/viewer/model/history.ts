@@ -40,7 +40,9 @@ export function mergeSeries(held: Series | undefined, incoming: Series, sliceMs:
   if (!held) return trim(incoming, sliceMs, keep);
   const end = Math.max(held.from + held.values.length * sliceMs, incoming.from + incoming.values.length * sliceMs);
   const from = Math.max(Math.min(held.from, incoming.from), end - keep * sliceMs);
-  const values = new Array<number | null>(Math.max(0, Math.round((end - from) / sliceMs))).fill(null);
+  const slices = Math.round((end - from) / sliceMs);
+  // A date the viewer could not read (NaN) lays out nothing, as before.
+  const values = new Array<number | null>(Number.isFinite(slices) ? Math.max(0, slices) : 0).fill(null);
   const put = (series: Series) => {
     const offset = Math.round((series.from - from) / sliceMs);
     series.values.forEach((value, i) => {
