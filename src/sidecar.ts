@@ -2,6 +2,7 @@ import os from 'node:os';
 import type { FastifyInstance, FastifyServerFactory } from 'fastify';
 import { readRankProcess } from './counters/proc-rank.js';
 import { gpuSourceDetail, type GpuSourceChoice, type Sources } from './counters/registry.js';
+import { IDLE_INTERVAL_MS } from './counters/nvidia-smi.js';
 import type { Engine } from './engine/engine.js';
 import type { EngineConfig } from './engine/entries.js';
 import type { EndedRun, EngineSnapshot } from './engine/snapshot.js';
@@ -157,7 +158,8 @@ export class Sidecar {
     const ticks = new TickSchedule(
       () => void this.tick(),
       () => engine.changed,
-      { idleMs: this.settings.tickMs, watchedMs: WATCHED_TICK_MS },
+      // While no job is live, the readings of the host and the GPUs (each every 5 s) share a tick.
+      { idleMs: this.settings.tickMs, watchedMs: WATCHED_TICK_MS, quietMs: IDLE_INTERVAL_MS },
       this.parts.scheduler,
       // Time alone changes nothing while no job is live.
       () => engine.world.jobs.liveJobs().length === 0,
@@ -167,7 +169,7 @@ export class Sidecar {
       ingest: this.ingest,
       log,
       snapshot: () => this.decorate(engine.snapshot()),
-      fresh: () => (engine.changed && this.stopping === null ? this.nextSnapshot() : Promise.resolve(this.decorate(engine.snapshot()))),
+      fresh: () => (engine.changed && this.stopping === null ? (ticks.soon(), this.nextSnapshot()) : Promise.resolve(this.decorate(engine.snapshot()))),
       onSnapshot: (listener) => (this.snapshotListeners.add(listener), () => this.snapshotListeners.delete(listener)),
       journal: () => recorder.health(),
       maxFrameBytes: this.settings.maxFrameBytes,

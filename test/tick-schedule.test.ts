@@ -2,12 +2,12 @@ import { describe, expect, it } from 'vitest';
 import { TickSchedule } from '../src/engine/tick-schedule.js';
 import { manualScheduler } from './support/manual-scheduler.js';
 
-function schedule(quiet = () => false) {
+function schedule(quiet = () => false, quietMs?: number) {
   const timers = manualScheduler();
   const advance = (ms: number) => timers.advance(ms);
   const ticks: number[] = [];
   let changed = false;
-  const ticking = new TickSchedule(() => (ticks.push(timers.now()), (changed = false)), () => changed, { idleMs: 250, watchedMs: 50 }, timers, quiet);
+  const ticking = new TickSchedule(() => (ticks.push(timers.now()), (changed = false)), () => changed, { idleMs: 250, watchedMs: 50, quietMs }, timers, quiet);
   return { ticking, ticks, advance, arrive: () => (changed = true) };
 }
 
@@ -54,6 +54,36 @@ describe('the engine tick schedule', () => {
     live = true;
     advance(500);
     expect(ticks).toEqual([1250, 1450, 1700, 1950]);
+  });
+
+  it('while no job is live, lets what comes in wait for one tick quietMs after the last, unless watched or asked', () => {
+    let live = false;
+    const { ticking, ticks, advance, arrive } = schedule(() => !live, 5_000);
+    // The host's reading at 1 s and the GPUs' at 3.4 s: one tick for both, 5 s after the last (at 0).
+    advance(1_000);
+    arrive();
+    advance(2_400);
+    arrive();
+    advance(2_000);
+    expect(ticks).toEqual([5_000]);
+    // Nothing new: no tick, however long.
+    advance(10_000);
+    expect(ticks).toEqual([5_000]);
+    // A reader asks (GET /v1/state): the next look (every 250 ms since the last tick) ticks.
+    arrive();
+    ticking.soon();
+    advance(100);
+    expect(ticks).toEqual([5_000, 15_500]);
+    // Watched: the next short look ticks, as before.
+    ticking.watched(true);
+    arrive();
+    advance(50);
+    expect(ticks).toEqual([5_000, 15_500, 15_550]);
+    ticking.watched(false);
+    // A live job: every tick again.
+    live = true;
+    advance(500);
+    expect(ticks).toEqual([5_000, 15_500, 15_550, 15_800, 16_050]);
   });
 
   it('goes back to 250 ms once the last viewer leaves, and stops for good', () => {

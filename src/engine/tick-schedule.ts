@@ -4,7 +4,9 @@
  * within about one short tick. Nothing new, no extra tick: a viewer of an idle sidecar costs what it
  * did. While `quiet` (no job is live, so only an entry can change anything) a tick that nothing came
  * in for is skipped: an idle sidecar journals and publishes nothing 4 times a second (issue 24,
- * target 8). The timers are injected: tests drive them.
+ * target 8); and, unless a viewer watches or a reader asked (`soon`), what came in waits for a tick
+ * until `quietMs` after the last: the idle sidecar's readings (the host's, the GPUs', each every 5 s
+ * at its own time) make one tick, not one each. The timers are injected: tests drive them.
  */
 export interface Timers {
   setTimeout(run: () => void, ms: number): unknown;
@@ -24,6 +26,8 @@ export const WATCHED_TICK_MS = 50;
 export interface TickIntervals {
   idleMs: number;
   watchedMs: number;
+  /** While quiet and unwatched, ticks at least this far apart (absent: idleMs). */
+  quietMs?: number;
 }
 
 export class TickSchedule {
@@ -31,6 +35,8 @@ export class TickSchedule {
   private lastAt: number;
   private watching = false;
   private stopped = false;
+  /** A reader waits for the next tick (soon): it comes at the next look that finds something new. */
+  private asked = false;
 
   constructor(
     private readonly tick: () => void,
@@ -56,6 +62,11 @@ export class TickSchedule {
     this.arm();
   }
 
+  /** A reader waits for the state to catch up with what came in: the next look ticks, quiet or not. */
+  soon(): void {
+    this.asked = true;
+  }
+
   stop(): void {
     this.stopped = true;
     if (this.timer !== null) this.timers.clearTimeout(this.timer);
@@ -78,13 +89,19 @@ export class TickSchedule {
       this.arm(Math.min(now, this.lastAt + this.intervals.idleMs - this.everyMs));
       return;
     }
-    if (!changed && this.quiet()) {
-      // Due, but a tick would change nothing: look again, and tick at the first look that finds something.
+    if (this.quiet() && (!changed || this.holdsQuiet(now))) {
+      // Due, but a tick would change nothing, or not yet: look again, and tick at the first look that may.
       this.arm(now);
       return;
     }
+    this.asked = false;
     this.lastAt = now;
     this.tick();
     this.arm();
+  }
+
+  /** While quiet, what came in waits for quietMs after the last tick, unless someone watches or asked. */
+  private holdsQuiet(now: number): boolean {
+    return !this.watching && !this.asked && now - this.lastAt < (this.intervals.quietMs ?? this.intervals.idleMs);
   }
 }
