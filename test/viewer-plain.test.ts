@@ -105,7 +105,8 @@ describe.skipIf(!plain.python)(`stepscope watch --plain${plain.python ? '' : ` (
     await watcher.waitForLine((l) => new RegExp(`source=ws://127\\.0\\.0\\.1:${first.port}/v1/stream:reconnecting source_error=\\S+ job=restart`).test(l));
     const second = await startSidecar(['--gpu-source', 'sim', '--out', out, '--port', String(first.port)]);
     cleanups.push(() => second.stop('SIGKILL'));
-    const resumed = await watcher.waitForLine((l) => l.includes('job=restart') && !l.includes('source=') && watcher.lines.indexOf(l) > watcher.lines.findIndex((x) => x.includes(':reconnecting')));
+    // The job's line (a verdict event's line, which can come between, has no steps).
+    const resumed = await watcher.waitForLine((l) => l.includes('job=restart') && l.includes(' steps=') && !l.includes('source=') && watcher.lines.indexOf(l) > watcher.lines.findIndex((x) => x.includes(':reconnecting')));
     // The journal brought the steps back, and the hook resent what the first sidecar had not acknowledged.
     expect(Number(/steps=(\d+)/.exec(resumed)![1])).toBeGreaterThan(20);
   });
