@@ -128,22 +128,18 @@ class _TimedPhase(_Phase):
 
     __slots__ = ()
 
+    # The plain phase's bookkeeping, with the CUDA events of the outermost enter and exit around it:
+    # a call more than the plain phase, on a path that records events anyway.
     def __enter__(self):
-        if self.depth:
-            self.depth += 1
-            return self
-        self.depth = 1
-        self.start_event = self.timer.record()
-        self.t0 = _now()
-        return self
+        if not self.depth:
+            self.start_event = self.timer.record()
+        return _Phase.__enter__(self)
 
     def __exit__(self, exc_type, exc, tb):
-        if self.depth != 1:
-            if self.depth > 1:
-                self.depth -= 1
+        outermost = self.depth == 1
+        _Phase.__exit__(self, exc_type, exc, tb)
+        if not outermost:
             return False
-        self.depth = 0
-        self.total += _now() - self.t0
         start = self.start_event
         timer = self.timer
         # Not timed where entered before GPU timing was switched on, or left after it was switched off
