@@ -30,10 +30,13 @@ describe.skipIf(!venv.python)(`real frameworks on current PyTorch${venv.python ?
   it.concurrent('a DDP job under torchrun with 2 ranks on gloo, unmodified (STEPSCOPE_AUTO=1): both ranks, every step', async () => {
     const torchrun = path.join(path.dirname(venv.python!), 'torchrun');
     const measured: any[] = [];
+    // 240 steps a rank: a quiet step takes about 17 ms, and a rank's first verdict needs 2 s of
+    // steps after its warm-up when a limiter is near its bar (8 slices); at 60 steps a fast run
+    // ended with a rank still deciding (warming-up), seen in CI.
     const { summary } = await runWithSidecar(async (url, out) => {
       const run = await runProcess(
         torchrun,
-        ['--standalone', '--nproc_per_node', '2', fixture('zero_code/ddp_torchrun.py'), '--size', '3840', '--batch-size', '32', '--out-dir', out],
+        ['--standalone', '--nproc_per_node', '2', fixture('zero_code/ddp_torchrun.py'), '--size', '15360', '--batch-size', '32', '--out-dir', out],
         { ...zeroCodeEnv, STEPSCOPE_URL: url, STEPSCOPE_JOB: 'ddp' },
         200_000,
         'torchrun ddp_torchrun.py',
@@ -43,13 +46,13 @@ describe.skipIf(!venv.python)(`real frameworks on current PyTorch${venv.python ?
       return [run];
     });
     expect(measured.map((m) => [m.rank, m.steps, m.world_size])).toEqual([
-      [0, 60, 2],
-      [1, 60, 2],
+      [0, 240, 2],
+      [1, 240, 2],
     ]);
-    expect(summary).toMatchObject({ job: 'ddp', world_size: 2, steps: 120 });
+    expect(summary).toMatchObject({ job: 'ddp', world_size: 2, steps: 480 });
     expect(summary.ranks.map((r: any) => [r.rank, r.steps])).toEqual([
-      [0, 60],
-      [1, 60],
+      [0, 240],
+      [1, 240],
     ]);
     for (const rank of summary.ranks) {
       const own = measured[rank.rank];
