@@ -45,7 +45,7 @@ export interface RankView {
 }
 
 export interface StepsResult {
-  accepted: StepRecord[];
+  accepted: readonly StepRecord[];
   duplicates: number;
   ack: number;
 }
@@ -136,7 +136,7 @@ export class RankHistory {
       rank.lastStep = record.step;
     }
     if (kept.length > 0) rank.lastStepAt = at;
-    return { accepted: [...kept], duplicates, ack: session.maxSeq };
+    return { accepted: kept, duplicates, ack: session.maxSeq };
   }
 
   /**

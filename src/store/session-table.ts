@@ -228,7 +228,8 @@ export class SessionTable implements AdmissionPort, HeldSessions {
     const from = Math.max(session.maxSeq, session.seqBase);
     // Rows ascend (a journal's are checked before they come here): the last new one is the highest.
     const admitted = admitRows(session, session.maxSeq, records, at);
-    const taken = admitted.fresh.filter((record) => record.seq > from).length;
+    let taken = 0;
+    for (const record of admitted.fresh) if (record.seq > from) taken++;
     session.maxSeq = Math.max(session.maxSeq, admitted.fresh.at(-1)?.seq ?? 0);
     // A journal written before the ingest left these out may hold them.
     session.refused += admitted.refused?.count ?? 0;
