@@ -15,7 +15,7 @@ if (process.argv[2] === '--child') {
   const { Packr } = await import(MODES[process.argv[3]]);
   const { isNativeAccelerationEnabled } = await import(MODES[process.argv[3]]);
   const { decode, encode } = await import('../dist/protocol/codec.js');
-  const { GPU_COLUMNS, REQUIRED_COLUMNS } = await import('../dist/protocol/messages.js');
+  const { GPU_COLUMNS, REQUIRED_COLUMNS } = await import('../dist/protocol/step-records.js');
   const STEP_FIELDS = [...REQUIRED_COLUMNS, ...GPU_COLUMNS];
   // The sidecar's decoder options (src/protocol/codec.ts), on the chosen entry.
   const packr = new Packr({ useRecords: false, encodeUndefinedAsNil: true, int64AsType: 'auto', mapsAsObjects: true, variableMapSize: true, moreTypes: false });

@@ -6,7 +6,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 import { decode, encode } from '../dist/protocol/codec.js';
-import { GPU_COLUMNS, REQUIRED_COLUMNS } from '../dist/protocol/messages.js';
+import { GPU_COLUMNS, REQUIRED_COLUMNS } from '../dist/protocol/step-records.js';
 import { cpuSeconds } from './bench-results.mjs';
 
 /** The columns every hook sends. */

@@ -14,7 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import WebSocket from 'ws';
 import { encode, decode } from '../dist/protocol/codec.js';
-import { GPU_COLUMNS, REQUIRED_COLUMNS } from '../dist/protocol/messages.js';
+import { GPU_COLUMNS, REQUIRED_COLUMNS } from '../dist/protocol/step-records.js';
 import { startSidecar } from './sidecar.mjs';
 
 /** The columns every hook sends. */

@@ -50,7 +50,7 @@ export interface SidecarSettings {
 }
 
 /** The counter sources as the sidecar uses them: started once it can take their readings. */
-export type SidecarSources = Pick<Sources, 'inventory' | 'start' | 'stop' | 'status' | 'lacksThrottleFill'>;
+export type SidecarSources = Pick<Sources, 'inventory' | 'start' | 'stop' | 'status' | 'lacksThrottleFill' | 'repace'>;
 
 export interface SidecarParts {
   /** The engine as the journal left it, and the recorder that journals into it from here on. */
@@ -88,6 +88,8 @@ export class Sidecar {
   private readonly snapshotListeners = new Set<(snapshot: EngineSnapshot) => void>();
   /** Runs ended in this process: --exit-on-end waits for one, not for those replayed already ended. */
   private endedHere = 0;
+  /** Whether a job was live at the last tick (the sources' pace follows it). */
+  private jobsWereLive = false;
   private writing = Promise.resolve();
   private readonly now: () => number;
 
@@ -164,6 +166,7 @@ export class Sidecar {
       // Time alone changes nothing while no job is live.
       () => engine.world.jobs.liveJobs().length === 0,
     );
+    engine.onChange = () => ticks.entered();
     this.ticks = ticks;
     const app = await buildServer({
       ingest: this.ingest,
@@ -196,6 +199,12 @@ export class Sidecar {
   /** Journals a tick at the scheduler's time and publishes its snapshot (what the tick schedule runs). */
   async tick(): Promise<EngineSnapshot | null> {
     const snapshot = await this.parts.recorder.record({ t: 'tick', at: this.now() }).catch((error: Error) => (this.fail('tick')(error), null));
+    // The sources read more often while a job is live: told when that changes, not looking each second.
+    const live = this.engine.world.jobs.liveJobs().length > 0;
+    if (live !== this.jobsWereLive) {
+      this.jobsWereLive = live;
+      this.parts.sources.repace();
+    }
     return snapshot ? this.published(snapshot) : null;
   }
 

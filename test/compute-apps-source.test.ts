@@ -87,7 +87,7 @@ describe('Supervised', () => {
     expect(supervised.health().state).toBe('ok');
   });
 
-  it('reads at the pace of the moment: slowly while idle, and within a second of the pace quickening, not at the end of the slow wait', async () => {
+  it('reads at the pace of the moment: slowly while idle, and at once when told the pace quickened, not at the end of the slow wait', async () => {
     vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'setInterval', 'clearInterval', 'performance', 'Date'] });
     try {
       let live = false;
@@ -106,11 +106,20 @@ describe('Supervised', () => {
       expect(reads).toBe(2);
       live = true;
       await vi.advanceTimersByTimeAsync(1_000);
-      expect(reads, 'a job went live 10 s into the idle wait: read within the second').toBe(3);
+      expect(reads, 'not told: the wait goes on (no look each second)').toBe(2);
+      supervised.repace();
+      await vi.advanceTimersByTimeAsync(0);
+      expect(reads, 'a job went live 11 s into the idle wait: read when told').toBe(3);
       await vi.advanceTimersByTimeAsync(4_000);
       expect(reads).toBe(3);
       await vi.advanceTimersByTimeAsync(1_000);
       expect(reads, 'live: one read each 5 s').toBe(4);
+      // Told again with nothing changed: the wait under way is kept.
+      supervised.repace();
+      await vi.advanceTimersByTimeAsync(4_000);
+      expect(reads).toBe(4);
+      await vi.advanceTimersByTimeAsync(1_000);
+      expect(reads).toBe(5);
     } finally {
       vi.useRealTimers();
     }

@@ -1,6 +1,8 @@
 import path from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { Sources } from '../src/counters/registry.js';
+import { hello } from './support/entries.js';
+import { inProcess } from './support/in-process.js';
 import { capturedLogger } from './support/logger.js';
 import { ROOT } from './support/sidecar.js';
 
@@ -28,7 +30,7 @@ describe("the sources' pace as the sidecar wires them", () => {
     }
   }
 
-  it('reads the host every 5 s while no job is live, every --host-interval while one is, quickening within a second', async () => {
+  it('reads the host every 5 s while no job is live, every --host-interval while one is, quickening when told (repace)', async () => {
     let live = false;
     let samples = 0;
     const { log } = capturedLogger();
@@ -44,16 +46,38 @@ describe("the sources' pace as the sidecar wires them", () => {
     await vi.advanceTimersByTimeAsync(2_000);
     expect(samples).toBe(2);
     live = true;
+    // Not told yet: nothing looks at the pace in between (an idle sidecar wakes for its readings only).
     await vi.advanceTimersByTimeAsync(1_000);
-    await until(() => samples === 3, 'a job went live 2 s into the idle wait: a reading within the second');
+    expect(samples).toBe(2);
+    // The sidecar's tick tells the sources when a job went live (Sidecar.tick).
+    sources.repace();
+    await until(() => samples === 3, 'a job went live 3 s into the idle wait: a reading once told');
     for (let second = 1; second <= 3; second++) {
       await vi.advanceTimersByTimeAsync(1_000);
       await until(() => samples === 3 + second, `live: a reading each second (second ${second})`);
     }
     live = false;
+    sources.repace();
     await vi.advanceTimersByTimeAsync(4_000);
     expect(samples, 'the last job ended: the idle pace again').toBe(6);
     await vi.advanceTimersByTimeAsync(1_000);
     await until(() => samples === 7, 'idle: 5 s after the last live reading');
+  });
+
+  it('is told by the sidecar when a job goes live and when the last one ends, at the tick that sees it', async () => {
+    let told = 0;
+    const side = await inProcess({ at: 0, onRepace: () => void told++ });
+    const at = side.now();
+    await side.record({ t: 'tick', at: at + 250 });
+    expect(told, 'no job: nothing changed').toBe(0);
+    await side.record({ ...hello('s1', {}, 0), at: at + 300 });
+    await side.record({ t: 'tick', at: at + 500 });
+    expect(told, 'a job went live').toBe(1);
+    await side.record({ t: 'tick', at: at + 750 });
+    expect(told, 'still live: not told again').toBe(1);
+    await side.record({ t: 'end', at: at + 800, session: 's1', reason: 'close' });
+    await side.record({ t: 'tick', at: at + 30_000 });
+    expect(told, 'the last job ended').toBe(2);
+    await side.app.close();
   });
 });

@@ -8,7 +8,8 @@ function schedule(quiet = () => false, quietMs?: number) {
   const ticks: number[] = [];
   let changed = false;
   const ticking = new TickSchedule(() => (ticks.push(timers.now()), (changed = false)), () => changed, { idleMs: 250, watchedMs: 50, quietMs }, timers, quiet);
-  return { ticking, ticks, advance, arrive: () => (changed = true) };
+  // As the engine does: the first entry since a tick tells the schedule (Engine.onChange).
+  return { ticking, ticks, advance, timers, arrive: () => ((changed = true), ticking.entered()) };
 }
 
 describe('the engine tick schedule', () => {
@@ -37,53 +38,71 @@ describe('the engine tick schedule', () => {
     expect(ticks).toEqual([250, 500, 750, 1000]);
   });
 
-  it('while no job is live, ticks only at the first look after something came in', () => {
+  it('while no job is live, looks at nothing until something comes in, then ticks at once', () => {
     let live = false;
-    const { ticking, ticks, advance, arrive } = schedule(() => !live);
+    const { ticking, ticks, advance, arrive, timers } = schedule(() => !live);
     advance(1000);
     expect(ticks).toEqual([]);
+    // Asleep: no timer armed at all, so an idle sidecar wakes only for its readings.
+    expect(timers.pending).toBe(0);
     arrive();
-    advance(300);
-    expect(ticks).toEqual([1250]);
+    advance(0);
+    expect(ticks).toEqual([1000]);
+    advance(1000);
+    expect(timers.pending).toBe(0);
+    // Watched and still idle: asleep too; what comes in is ticked at once.
     ticking.watched(true);
     advance(100);
+    expect(timers.pending).toBe(0);
     arrive();
+    advance(0);
+    expect(ticks).toEqual([1000, 2100]);
+    ticking.watched(false);
+    // A job becomes live (its hello is an entry): every tick again, since time alone moves its verdicts.
     advance(100);
-    expect(ticks).toEqual([1250, 1450]);
-    // A live job: every tick again, since time alone moves its verdicts.
     live = true;
+    arrive();
     advance(500);
-    expect(ticks).toEqual([1250, 1450, 1700, 1950]);
+    // Its first tick when the schedule next looks (250 ms after the last tick: it was not asleep).
+    expect(ticks).toEqual([1000, 2100, 2350, 2600]);
   });
 
   it('while no job is live, lets what comes in wait for one tick quietMs after the last, unless watched or asked', () => {
     let live = false;
-    const { ticking, ticks, advance, arrive } = schedule(() => !live, 5_000);
-    // The host's reading at 1 s and the GPUs' at 3.4 s: one tick for both, 5 s after the last (at 0).
+    const { ticking, ticks, advance, arrive, timers } = schedule(() => !live, 5_000);
+    // The host's reading at 1 s and the GPUs' at 3.4 s: one tick for both, 5 s after the last (at 0),
+    // with no look in between.
     advance(1_000);
     arrive();
     advance(2_400);
     arrive();
     advance(2_000);
     expect(ticks).toEqual([5_000]);
-    // Nothing new: no tick, however long.
+    // Nothing new: no tick, and no look, however long.
     advance(10_000);
     expect(ticks).toEqual([5_000]);
-    // A reader asks (GET /v1/state): the next look (every 250 ms since the last tick) ticks.
+    expect(timers.pending).toBe(0);
+    // A reader asks (GET /v1/state) after something came in: a tick at once.
     arrive();
     ticking.soon();
+    advance(0);
+    expect(ticks).toEqual([5_000, 15_400]);
+    // ... and with nothing new, a look that finds nothing and sleeps again.
+    ticking.soon();
     advance(100);
-    expect(ticks).toEqual([5_000, 15_500]);
-    // Watched: the next short look ticks, as before.
+    expect(ticks).toEqual([5_000, 15_400]);
+    expect(timers.pending).toBe(0);
+    // Watched: what comes in is ticked at once.
     ticking.watched(true);
     arrive();
-    advance(50);
-    expect(ticks).toEqual([5_000, 15_500, 15_550]);
+    advance(0);
+    expect(ticks).toEqual([5_000, 15_400, 15_500]);
     ticking.watched(false);
     // A live job: every tick again.
     live = true;
+    arrive();
     advance(500);
-    expect(ticks).toEqual([5_000, 15_500, 15_550, 15_800, 16_050]);
+    expect(ticks).toEqual([5_000, 15_400, 15_500, 15_750, 16_000]);
   });
 
   it('goes back to 250 ms once the last viewer leaves, and stops for good', () => {

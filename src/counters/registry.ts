@@ -182,6 +182,12 @@ export class Sources {
     return this.gpu?.source === 'dcgm' && !this.collectors.has('nvidia-smi-fill');
   }
 
+  /** A job went live, or the last one ended: every source looks at its pace now (Collector.repace). */
+  repace(): void {
+    this.gpu?.collector?.repace();
+    for (const collector of this.collectors.values()) collector.repace();
+  }
+
   async stop(): Promise<void> {
     await Promise.allSettled([this.gpu?.collector?.stop(), ...[...this.collectors.values()].map((collector) => collector.stop())]);
   }

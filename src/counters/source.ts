@@ -60,6 +60,8 @@ export interface Collector<T> {
   /** Resolves once the first reading has settled; with `required`, rejects (and stops) if it failed. */
   start(sink: (reading: T) => void, options?: { required?: boolean }): Promise<void>;
   stop(): Promise<void>;
+  /** The sidecar's state changed (a job went live, or the last one ended): a paced wait, or a stream's settings, are looked at now. */
+  repace(): void;
   health(): CollectorHealth;
   /** What its readings cost: its self-timing. */
   timing(): SourceTiming;
@@ -93,8 +95,9 @@ export interface SupervisedOptions<T> {
   intervalMs: number | null;
   /**
    * The interval now, where it follows the sidecar's state (slower while no job is live); it takes
-   * the place of `intervalMs` between reads. A wait under way is looked at each second, so a pace
-   * that quickens takes effect within a second rather than at the end of the slow wait.
+   * the place of `intervalMs` between reads. A wait under way is looked at again when told the state
+   * changed (`repace`), so a pace that quickens takes effect at once rather than at the end of the
+   * slow wait, with no wake to look in between.
    */
   pace?: () => number;
   log: Logger;
@@ -109,8 +112,8 @@ export interface SupervisedOptions<T> {
 }
 
 const WARNING_QUIET_MS = 5 * 60_000;
-/** How often a paced wait looks whether its pace has changed. */
-const PACE_CHECK_MS = 1_000;
+/** The longest a stream's watchdog waits between its looks for a stall (a shorter stallMs is looked at as often). */
+const WATCHDOG_MAX_MS = 5_000;
 
 /**
  * Runs one source: a read every interval (timed from the previous start), backoff after failures;
@@ -126,6 +129,8 @@ export class Supervised<T> implements Collector<T> {
   private readonly now: () => number;
   private readonly stopping = new AbortController();
   private timer: NodeJS.Timeout | null = null;
+  /** What repace does now: look at the paced wait under way, or at the running stream's settings; null when neither. */
+  private repaceNow: (() => void) | null = null;
   /** No read is scheduled any more: stopped, or a required first read failed. */
   private ended = false;
   private running: Promise<boolean> | null = null;
@@ -199,19 +204,26 @@ export class Supervised<T> implements Collector<T> {
     this.timer.unref();
   }
 
-  /** The next read at `startedAt` (the last read's start) plus the pace, which is looked at again each second. */
+  /** The next read at `startedAt` (the last read's start) plus the pace, which is looked at again when told it may have changed (repace). */
   private schedulePaced(startedAt: number, pace: () => number, sink: (reading: T) => void): void {
     const leftMs = () => startedAt + pace() - performance.now();
     const wait = () => {
-      this.timer = setTimeout(check, Math.max(0, Math.min(leftMs(), PACE_CHECK_MS)));
-      this.timer.unref();
+      const timer = setTimeout(check, Math.max(0, leftMs()));
+      timer.unref();
+      this.timer = timer;
+      this.repaceNow = () => (clearTimeout(timer), check());
     };
     const check = () => {
+      this.repaceNow = null;
       if (this.ended) return;
       if (leftMs() <= 0) return void (this.running = this.tick(sink, false));
       wait();
     };
     if (!this.ended) wait();
+  }
+
+  repace(): void {
+    this.repaceNow?.();
   }
 
   /** A reading, to the health and the sink; `costMs` is what producing it took, the sink's time is added. */
@@ -310,6 +322,9 @@ export class Supervised<T> implements Collector<T> {
       const startedAt = performance.now();
       let lastLiveAt = startedAt;
       let delivered = false;
+      this.repaceNow = () => {
+        if (!ending.signal.aborted && options.retune?.()) ending.abort('retune');
+      };
       const watchdog = setInterval(
         () => {
           if (ending.signal.aborted) return;
@@ -319,7 +334,7 @@ export class Supervised<T> implements Collector<T> {
           this.warnings.warn('stalled', `${this.name} has delivered no live reading for ${Math.round(quietMs)} ms; ending it to run again`, { quiet_ms: Math.round(quietMs) });
           ending.abort('stalled');
         },
-        Math.min(options.stallMs, 1_000),
+        Math.min(options.stallMs, WATCHDOG_MAX_MS),
       );
       watchdog.unref();
       const out: StreamOutput<T> = {
@@ -341,6 +356,7 @@ export class Supervised<T> implements Collector<T> {
         why = error;
       } finally {
         clearInterval(watchdog);
+        this.repaceNow = null;
       }
       if (this.ended) return;
       retuned = ending.signal.reason === 'retune';

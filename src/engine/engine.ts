@@ -79,10 +79,15 @@ export class Engine {
     return this.latest;
   }
 
-  /** Whether entries were applied since the latest snapshot (it does not show them yet). */
+  /** Whether entries were applied since the latest snapshot (it does not show them yet); the tick or stop that published it is not one. */
   get changed(): boolean {
-    return this.stats.applied > this.latest.entries.applied;
+    return this.stats.applied > this.shownThrough;
   }
+
+  /** Told of the first entry applied after the latest snapshot: the tick schedule, which looks at nothing while nothing can change, looks then. */
+  onChange: (() => void) | null = null;
+  /** The entries applied when the latest snapshot was published, the one that published it included. */
+  private shownThrough = 0;
 
   gpuSource(): { gpu: string; reason: string } | null {
     return this.source;
@@ -122,6 +127,7 @@ export class Engine {
     Object.assign(engine.stats.skipped, checkpoint.stats.skipped);
     for (const analysis of checkpoint.analyses) engine.analyst.restore(JobAnalysis.load(analysis));
     engine.latest = engine.publish(checkpoint.at, [], []);
+    engine.shownThrough = engine.stats.applied;
     return engine;
   }
 
@@ -130,6 +136,8 @@ export class Engine {
     try {
       const published = this.applyOne(entry);
       this.stats.applied += 1;
+      if (published !== null) this.shownThrough = this.stats.applied;
+      else if (this.stats.applied === this.shownThrough + 1) this.onChange?.();
       return published;
     } catch (error) {
       const reason =
@@ -233,6 +241,7 @@ export class Engine {
   publishNow(at = this.replayedAt): EngineSnapshot {
     this.replaying = false;
     this.latest = this.publish(at, [], this.replayedEnded);
+    this.shownThrough = this.stats.applied;
     this.replayedEnded = [];
     return this.latest;
   }

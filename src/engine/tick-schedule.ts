@@ -2,11 +2,12 @@
  * When the engine ticks: every `idleMs` (250 ms) as it always has; while a viewer is connected, also
  * `watchedMs` (50 ms) after the last tick where something new came in, so a step reaches a person
  * within about one short tick. Nothing new, no extra tick: a viewer of an idle sidecar costs what it
- * did. While `quiet` (no job is live, so only an entry can change anything) a tick that nothing came
- * in for is skipped: an idle sidecar journals and publishes nothing 4 times a second (issue 24,
- * target 8); and, unless a viewer watches or a reader asked (`soon`), what came in waits for a tick
- * until `quietMs` after the last: the idle sidecar's readings (the host's, the GPUs', each every 5 s
- * at its own time) make one tick, not one each. The timers are injected: tests drive them.
+ * did. While `quiet` (no job is live, so only an entry can change anything) it does not look at all
+ * until something comes in (`entered`): an idle sidecar wakes for nothing but its readings (issue
+ * 24, target 8: four looks a second of code too cold to be compiled cost it 0.3-0.5 ms each on a
+ * shared host); and, unless a viewer watches or a reader asked (`soon`), what came in waits for a
+ * tick until `quietMs` after the last: the idle sidecar's readings (the host's, the GPUs', each every
+ * 5 s at its own time) make one tick, not one each. The timers are injected: tests drive them.
  */
 export interface Timers {
   setTimeout(run: () => void, ms: number): unknown;
@@ -37,6 +38,8 @@ export class TickSchedule {
   private stopped = false;
   /** A reader waits for the next tick (soon): it comes at the next look that finds something new. */
   private asked = false;
+  /** Quiet with nothing new: no look is armed until something comes in. */
+  private asleep = false;
 
   constructor(
     private readonly tick: () => void,
@@ -62,9 +65,15 @@ export class TickSchedule {
     this.arm();
   }
 
-  /** A reader waits for the state to catch up with what came in: the next look ticks, quiet or not. */
+  /** A reader waits for the state to catch up with what came in: the next look ticks, quiet or not (while quiet, a look now). */
   soon(): void {
     this.asked = true;
+    if (this.quiet()) this.lookNow();
+  }
+
+  /** Something came in (the engine's first entry since its last snapshot): a schedule asleep looks now. */
+  entered(): void {
+    if (this.asleep) this.lookNow();
   }
 
   stop(): void {
@@ -73,7 +82,12 @@ export class TickSchedule {
     this.timer = null;
   }
 
+  private lookNow(): void {
+    this.arm(this.timers.now() - this.everyMs);
+  }
+
   private arm(from = this.lastAt): void {
+    this.asleep = false;
     if (this.stopped) return;
     if (this.timer !== null) this.timers.clearTimeout(this.timer);
     const wait = Math.max(0, from + this.everyMs - this.timers.now());
@@ -84,14 +98,20 @@ export class TickSchedule {
     this.timer = null;
     const now = this.timers.now();
     const changed = this.changed();
+    const quiet = this.quiet();
+    if (quiet && !changed) {
+      // Nothing new, and time alone changes nothing: no look until something comes in.
+      this.asleep = true;
+      return;
+    }
     if (now - this.lastAt < this.intervals.idleMs && !changed) {
       // A short look found nothing new: the next look a short tick on, the next tick when due.
       this.arm(Math.min(now, this.lastAt + this.intervals.idleMs - this.everyMs));
       return;
     }
-    if (this.quiet() && (!changed || this.holdsQuiet(now))) {
-      // Due, but a tick would change nothing, or not yet: look again, and tick at the first look that may.
-      this.arm(now);
+    if (quiet && this.holdsQuiet(now)) {
+      // Something new, but not yet: it waits for quietMs after the last tick (or a viewer, or a reader).
+      this.arm(this.lastAt + (this.intervals.quietMs ?? this.intervals.idleMs) - this.everyMs);
       return;
     }
     this.asked = false;

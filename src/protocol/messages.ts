@@ -10,7 +10,7 @@ import { readUsualSteps } from './steps-bytes.js';
 import { CloseCode, PROTOCOL_VERSION, ProtocolError } from './wire.js';
 
 export { CloseCode, PROTOCOL_VERSION, ProtocolError };
-export { COMM_FIELDS, EVAL_FIELD, GPU_COLUMNS, recordProblem, REQUIRED_COLUMNS, type StepRecord, type Steps } from './step-records.js';
+export { recordProblem, type StepRecord, type Steps } from './step-records.js';
 
 export type { Env, Hello };
 

@@ -1,6 +1,6 @@
 import WebSocket from 'ws';
 import { decode, encode } from '../../src/protocol/codec.js';
-import { GPU_COLUMNS, REQUIRED_COLUMNS } from '../../src/protocol/messages.js';
+import { GPU_COLUMNS, REQUIRED_COLUMNS } from '../../src/protocol/step-records.js';
 
 /** The columns every hook sends. */
 export const STEP_FIELDS = [...REQUIRED_COLUMNS, ...GPU_COLUMNS] as const;

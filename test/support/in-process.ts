@@ -56,6 +56,7 @@ const NO_SOURCES: SidecarSources = {
   stop: () => Promise.resolve(),
   status: () => SOURCES_NONE,
   lacksThrottleFill: false,
+  repace: () => undefined,
 };
 
 export async function inProcess(
@@ -76,6 +77,8 @@ export async function inProcess(
     historyDir?: string;
     capture?: Partial<SidecarSettings['capture']>;
     tickMs?: number;
+    /** Told when the sidecar tells its sources to look at their pace again (a job went live, or the last ended). */
+    onRepace?: () => void;
   } = {},
 ): Promise<InProcess> {
   const manual = manualScheduler(options.at ?? Date.parse('2026-12-01T12:00:00Z'));
@@ -102,7 +105,7 @@ export async function inProcess(
       procRoot: '/proc',
       history: { dir: options.historyDir ?? null, baseline: null },
     },
-    { engine, recorder, sources: NO_SOURCES, log, scheduler },
+    { engine, recorder, sources: { ...NO_SOURCES, repace: options.onRepace ?? NO_SOURCES.repace }, log, scheduler },
   );
   await sidecar.start();
   // A tick recorded by hand is the sidecar's tick at that time, published as its schedule's are.
