@@ -8,7 +8,7 @@ function schedule(quiet = () => false, quietMs?: number) {
   const ticks: number[] = [];
   let changed = false;
   const ticking = new TickSchedule(() => (ticks.push(timers.now()), (changed = false)), () => changed, { idleMs: 250, watchedMs: 50, quietMs }, timers, quiet);
-  // As the engine does: the first entry since a tick tells the schedule (Engine.onChange).
+  // As the engine does: each entry applied tells the schedule (Engine.onChange).
   return { ticking, ticks, advance, timers, arrive: () => ((changed = true), ticking.entered()) };
 }
 
@@ -103,6 +103,30 @@ describe('the engine tick schedule', () => {
     arrive();
     advance(500);
     expect(ticks).toEqual([5_000, 15_400, 15_500, 15_750, 16_000]);
+  });
+
+  it('ticks a job that goes live while a quiet reading waits for its tick at once, not when the wait ends', () => {
+    let live = false;
+    const { ticking, ticks, advance, arrive } = schedule(() => !live, 5_000);
+    // The host's reading at 1 s waits for the tick 5 s after the last (at 0) ...
+    advance(1_000);
+    arrive();
+    advance(1_000);
+    expect(ticks).toEqual([]);
+    // ... and a job's hello at 2 s makes a job live: ticked at once, then every 250 ms.
+    live = true;
+    arrive();
+    advance(500);
+    expect(ticks).toEqual([2_000, 2_250, 2_500]);
+    // The job ends; a reading at 3.5 s waits for its tick (5 s after the last), until a state read asks at 4 s.
+    live = false;
+    advance(1_000);
+    arrive();
+    advance(500);
+    expect(ticks).toEqual([2_000, 2_250, 2_500]);
+    ticking.soon();
+    advance(0);
+    expect(ticks).toEqual([2_000, 2_250, 2_500, 4_000]);
   });
 
   it('goes back to 250 ms once the last viewer leaves, and stops for good', () => {

@@ -84,7 +84,7 @@ export class Engine {
     return this.stats.applied > this.shownThrough;
   }
 
-  /** Told of the first entry applied after the latest snapshot: the tick schedule, which looks at nothing while nothing can change, looks then. */
+  /** Told of each entry applied that published nothing: the tick schedule, which looks at nothing while nothing can change, looks then. */
   onChange: (() => void) | null = null;
   /** The entries applied when the latest snapshot was published, the one that published it included. */
   private shownThrough = 0;
@@ -137,7 +137,7 @@ export class Engine {
       const published = this.applyOne(entry);
       this.stats.applied += 1;
       if (published !== null) this.shownThrough = this.stats.applied;
-      else if (this.stats.applied === this.shownThrough + 1) this.onChange?.();
+      else this.onChange?.();
       return published;
     } catch (error) {
       const reason =

@@ -40,6 +40,8 @@ export class TickSchedule {
   private asked = false;
   /** Quiet with nothing new: no look is armed until something comes in. */
   private asleep = false;
+  /** Quiet with something new: the one look armed is quietMs after the last tick. */
+  private holding = false;
 
   constructor(
     private readonly tick: () => void,
@@ -68,12 +70,16 @@ export class TickSchedule {
   /** A reader waits for the state to catch up with what came in: the next look ticks, quiet or not (while quiet, a look now). */
   soon(): void {
     this.asked = true;
-    if (this.quiet()) this.lookNow();
+    if (this.holding || this.quiet()) this.lookNow();
   }
 
-  /** Something came in (the engine's first entry since its last snapshot): a schedule asleep looks now. */
+  /**
+   * Something came in (each entry the engine applies): a schedule asleep looks now, and so does one
+   * holding what came in while quiet once a job is live (a hello within the hold: its first tick at
+   * once, not when the hold ends).
+   */
   entered(): void {
-    if (this.asleep) this.lookNow();
+    if (this.asleep || (this.holding && !this.quiet())) this.lookNow();
   }
 
   stop(): void {
@@ -88,6 +94,7 @@ export class TickSchedule {
 
   private arm(from = this.lastAt): void {
     this.asleep = false;
+    this.holding = false;
     if (this.stopped) return;
     if (this.timer !== null) this.timers.clearTimeout(this.timer);
     const wait = Math.max(0, from + this.everyMs - this.timers.now());
@@ -112,6 +119,7 @@ export class TickSchedule {
     if (quiet && this.holdsQuiet(now)) {
       // Something new, but not yet: it waits for quietMs after the last tick (or a viewer, or a reader).
       this.arm(this.lastAt + (this.intervals.quietMs ?? this.intervals.idleMs) - this.everyMs);
+      this.holding = true;
       return;
     }
     this.asked = false;
