@@ -1,4 +1,4 @@
-import { MAX_ROWS_PER_FRAME } from './hook-schema.js';
+import { MAX_ROWS_PER_FRAME, StepsFrame } from './hook-schema.js';
 import { NULLABLE, RECORD_COLUMNS, relationProblem, REQUIRED_COLUMNS, type StepRecord, type Steps } from './step-records.js';
 import { PROTOCOL_VERSION } from './wire.js';
 
@@ -55,7 +55,7 @@ class UsualSteps {
         case 'fields': {
           if (slots !== null) return null;
           const count = this.arrayLength();
-          if (count < 8 || count > 64) return null;
+          if (count < FIELDS.minItems! || count > FIELDS.maxItems!) return null;
           slots = new Int8Array(count);
           let seen = 0;
           for (let i = 0; i < count; i++) {
@@ -172,7 +172,11 @@ class UsualSteps {
     return -1;
   }
 
-  /** A str at pos as text if it is a column's name ([a-z0-9_], 1 to 64 bytes), moving past it; null for anything else. */
+  /**
+   * A short str at pos (fixstr, str8), moving past it; null for anything else. Its bytes one char each:
+   * every name read is then looked up among the keys and columns, all ASCII, which only their own
+   * bytes match.
+   */
   private name(): string | null {
     const { bytes, end } = this;
     if (this.pos >= end) return null;
@@ -181,13 +185,9 @@ class UsualSteps {
     if (b >= 0xa0 && b <= 0xbf) length = b & 0x1f;
     else if (b === 0xd9 && this.pos < end) length = bytes[this.pos++]!;
     else return null;
-    if (length < 1 || length > 64 || this.pos + length > end) return null;
+    if (this.pos + length > end) return null;
     let text = '';
-    for (let i = this.pos; i < this.pos + length; i++) {
-      const c = bytes[i]!;
-      if (!((c >= 0x61 && c <= 0x7a) || (c >= 0x30 && c <= 0x39) || c === 0x5f)) return null;
-      text += String.fromCharCode(c);
-    }
+    for (let i = this.pos; i < this.pos + length; i++) text += String.fromCharCode(bytes[i]!);
     this.pos += length;
     return text;
   }
@@ -195,6 +195,8 @@ class UsualSteps {
 
 /** The required columns' bits, by their slots in RECORD_COLUMNS (15 of them: one bit each in a 32-bit integer). */
 const REQUIRED = REQUIRED_COLUMNS.reduce((bits, column) => bits | (1 << RECORD_COLUMNS.indexOf(column)), 0);
+/** The schema's bounds on a frame's columns. */
+const FIELDS = StepsFrame.properties.fields;
 /** Whether each slot's column may be null. */
 const NULLABLE_SLOT = RECORD_COLUMNS.map((column) => NULLABLE.has(column));
 
