@@ -164,7 +164,7 @@ export class Sidecar {
       { idleMs: this.settings.tickMs, watchedMs: WATCHED_TICK_MS, quietMs: IDLE_INTERVAL_MS },
       this.parts.scheduler,
       // Time alone changes nothing while no job is live.
-      () => engine.world.jobs.liveJobs().length === 0,
+      () => !this.jobsLive(),
     );
     engine.onChange = () => ticks.entered();
     this.ticks = ticks;
@@ -200,7 +200,7 @@ export class Sidecar {
   async tick(): Promise<EngineSnapshot | null> {
     const snapshot = await this.parts.recorder.record({ t: 'tick', at: this.now() }).catch((error: Error) => (this.fail('tick')(error), null));
     // The sources read more often while a job is live: told when that changes, not looking each second.
-    const live = this.engine.world.jobs.liveJobs().length > 0;
+    const live = this.jobsLive();
     if (live !== this.jobsWereLive) {
       this.jobsWereLive = live;
       this.parts.sources.repace();
@@ -232,6 +232,11 @@ export class Sidecar {
     return snapshot.jobs.some((job) => this.captures.of(job.job).length > 0) ? { ...snapshot, jobs: this.captures.decorate(snapshot.jobs) } : snapshot;
   }
 
+  /** Whether any job is live: time alone moves nothing while none is, and the sources read at their idle pace. */
+  private jobsLive(): boolean {
+    return this.engine.world.jobs.liveJobs().length > 0;
+  }
+
   private nextSnapshot(): Promise<EngineSnapshot> {
     return new Promise<EngineSnapshot>((resolve) => {
       const once = (snapshot: EngineSnapshot) => (this.snapshotListeners.delete(once), resolve(snapshot));
@@ -261,7 +266,7 @@ export class Sidecar {
     this.endedHere += snapshot.ended.length;
     for (const { job, summary } of snapshot.ended) log.info({ job, reason: summary.end_reason, steps: summary.steps, dropped: summary.lost }, 'job ended');
     void this.writeUpAll(snapshot.ended).then(() => {
-      if (this.settings.exitOnEnd && this.endedHere > 0 && this.engine.world.jobs.liveJobs().length === 0 && this.stopping === null) void this.stop('every job ended');
+      if (this.settings.exitOnEnd && this.endedHere > 0 && !this.jobsLive() && this.stopping === null) void this.stop('every job ended');
     });
     return snapshot;
   }

@@ -207,6 +207,8 @@ describe('NvidiaSmiCollector', () => {
     expect(loopArg(idle)).toBe(IDLE_INTERVAL_MS);
     await waitFor(() => h.rounds.length >= 1);
     live = true;
+    // As the sidecar's tick does when a job goes live.
+    h.collector.repace();
     const busy = await pidFrom(pidFile, idle);
     expect(loopArg(busy)).toBe(100);
     const rounds = h.rounds.length;

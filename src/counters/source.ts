@@ -84,8 +84,8 @@ export interface StreamOptions<T> {
   live?: (reading: T) => boolean;
   /**
    * Whether the running stream's settings are out of date (its pace: nvidia-smi's interval while a
-   * job is live or not). Asked at the watchdog's checks; then the run is ended gently and run again
-   * at once, which is neither a failure nor a restart.
+   * job is live or not). Asked when told the sidecar's state changed (`repace`); then the run is ended
+   * gently and run again at once, which is neither a failure nor a restart.
    */
   retune?: () => boolean;
 }
@@ -328,7 +328,6 @@ export class Supervised<T> implements Collector<T> {
       const watchdog = setInterval(
         () => {
           if (ending.signal.aborted) return;
-          if (options.retune?.()) return void ending.abort('retune');
           const quietMs = performance.now() - lastLiveAt;
           if (quietMs < options.stallMs) return;
           this.warnings.warn('stalled', `${this.name} has delivered no live reading for ${Math.round(quietMs)} ms; ending it to run again`, { quiet_ms: Math.round(quietMs) });

@@ -60,6 +60,10 @@ export class TickSchedule {
     return this.watching ? Math.min(this.intervals.watchedMs, this.intervals.idleMs) : this.intervals.idleMs;
   }
 
+  private get quietMs(): number {
+    return this.intervals.quietMs ?? this.intervals.idleMs;
+  }
+
   /** Whether a viewer is connected: the next look comes sooner at once where it would come later than a short tick. */
   watched(watching: boolean): void {
     if (watching === this.watching) return;
@@ -118,7 +122,7 @@ export class TickSchedule {
     }
     if (quiet && this.holdsQuiet(now)) {
       // Something new, but not yet: it waits for quietMs after the last tick (or a viewer, or a reader).
-      this.arm(this.lastAt + (this.intervals.quietMs ?? this.intervals.idleMs) - this.everyMs);
+      this.arm(this.lastAt + this.quietMs - this.everyMs);
       this.holding = true;
       return;
     }
@@ -130,6 +134,6 @@ export class TickSchedule {
 
   /** While quiet, what came in waits for quietMs after the last tick, unless someone watches or asked. */
   private holdsQuiet(now: number): boolean {
-    return !this.watching && !this.asked && now - this.lastAt < (this.intervals.quietMs ?? this.intervals.idleMs);
+    return !this.watching && !this.asked && now - this.lastAt < this.quietMs;
   }
 }
