@@ -6,7 +6,7 @@ import { IDLE_INTERVAL_MS } from './counters/nvidia-smi.js';
 import type { Engine } from './engine/engine.js';
 import type { EngineConfig } from './engine/entries.js';
 import type { EndedRun, EngineSnapshot } from './engine/snapshot.js';
-import { TickSchedule, WATCHED_TICK_MS, type Timers } from './engine/tick-schedule.js';
+import { SHOWN_AT_ONCE, TickSchedule, WATCHED_TICK_MS, type Timers } from './engine/tick-schedule.js';
 import { buildServer } from './http-server.js';
 import { Ingest } from './ingest/ingest.js';
 import type { IngestLimits } from './ingest/limits.js';
@@ -166,7 +166,7 @@ export class Sidecar {
       // Time alone changes nothing while no job is live.
       () => !this.jobsLive(),
     );
-    engine.onChange = () => ticks.entered();
+    engine.onChange = (kind) => ticks.entered(SHOWN_AT_ONCE.has(kind));
     this.ticks = ticks;
     const app = await buildServer({
       ingest: this.ingest,

@@ -9,7 +9,15 @@ function schedule(quiet = () => false, quietMs?: number) {
   let changed = false;
   const ticking = new TickSchedule(() => (ticks.push(timers.now()), (changed = false)), () => changed, { idleMs: 250, watchedMs: 50, quietMs }, timers, quiet);
   // As the engine does: each entry applied tells the schedule (Engine.onChange).
-  return { ticking, ticks, advance, timers, arrive: () => ((changed = true), ticking.entered()) };
+  return {
+    ticking,
+    ticks,
+    advance,
+    timers,
+    arrive: () => ((changed = true), ticking.entered()),
+    /** A reading (the host's, a hook's counters): nothing a person sees change at once. */
+    reading: () => ((changed = true), ticking.entered(false)),
+  };
 }
 
 describe('the engine tick schedule', () => {
@@ -29,6 +37,57 @@ describe('the engine tick schedule', () => {
     arrive();
     advance(100);
     expect(ticks).toEqual([250, 300, 350]);
+  });
+
+  it('while watched, ticks what comes in 5 ms after it came, one tick for frames that come together, 50 ms apart at least', () => {
+    const { ticking, ticks, advance, arrive, timers } = schedule();
+    ticking.watched(true);
+    advance(250);
+    expect(ticks).toEqual([250]);
+    // The ranks' frames of one send: at 370 and 372 ms, one tick at 375, not at a short look's beat.
+    advance(120);
+    arrive();
+    advance(2);
+    arrive();
+    advance(10);
+    expect(ticks).toEqual([250, 375]);
+    // A frame 10 ms after that tick waits for 50 ms after it.
+    advance(0);
+    arrive();
+    advance(60);
+    expect(ticks).toEqual([250, 375, 425]);
+    // Nothing new: no look before the next tick due (one timer armed, at 425 + 250).
+    expect(timers.pending).toBe(1);
+    advance(250);
+    expect(ticks).toEqual([250, 375, 425, 675]);
+  });
+
+  it('while watched, lets a reading wait for the next tick, so it does not hold the steps behind it back', () => {
+    const { ticking, ticks, advance, arrive, reading } = schedule();
+    ticking.watched(true);
+    advance(250);
+    // The host's reading at 300, then a hook's steps at 320: ticked at 325, not 50 ms after a tick for the reading.
+    advance(50);
+    reading();
+    advance(20);
+    arrive();
+    advance(10);
+    expect(ticks).toEqual([250, 325]);
+    // A reading alone: at the next tick due.
+    advance(100);
+    reading();
+    advance(200);
+    expect(ticks).toEqual([250, 325, 575]);
+  });
+
+  it('shows what came in before the first viewer as soon as one connects', () => {
+    const { ticking, ticks, advance, arrive } = schedule();
+    advance(260);
+    arrive();
+    ticking.watched(true);
+    // 50 ms after the last tick, not at the next one due (500).
+    advance(40);
+    expect(ticks).toEqual([250, 300]);
   });
 
   it('a viewer of an idle sidecar leaves the ticks at every 250 ms', () => {

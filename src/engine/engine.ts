@@ -8,7 +8,7 @@ import { LimitError, type AdmissionLimits } from '../store/admission.js';
 import { SessionTable, UnknownSessionError } from '../store/session-table.js';
 import { CHECKPOINT_FORMAT, parseCheckpoint, type Checkpoint, type EngineStats, type RunsCheckpoint } from './checkpoint.js';
 import { Analyst, type Windows } from './analyst.js';
-import type { EngineConfig, JournalEntry } from './entries.js';
+import type { EngineConfig, EntryType, JournalEntry } from './entries.js';
 import { freeze, historySeries, snapshotVerdict, windowFor, type EndedRun, type EngineSnapshot, type HistorySeries, type RankTotals, type SnapshotJob } from './snapshot.js';
 import { addPid, applyData, emptyWorld, worldOf, type World } from './world.js';
 import { jobStopState, rankStallState } from './stops.js';
@@ -84,8 +84,8 @@ export class Engine {
     return this.stats.applied > this.shownThrough;
   }
 
-  /** Told of each entry applied that published nothing: the tick schedule, which looks at nothing while nothing can change, looks then. */
-  onChange: (() => void) | null = null;
+  /** Told of each entry applied that published nothing, by its kind: the tick schedule, which looks at nothing while nothing can change, looks then. */
+  onChange: ((kind: EntryType) => void) | null = null;
   /** The entries applied when the latest snapshot was published, the one that published it included. */
   private shownThrough = 0;
 
@@ -137,7 +137,7 @@ export class Engine {
       const published = this.applyOne(entry);
       this.stats.applied += 1;
       if (published !== null) this.shownThrough = this.stats.applied;
-      else this.onChange?.();
+      else this.onChange?.(entry.t);
       return published;
     } catch (error) {
       const reason =

@@ -1,13 +1,18 @@
+import type { EntryType } from './entries.js';
+
 /**
  * When the engine ticks: every `idleMs` (250 ms) as it always has; while a viewer is connected, also
- * `watchedMs` (50 ms) after the last tick where something new came in, so a step reaches a person
- * within about one short tick. Nothing new, no extra tick: a viewer of an idle sidecar costs what it
- * did. While `quiet` (no job is live, so only an entry can change anything) it does not look at all
- * until something comes in (`entered`): an idle sidecar wakes for nothing but its readings (issue
- * 24, target 8: four looks a second of code too cold to be compiled cost it 0.3-0.5 ms each on a
- * shared host); and, unless a viewer watches or a reader asked (`soon`), what came in waits for a
- * tick until `quietMs` after the last: the idle sidecar's readings (the host's, the GPUs', each every
- * 5 s at its own time) make one tick, not one each. The timers are injected: tests drive them.
+ * as soon as something new comes in (`entered`): `GATHER_MS` after it, so that frames sent together
+ * make one tick (the hooks' sends while watched fall on the same beats of the clock), and at least
+ * `watchedMs` (50 ms) after the last tick, so that a step reaches a person in a few milliseconds
+ * beyond its hook's batching (issue 24, target 6: p99 ≤ 100 ms from the step's end in the training
+ * process). Nothing new, no extra tick or look: a viewer of an idle sidecar costs what it did. While
+ * `quiet` (no job is live, so only an entry can change anything) it does not look at all until
+ * something comes in: an idle sidecar wakes for nothing but its readings (issue 24, target 8: four
+ * looks a second of code too cold to be compiled cost it 0.3-0.5 ms each on a shared host); and,
+ * unless a viewer watches or a reader asked (`soon`), what came in waits for a tick until `quietMs`
+ * after the last: the idle sidecar's readings (the host's, the GPUs', each every 5 s at its own time)
+ * make one tick, not one each. The timers are injected: tests drive them.
  */
 export interface Timers {
   setTimeout(run: () => void, ms: number): unknown;
@@ -21,8 +26,16 @@ export const REAL_TIMERS: Timers = {
   now: () => Date.now(),
 };
 
-/** The tick while a viewer watches: a step shows within about this (issue 24: p99 ≤ 100 ms). */
+/** The least time between two ticks while a viewer watches (the stream's 20 frames a second). */
 export const WATCHED_TICK_MS = 50;
+/** While watched, how long what came in waits for more to share its tick. */
+export const GATHER_MS = 5;
+/**
+ * What a hook sends that a person sees change at once: ticked on arrival while watched. The rest (the
+ * host's and GPUs' readings, a hook's counters and heartbeats) waits for the next tick, and does not
+ * push the steps behind it 50 ms back.
+ */
+export const SHOWN_AT_ONCE: ReadonlySet<EntryType> = new Set<EntryType>(['steps', 'hello', 'connect', 'disconnect', 'end']);
 
 export interface TickIntervals {
   idleMs: number;
@@ -33,6 +46,8 @@ export interface TickIntervals {
 
 export class TickSchedule {
   private timer: unknown = null;
+  /** When the armed look comes (infinite while none is armed). */
+  private dueAt = Number.POSITIVE_INFINITY;
   private lastAt: number;
   private watching = false;
   private stopped = false;
@@ -56,19 +71,17 @@ export class TickSchedule {
     this.arm();
   }
 
-  private get everyMs(): number {
-    return this.watching ? Math.min(this.intervals.watchedMs, this.intervals.idleMs) : this.intervals.idleMs;
-  }
-
   private get quietMs(): number {
     return this.intervals.quietMs ?? this.intervals.idleMs;
   }
 
-  /** Whether a viewer is connected: the next look comes sooner at once where it would come later than a short tick. */
+  /** Whether a viewer is connected: what came in before the first one is shown as what comes in after it. */
   watched(watching: boolean): void {
     if (watching === this.watching) return;
     this.watching = watching;
+    if (this.asleep) return;
     this.arm();
+    if (watching && this.changed()) this.entered();
   }
 
   /** A reader waits for the state to catch up with what came in: the next look ticks, quiet or not (while quiet, a look now). */
@@ -80,10 +93,16 @@ export class TickSchedule {
   /**
    * Something came in (each entry the engine applies): a schedule asleep looks now, and so does one
    * holding what came in while quiet once a job is live (a hello within the hold: its first tick at
-   * once, not when the hold ends).
+   * once, not when the hold ends); while watched, what a person sees change at once (`shown`) is
+   * ticked GATHER_MS on, or watchedMs after the last tick where that is later.
    */
-  entered(): void {
-    if (this.asleep || (this.holding && !this.quiet())) this.lookNow();
+  entered(shown = true): void {
+    if (this.asleep || (this.holding && !this.quiet())) {
+      this.lookNow();
+    } else if (shown && this.watching && !this.holding) {
+      const at = Math.max(this.lastAt + this.intervals.watchedMs, this.timers.now() + GATHER_MS);
+      if (at < this.dueAt) this.armAt(at);
+    }
   }
 
   stop(): void {
@@ -93,20 +112,27 @@ export class TickSchedule {
   }
 
   private lookNow(): void {
-    this.arm(this.timers.now() - this.everyMs);
+    this.armAt(this.timers.now());
   }
 
-  private arm(from = this.lastAt): void {
+  /** The next look at the next tick due. */
+  private arm(): void {
+    this.armAt(this.lastAt + this.intervals.idleMs);
+  }
+
+  private armAt(at: number): void {
     this.asleep = false;
     this.holding = false;
     if (this.stopped) return;
     if (this.timer !== null) this.timers.clearTimeout(this.timer);
-    const wait = Math.max(0, from + this.everyMs - this.timers.now());
-    this.timer = this.timers.setTimeout(() => this.fire(), wait);
+    const now = this.timers.now();
+    this.dueAt = Math.max(at, now);
+    this.timer = this.timers.setTimeout(() => this.fire(), this.dueAt - now);
   }
 
   private fire(): void {
     this.timer = null;
+    this.dueAt = Number.POSITIVE_INFINITY;
     const now = this.timers.now();
     const changed = this.changed();
     const quiet = this.quiet();
@@ -116,13 +142,13 @@ export class TickSchedule {
       return;
     }
     if (now - this.lastAt < this.intervals.idleMs && !changed) {
-      // A short look found nothing new: the next look a short tick on, the next tick when due.
-      this.arm(Math.min(now, this.lastAt + this.intervals.idleMs - this.everyMs));
+      // An early look found nothing new: the next tick when due.
+      this.arm();
       return;
     }
     if (quiet && this.holdsQuiet(now)) {
       // Something new, but not yet: it waits for quietMs after the last tick (or a viewer, or a reader).
-      this.arm(this.lastAt + this.quietMs - this.everyMs);
+      this.armAt(this.lastAt + this.quietMs);
       this.holding = true;
       return;
     }
