@@ -151,7 +151,7 @@ program
       .argParser(integer(16 * 1024 * 1024, 1024 ** 4))
       .env('STEPSCOPE_JOURNAL_MAX_BYTES'),
   )
-  .addOption(new Option('--stream-rate <n>', 'state updates a second sent to each viewer on ws /v1/stream, at most one per engine tick (every 50 ms while a viewer watches and steps come in, else 250 ms)').default(DEFAULT_STREAM_RATE_HZ).argParser(rate).env('STEPSCOPE_STREAM_RATE'))
+  .addOption(new Option('--stream-rate <n>', 'state updates a second sent to each viewer on ws /v1/stream, at most one per engine tick (every 250 ms; while a viewer watches, also as steps come in, at most this often)').default(DEFAULT_STREAM_RATE_HZ).argParser(rate).env('STEPSCOPE_STREAM_RATE'))
   .addOption(
     new Option('--stall-steps <k>', 'a rank that is alive but has not ended a step for k of its median steps (and --stall-floor) is stalled')
       .default(STALL_DEFAULTS.steps)

@@ -6,7 +6,8 @@ import { IDLE_INTERVAL_MS } from './counters/nvidia-smi.js';
 import type { Engine } from './engine/engine.js';
 import type { EngineConfig } from './engine/entries.js';
 import type { EndedRun, EngineSnapshot } from './engine/snapshot.js';
-import { SHOWN_AT_ONCE, TickSchedule, WATCHED_TICK_MS, type Timers } from './engine/tick-schedule.js';
+import { AWAITED_WITHIN_MS, SHOWN_AT_ONCE, TickSchedule, WATCHED_TICK_MS, type Timers } from './engine/tick-schedule.js';
+import { DEFAULT_STREAM_RATE_HZ } from './outputs/stream-defaults.js';
 import { buildServer } from './http-server.js';
 import { Ingest } from './ingest/ingest.js';
 import type { IngestLimits } from './ingest/limits.js';
@@ -161,10 +162,12 @@ export class Sidecar {
       () => void this.tick(),
       () => engine.changed,
       // While no job is live, the readings of the host and the GPUs (each every 5 s) share a tick.
-      { idleMs: this.settings.tickMs, watchedMs: WATCHED_TICK_MS, quietMs: IDLE_INTERVAL_MS },
+      // While watched, ticks no closer than the stream's frames (a closer one would not be sent).
+      { idleMs: this.settings.tickMs, watchedMs: Math.max(WATCHED_TICK_MS, 1000 / (this.settings.stream?.rateHz ?? DEFAULT_STREAM_RATE_HZ)), quietMs: IDLE_INTERVAL_MS },
       this.parts.scheduler,
       // Time alone changes nothing while no job is live.
       () => !this.jobsLive(),
+      (since) => engine.world.jobs.stepsAwaited(since, AWAITED_WITHIN_MS),
     );
     engine.onChange = (kind) => ticks.entered(SHOWN_AT_ONCE.has(kind));
     this.ticks = ticks;

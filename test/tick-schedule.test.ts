@@ -2,12 +2,12 @@ import { describe, expect, it } from 'vitest';
 import { TickSchedule } from '../src/engine/tick-schedule.js';
 import { manualScheduler } from './support/manual-scheduler.js';
 
-function schedule(quiet = () => false, quietMs?: number) {
+function schedule(quiet = () => false, quietMs?: number, awaited = () => false) {
   const timers = manualScheduler();
   const advance = (ms: number) => timers.advance(ms);
   const ticks: number[] = [];
   let changed = false;
-  const ticking = new TickSchedule(() => (ticks.push(timers.now()), (changed = false)), () => changed, { idleMs: 250, watchedMs: 50, quietMs }, timers, quiet);
+  const ticking = new TickSchedule(() => (ticks.push(timers.now()), (changed = false)), () => changed, { idleMs: 250, watchedMs: 50, quietMs }, timers, quiet, awaited);
   // As the engine does: each entry applied tells the schedule (Engine.onChange).
   return {
     ticking,
@@ -39,45 +39,72 @@ describe('the engine tick schedule', () => {
     expect(ticks).toEqual([250, 300, 350]);
   });
 
-  it('while watched, ticks what comes in 5 ms after it came, one tick for frames that come together, 50 ms apart at least', () => {
+  it("while watched, ticks a rank's steps as they come, 50 ms after the last tick at least", () => {
     const { ticking, ticks, advance, arrive, timers } = schedule();
     ticking.watched(true);
     advance(250);
     expect(ticks).toEqual([250]);
-    // The ranks' frames of one send: at 370 and 372 ms, one tick at 375, not at a short look's beat.
+    // A hook's send at 370: ticked then, not at a beat of the sidecar's own.
     advance(120);
     arrive();
-    advance(2);
-    arrive();
-    advance(10);
-    expect(ticks).toEqual([250, 375]);
-    // A frame 10 ms after that tick waits for 50 ms after it.
     advance(0);
+    expect(ticks).toEqual([250, 370]);
+    // A frame 10 ms after that tick waits for 50 ms after it.
+    advance(10);
     arrive();
     advance(60);
-    expect(ticks).toEqual([250, 375, 425]);
-    // Nothing new: no look before the next tick due (one timer armed, at 425 + 250).
+    expect(ticks).toEqual([250, 370, 420]);
+    // Nothing new: no look before the next tick due (one timer armed, at 420 + 250).
     expect(timers.pending).toBe(1);
     advance(250);
-    expect(ticks).toEqual([250, 375, 425, 675]);
+    expect(ticks).toEqual([250, 370, 420, 670]);
+  });
+
+  it("while watched, waits for the other ranks' frames of the same send, 20 ms after the first at most", () => {
+    let waiting = false;
+    const { ticking, ticks, advance, arrive } = schedule(undefined, undefined, () => waiting);
+    ticking.watched(true);
+    advance(250);
+    // Two ranks send on the same beat: the first at 370 waits for the second, in at 374: one tick.
+    advance(120);
+    waiting = true;
+    arrive();
+    advance(4);
+    expect(ticks).toEqual([250]);
+    waiting = false;
+    arrive();
+    advance(0);
+    expect(ticks).toEqual([250, 374]);
+    // The next beat's second frame never comes: the tick 20 ms after the first.
+    advance(76);
+    waiting = true;
+    arrive();
+    advance(30);
+    expect(ticks).toEqual([250, 374, 470]);
   });
 
   it('while watched, lets a reading wait for the next tick, so it does not hold the steps behind it back', () => {
     const { ticking, ticks, advance, arrive, reading } = schedule();
     ticking.watched(true);
     advance(250);
-    // The host's reading at 300, then a hook's steps at 320: ticked at 325, not 50 ms after a tick for the reading.
+    // The host's reading at 300, then a hook's steps at 320: ticked at 320, not 50 ms after a tick for the reading.
     advance(50);
     reading();
     advance(20);
     arrive();
-    advance(10);
-    expect(ticks).toEqual([250, 325]);
-    // A reading alone: at the next tick due.
+    advance(0);
+    expect(ticks).toEqual([250, 320]);
+    // A reading alone: at the next tick due ...
     advance(100);
     reading();
     advance(200);
-    expect(ticks).toEqual([250, 325, 575]);
+    expect(ticks).toEqual([250, 320, 570]);
+    // ... unless a state read asks for it.
+    advance(30);
+    reading();
+    ticking.soon();
+    advance(0);
+    expect(ticks).toEqual([250, 320, 570, 650]);
   });
 
   it('shows what came in before the first viewer as soon as one connects', () => {

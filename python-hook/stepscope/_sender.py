@@ -58,6 +58,8 @@ def until_beat(now: float, period: float) -> float:
     quarter period on (so in (period / 4, period * 5 / 4]). While watched the sender wakes on these
     beats: the ranks beside this one send at the same moments, and the sidecar, which ticks on what
     comes in, shows them in one tick; a wake a hair before its beat does not wake again at once."""
+    if period <= 0:
+        return 0.0  # no interval: send at every turn, as a zero wait always did
     return period * 1.25 - (now + period * 0.25) % period
 
 
@@ -265,8 +267,8 @@ class Sender:
         self._wake.clear()
 
     def _interval(self) -> float:
-        """How long to wait for the next batch: longer while the sidecar says no one watches, yet
-        never past a heartbeat that falls due."""
+        """How long to wait for the next batch: to the next beat while a viewer watches; longer while
+        the sidecar says no one does, yet never past a heartbeat that falls due."""
         if self._ws is None:
             return self._batch_interval
         if self._watched:

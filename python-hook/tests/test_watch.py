@@ -37,6 +37,25 @@ class WatchTest(unittest.TestCase):
             self.assertTrue(scope.close(timeout=5))
             self.assertEqual(fake.store.seqs(), list(range(1, 151)))
 
+    def test_while_watched_a_connected_sender_waits_for_the_next_beat_of_the_clock(self):
+        with FakeSidecar() as fake:
+            scope, sender = self.start(fake)
+            try:
+                clock = _sender.time.monotonic
+                _sender.time.monotonic = lambda: 10.03
+                try:
+                    waits = sender._interval()
+                finally:
+                    _sender.time.monotonic = clock
+                # 10.03 s: the next beat of 0.05 s at least a quarter period on is 10.05 s.
+                self.assertAlmostEqual(waits, 0.02, places=9)
+            finally:
+                scope.close(timeout=2)
+
+    def test_the_default_interval_lets_a_step_reach_a_viewer_within_100_ms(self):
+        # 80 ms of batching leaves the sidecar 20 ms (its tick as the frames come) under the 100 ms of target 6.
+        self.assertEqual(stepscope.init.__kwdefaults__["batch_interval"], 0.08)
+
     def test_a_sidecar_that_never_says_keeps_the_configured_interval(self):
         with FakeSidecar() as fake:
             scope, sender = self.start(fake)
@@ -74,6 +93,10 @@ class BeatTest(unittest.TestCase):
         self.assertAlmostEqual(10.03 + _sender.until_beat(10.03, 0.08), 10.08, places=9)
         # A wake a hair before its beat waits for the one after, not a few microseconds.
         self.assertAlmostEqual(10.0799 + _sender.until_beat(10.0799, 0.08), 10.16, places=9)
+
+    def test_no_interval_is_no_wait(self):
+        self.assertEqual(_sender.until_beat(10.0, 0.0), 0.0)
+        self.assertEqual(_sender.until_beat(10.0, -1.0), 0.0)
 
 
 if __name__ == "__main__":

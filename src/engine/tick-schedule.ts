@@ -2,8 +2,9 @@ import type { EntryType } from './entries.js';
 
 /**
  * When the engine ticks: every `idleMs` (250 ms) as it always has; while a viewer is connected, also
- * as soon as something new comes in (`entered`): `GATHER_MS` after it, so that frames sent together
- * make one tick (the hooks' sends while watched fall on the same beats of the clock), and at least
+ * as soon as something new comes in (`entered`): once every rank that sent before the last tick has
+ * sent again (`awaited`), or `GATHER_MS` after the first of them, so that frames sent together make
+ * one tick (the hooks' sends while watched fall on the same beats of the clock), and at least
  * `watchedMs` (50 ms) after the last tick, so that a step reaches a person in a few milliseconds
  * beyond its hook's batching (issue 24, target 6: p99 ≤ 100 ms from the step's end in the training
  * process). Nothing new, no extra tick or look: a viewer of an idle sidecar costs what it did. While
@@ -28,14 +29,16 @@ export const REAL_TIMERS: Timers = {
 
 /** The least time between two ticks while a viewer watches (the stream's 20 frames a second). */
 export const WATCHED_TICK_MS = 50;
-/** While watched, how long what came in waits for more to share its tick. */
-export const GATHER_MS = 5;
+/** While watched, the most that what came in waits for the other ranks' frames of the same send to share its tick. */
+export const GATHER_MS = 20;
+/** A rank that sent steps this long before the last tick, and nothing since, has its next frame on the way (while watched, the hooks send every 80 ms). */
+export const AWAITED_WITHIN_MS = 150;
 /**
  * What a hook sends that a person sees change at once: ticked on arrival while watched. The rest (the
  * host's and GPUs' readings, a hook's counters and heartbeats) waits for the next tick, and does not
  * push the steps behind it 50 ms back.
  */
-export const SHOWN_AT_ONCE: ReadonlySet<EntryType> = new Set<EntryType>(['steps', 'hello', 'connect', 'disconnect', 'end']);
+export const SHOWN_AT_ONCE: ReadonlySet<EntryType> = new Set<EntryType>(['steps', 'hello', 'connect', 'disconnect', 'end', 'stack', 'reference']);
 
 export interface TickIntervals {
   idleMs: number;
@@ -57,6 +60,8 @@ export class TickSchedule {
   private asleep = false;
   /** Quiet with something new: the one look armed is quietMs after the last tick. */
   private holding = false;
+  /** While watched, when the first thing shown at once came in since the last tick. */
+  private firstAt: number | null = null;
 
   constructor(
     private readonly tick: () => void,
@@ -66,6 +71,8 @@ export class TickSchedule {
     private readonly timers: Timers = REAL_TIMERS,
     /** Whether time alone changes nothing: no job is live. */
     private readonly quiet: () => boolean = () => false,
+    /** Whether a rank that sent steps before `since` (the last tick) has yet to send again: its frame is on the way. */
+    private readonly awaited: (since: number) => boolean = () => false,
   ) {
     this.lastAt = timers.now();
     this.arm();
@@ -79,6 +86,7 @@ export class TickSchedule {
   watched(watching: boolean): void {
     if (watching === this.watching) return;
     this.watching = watching;
+    this.firstAt = null;
     if (this.asleep) return;
     this.arm();
     if (watching && this.changed()) this.entered();
@@ -88,27 +96,32 @@ export class TickSchedule {
   soon(): void {
     this.asked = true;
     if (this.holding || this.quiet()) this.lookNow();
+    else if (this.watching) this.early();
   }
 
   /**
    * Something came in (each entry the engine applies): a schedule asleep looks now, and so does one
    * holding what came in while quiet once a job is live (a hello within the hold: its first tick at
    * once, not when the hold ends); while watched, what a person sees change at once (`shown`) is
-   * ticked GATHER_MS on, or watchedMs after the last tick where that is later.
+   * ticked early.
    */
   entered(shown = true): void {
-    if (this.asleep || (this.holding && !this.quiet())) {
-      this.lookNow();
-    } else if (shown && this.watching && !this.holding) {
-      const at = Math.max(this.lastAt + this.intervals.watchedMs, this.timers.now() + GATHER_MS);
-      if (at < this.dueAt) this.armAt(at);
-    }
+    if (this.asleep || (this.holding && !this.quiet())) this.lookNow();
+    else if (shown && this.watching && !this.holding) this.early();
   }
 
   stop(): void {
     this.stopped = true;
     if (this.timer !== null) this.timers.clearTimeout(this.timer);
     this.timer = null;
+  }
+
+  /** While watched: a tick once no rank's frame is on the way (GATHER_MS after the first at most), and watchedMs after the last at least. */
+  private early(): void {
+    const now = this.timers.now();
+    this.firstAt ??= now;
+    const at = Math.max(this.lastAt + this.intervals.watchedMs, this.awaited(this.lastAt) ? this.firstAt + GATHER_MS : now);
+    if (at < this.dueAt) this.armAt(at);
   }
 
   private lookNow(): void {
@@ -153,6 +166,7 @@ export class TickSchedule {
       return;
     }
     this.asked = false;
+    this.firstAt = null;
     this.lastAt = now;
     this.tick();
     this.arm();

@@ -386,6 +386,18 @@ export class SessionTable implements AdmissionPort, HeldSessions {
     return job ? describeJob(job, at, throughSilence) : null;
   }
 
+  /** Whether a rank of a running job sent steps in the `withinMs` up to `since` and none after: its next frame is likely on the way. */
+  stepsAwaited(since: number, withinMs: number): boolean {
+    for (const job of this.jobs.values()) {
+      if (job.endedAt !== null) continue;
+      for (const rank of job.ranks.values()) {
+        const at = rank.lastStepAt;
+        if (at !== null && at <= since && at > since - withinMs) return true;
+      }
+    }
+    return false;
+  }
+
   /** Jobs still running. */
   liveJobs(): string[] {
     return [...this.jobs.values()].filter((job) => job.endedAt === null).map((job) => job.id);
