@@ -32,6 +32,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--job", default="bench")
     parser.add_argument("--jitter", type=float, default=0.5, help="each step's length is uniform in (1 ± jitter) / rate")
+    parser.add_argument("--busy", type=float, default=0.0, help="the share of each step spent in Python holding the GIL (the rest sleeps, as a wait on the GPU does)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--batch-interval", type=float, default=None, help="the hook's; default its own")
     parser.add_argument("--hook-path", default=None, help="the python-hook directory to import stepscope from")
@@ -45,7 +46,10 @@ def main() -> None:
     start = next_at = time.perf_counter()
     for _ in scope.loader(itertools.count()):
         with scope.phase("compute"):
-            pass
+            if args.busy > 0:
+                until = time.perf_counter() + interval * args.busy
+                while time.perf_counter() < until:
+                    pass
         scope.step(samples=8)
         ends.append(time.time_ns() / 1e6)
         next_at += interval * draw(1.0 - args.jitter, 1.0 + args.jitter)
