@@ -19,6 +19,7 @@ __all__ = ["Scope", "PHASES", "CloseResult"]
 
 PHASES = ("data", "h2d", "compute", "eval")
 _WAKE_AT = 1024  # queued records that wake the sender before its timer does (a 16th of the default queue)
+# ... or the first, while the sender waits for a slow job's next step (stepscope._sender.Pace).
 
 _now = time.perf_counter_ns
 _PROVISIONAL = 1  # Scope._pending: see Scope.__init__
@@ -220,6 +221,7 @@ class Scope:
         None for a scope that records but sends nothing (``disabled`` says why, for close())."""
         self._queue = collections.deque(maxlen=max(1, buffer_size))
         self._wake = threading.Event()
+        self._wake_at = _WAKE_AT  # queued records at which step() wakes the sender (set by it)
         self._sender = None
         self._cuda = cuda
         self._gpu_event_pairs = gpu_event_pairs
@@ -253,7 +255,7 @@ class Scope:
         self._profiling = None  # a torch.profiler window the sidecar asked for (stepscope._profile)
         if connection is not None:
             self._stack_watcher = _stack.Watcher(connection.get("env") or {})
-            self._sender = Sender(self._queue, self._wake, tick=self._background_tick, **connection)
+            self._sender = Sender(self._queue, self._wake, tick=self._background_tick, wake_on_first=self._wake_on_first, **connection)
             # The thread that makes the scope is the one that trains: a `capture` reads its stack,
             # and the process sampler its CPU and its wait for a CPU.
             self._sender.training_thread = threading.get_ident()
@@ -325,7 +327,7 @@ class Scope:
                 self._profile_step()
                 # The profiler's start and stop (a device sync, an export on older torch) are not the next step's.
                 self._start = _now()
-            if len(queue) == _WAKE_AT:
+            if len(queue) == self._wake_at:
                 self._wake.set()
         except Exception:
             self._internal_error()
@@ -558,6 +560,11 @@ class Scope:
         _log.warn_once(_log.INTERNAL, "internal error (training continues; timing may be incomplete)")
 
     # --- other threads ----------------------------------------------------
+
+    def _wake_on_first(self, on: bool) -> None:
+        """The sender's: whether step() wakes it at the first record queued (it waits for a slow
+        job's next step) or at _WAKE_AT."""
+        self._wake_at = 1 if on else _WAKE_AT
 
     def _background_tick(self):
         """Sender thread: notice CUDA coming into use after the first h2d/compute lookup; send the

@@ -63,6 +63,28 @@ def until_beat(now: float, period: float) -> float:
     return period * 1.25 - (now + period * 0.25) % period
 
 
+class Pace:
+    """While watched: send on the beats, or, once a beat found no step (the job steps slower than
+    the beats), send each step the moment it ends (the training thread wakes the sender at the first
+    record it queues); back to the beats once steps come closer than a beat apart. A slow job's steps
+    then reach a viewer in milliseconds, and its sender wakes once a step instead of at every beat."""
+
+    def __init__(self, period: float):
+        self.period = period
+        self.on_first = False  # waiting for the first step rather than the next beat
+        self._came_at = None  # when the last wake found steps
+
+    def woke(self, came: bool, now: float) -> bool:
+        """After a wake that found steps (``came``) or none: whether to wait for the first step next."""
+        if came:
+            if self.on_first and self._came_at is not None and now - self._came_at < self.period:
+                self.on_first = False  # steps faster than the beats: the beats again
+            self._came_at = now
+        else:
+            self.on_first = True
+        return self.on_first
+
+
 class Sender:
     def __init__(
         self,
@@ -81,9 +103,13 @@ class Sender:
         backoff=(0.1, 5.0),
         tick=None,
         counters=None,
+        wake_on_first=None,
     ):
         self._queue = queue
         self._wake = wake
+        # The scope's: makes step() wake this thread at the first record queued (see Pace); None: never.
+        self._wake_on_first = wake_on_first
+        self._pace = Pace(batch_interval)
         self._url = url
         self._identity = dict(identity)
         self._env = dict(env)
@@ -242,7 +268,9 @@ class Sender:
                 self._tick()
             except Exception:
                 self.errors += 1
+        seq = self._next_seq
         self._collect()
+        came = self._next_seq != seq
         now = time.monotonic()
         self._counters.sample_due(now, time.perf_counter_ns() - self._mono_origin)
         if now >= self._next_prune:
@@ -260,18 +288,26 @@ class Sender:
                 return
         if self._ws is not None:
             self._exchange()
-        timeout = self._interval()
+        first = self._wake_on_first is not None and self._watched and self._ws is not None and self._pace.woke(came, now)
+        timeout = self._interval(first)
         if self._ws is None:
             timeout = min(timeout, max(0.0, self._next_attempt - time.monotonic()))
+        if first:
+            self._wake_on_first(True)
+            if self._queue:
+                timeout = 0.0  # a step came before step() could see the wake asked for
         self._wake.wait(timeout)
         self._wake.clear()
+        if first:
+            self._wake_on_first(False)
 
-    def _interval(self) -> float:
+    def _interval(self, first: bool = False) -> float:
         """How long to wait for the next batch: to the next beat while a viewer watches; longer while
-        the sidecar says no one does, yet never past a heartbeat that falls due."""
+        the sidecar says no one does, or while waiting for a slow job's next step (``first``: the
+        step wakes this thread), yet never past a heartbeat that falls due."""
         if self._ws is None:
             return self._batch_interval
-        if self._watched:
+        if self._watched and not first:
             return until_beat(time.monotonic(), self._batch_interval)
         interval = max(self._batch_interval, UNWATCHED_INTERVAL_S)
         if self._heartbeat_s is not None:

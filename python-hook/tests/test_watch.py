@@ -3,6 +3,7 @@ while no one does, the configured one while someone does or where the sidecar ne
 beats of the monotonic clock (target 6); and nothing is lost across the changes."""
 
 import random
+import time
 import unittest
 
 import stepscope
@@ -71,6 +72,54 @@ class WatchTest(unittest.TestCase):
                 self.assertLessEqual(sender._interval(), 0.2)
                 # Each wait ends by the time the next beat is due: beats keep coming while nothing else goes out.
                 self.assertTrue(wait_until(lambda: len(fake.of_type("heartbeat")) >= 3, 10))
+            finally:
+                scope.close(timeout=2)
+
+
+class FirstStepTest(unittest.TestCase):
+    """A slow job's steps go out as they end (see _sender.Pace); a fast job's on the beats."""
+
+    def test_a_beat_without_steps_waits_for_the_first_step_and_closer_steps_go_back_to_the_beats(self):
+        pace = _sender.Pace(0.08)
+        self.assertFalse(pace.woke(True, 10.00))  # steps at the beat: the next beat
+        self.assertTrue(pace.woke(False, 10.08))  # none at this one: wait for the first
+        self.assertTrue(pace.woke(True, 10.30))  # it came: sent now, and the next one waited for
+        self.assertTrue(pace.woke(False, 10.80))  # an idle wake (counters, heartbeats) changes nothing
+        self.assertTrue(pace.woke(True, 10.95))
+        self.assertFalse(pace.woke(True, 10.99))  # the next came 40 ms on: the job is faster than the beats
+        self.assertFalse(pace.woke(True, 11.04))
+
+    def test_step_wakes_the_sender_at_the_first_record_only_while_it_waits_for_one(self):
+        scope = stepscope.Scope(None)
+        scope.step()
+        self.assertFalse(scope._wake.is_set())
+        scope._queue.clear()
+        scope._wake_on_first(True)
+        scope.step()
+        self.assertTrue(scope._wake.is_set())
+        scope._wake.clear()
+        scope.step()  # the second record: the sender is awake already
+        self.assertFalse(scope._wake.is_set())
+        scope._wake_on_first(False)
+        scope._queue.clear()
+        scope.step()
+        self.assertFalse(scope._wake.is_set())
+
+    def test_a_watched_slow_job_then_a_fast_one_loses_nothing(self):
+        with FakeSidecar() as fake:
+            scope = stepscope.init(url=fake.url, job="slow", rank=0, world_size=1, cuda=False, batch_interval=0.02)
+            sender = scope._sender
+            try:
+                self.assertTrue(wait_until(lambda: sender.connected, 5))
+                # Beats find nothing: the sender waits for the first step, which step() will wake it for.
+                self.assertTrue(wait_until(lambda: scope._wake_at == 1, 5))
+                for _ in range(5):
+                    scope.step()
+                    time.sleep(0.05)
+                for _ in range(300):
+                    scope.step()
+                self.assertTrue(scope.close(timeout=5))
+                self.assertEqual(fake.store.seqs(), list(range(1, 306)))
             finally:
                 scope.close(timeout=2)
 
