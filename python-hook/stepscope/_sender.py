@@ -49,7 +49,8 @@ UNWATCHED_INTERVAL_S = 0.5
 # How often the sidecar's messages (acks, watch, capture and profile requests) are read while a
 # viewer watches and rows go out every 0.08 s (unwatched, at every wake): each read costs ~0.15 ms of CPU (poll and recv system
 # calls, the ack's decoding), so at every wake they were a third of the watched cost (target 5).
-# Requests then wait no longer than they do unwatched; acks only free the delivery window later.
+# Requests then wait no longer than they do unwatched (a sender waiting for a slow job's next step,
+# see Pace, wakes to read them when due); acks only free the delivery window later.
 READ_EVERY_S = UNWATCHED_INTERVAL_S
 
 
@@ -288,17 +289,22 @@ class Sender:
                 return
         if self._ws is not None:
             self._exchange()
-        first = self._wake_on_first is not None and self._watched and self._ws is not None and self._pace.woke(came, now)
+        # Steps waiting for their GPU or collective times go out at the beats, as they resolve.
+        first = self._wake_on_first is not None and self._watched and self._ws is not None and self._pace.woke(came, now) and not self._pending
         timeout = self._interval(first)
         if self._ws is None:
             timeout = min(timeout, max(0.0, self._next_attempt - time.monotonic()))
-        if first:
-            self._wake_on_first(True)
+        if not first:
+            self._wake.wait(timeout)
+            self._wake.clear()
+            return
+        self._wake_on_first(True)
+        try:
             if self._queue:
                 timeout = 0.0  # a step came before step() could see the wake asked for
-        self._wake.wait(timeout)
-        self._wake.clear()
-        if first:
+            self._wake.wait(timeout)
+            self._wake.clear()
+        finally:
             self._wake_on_first(False)
 
     def _interval(self, first: bool = False) -> float:
@@ -310,6 +316,9 @@ class Sender:
         if self._watched and not first:
             return until_beat(time.monotonic(), self._batch_interval)
         interval = max(self._batch_interval, UNWATCHED_INTERVAL_S)
+        if first:
+            # The sidecar's requests are read no later than unwatched.
+            interval = min(interval, max(0.0, self._next_read - time.monotonic()))
         if self._heartbeat_s is not None:
             interval = min(interval, max(0.0, self._last_sent + self._heartbeat_s - time.monotonic()))
         return interval

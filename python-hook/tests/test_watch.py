@@ -2,12 +2,13 @@
 while no one does, the configured one while someone does or where the sidecar never says, on the
 beats of the monotonic clock (target 6); and nothing is lost across the changes."""
 
+import collections
 import random
 import time
 import unittest
 
 import stepscope
-from stepscope import _sender
+from stepscope import _scope, _sender
 from .fake_sidecar import FakeSidecar, wait_until
 
 _SHORT = 0.05
@@ -76,6 +77,40 @@ class WatchTest(unittest.TestCase):
                 scope.close(timeout=2)
 
 
+class _StubWs:
+    """A connected socket that reads nothing and sends anywhere."""
+
+    def poll(self):
+        return []
+
+    def send_binary(self, data):
+        pass
+
+    def close(self, *args):
+        pass
+
+
+class _RecordingEvent:
+    """The wake, noting each wait's timeout instead of waiting."""
+
+    def __init__(self):
+        self.waits = []
+
+    def wait(self, timeout):
+        self.waits.append(timeout)
+        return False
+
+    def clear(self):
+        pass
+
+    def set(self):
+        pass
+
+
+def _bare_sender(queue, wake, on_first):
+    return _sender.Sender(queue, wake, url="ws://127.0.0.1:1/", identity={}, env={}, batch_interval=0.08, wake_on_first=on_first)
+
+
 class FirstStepTest(unittest.TestCase):
     """A slow job's steps go out as they end (see _sender.Pace); a fast job's on the beats."""
 
@@ -104,6 +139,45 @@ class FirstStepTest(unittest.TestCase):
         scope._queue.clear()
         scope.step()
         self.assertFalse(scope._wake.is_set())
+
+    def test_a_step_queued_before_the_wake_was_asked_for_is_not_waited_on(self):
+        queue, wake, asked = collections.deque(), _RecordingEvent(), []
+
+        def on_first(on):
+            asked.append(on)
+            if on:
+                queue.append(None)  # step() ran between _collect and the lower threshold: it compared with 1,024
+
+        sender = _bare_sender(queue, wake, on_first)
+        sender._ws = _StubWs()
+        sender._cycle()  # nothing came: wait for the first step
+        self.assertEqual(wake.waits, [0.0])
+        self.assertEqual(asked, [True, False])  # and the threshold back after the wait
+
+    def test_a_step_waiting_for_its_gpu_times_is_looked_at_on_the_beats(self):
+        queue, wake, asked = collections.deque(), _RecordingEvent(), []
+        sender = _bare_sender(queue, wake, asked.append)
+        sender._ws = _StubWs()
+        unfinished = type("GpuStep", (), {"done": False})()  # its CUDA events not yet completed
+        sender._pending.append((1, 10_000_000, 1_000_000, 0, 0, 0, None, unfinished, None))
+        sender._cycle()
+        self.assertEqual(asked, [])
+        self.assertLessEqual(wake.waits[0], 0.08 * 1.25)
+
+    def test_a_step_wakes_a_sender_waiting_for_it_long_before_its_timer(self):
+        for name in ("UNWATCHED_INTERVAL_S", "READ_EVERY_S"):
+            self.addCleanup(setattr, _sender, name, getattr(_sender, name))
+            setattr(_sender, name, 60.0)  # a sender the step does not wake would wait a minute
+        with FakeSidecar() as fake:
+            scope = stepscope.init(url=fake.url, job="slow", rank=0, world_size=1, cuda=False, batch_interval=0.02)
+            try:
+                self.assertTrue(wait_until(lambda: scope._wake_at == 1, 10))
+                scope.step()
+                self.assertTrue(wait_until(lambda: fake.store.seqs() == [1], 20))
+                self.assertTrue(scope.close(timeout=5))
+                self.assertEqual(scope._wake_at, _scope._WAKE_AT)  # not left at 1
+            finally:
+                scope.close(timeout=2)
 
     def test_a_watched_slow_job_then_a_fast_one_loses_nothing(self):
         with FakeSidecar() as fake:
