@@ -71,7 +71,8 @@ def init(
                  Default: ``$STEPSCOPE_CUDA`` (0/off or 1/on) if set, else None.
     batch_interval  seconds between sends while a viewer watches, on the beats of the host's monotonic
                     clock, so that the ranks beside this one send together, or each step as it
-                    ends where the job steps slower than that (0.08 s: with the
+                    ends where the job steps slower than that (a CUDA-timed step at the next beat
+                    once its GPU times are known) (0.08 s: with the
                     sidecar's part, a step reaches a viewer within 100 ms at the 99th percentile,
                     as measured on loopback); 0.5 s at least while
                     the sidecar says none watches; sooner once 1,024 records wait.
