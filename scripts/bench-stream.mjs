@@ -2,7 +2,7 @@
 // Step end → viewer update latency on loopback, through the real sidecar, and what an idle viewer costs.
 //
 //   node scripts/bench-stream.mjs [--seconds 20] [--viewers 1] [--rate <its default>] [--steps-per-s 50] [--idle-seconds 10]
-//                                 [--hook script|python] [--ranks 1] [--batch-interval <the hook's>] [--busy 0] [--hook-path <python-hook>] [--python python3] [--cli dist/cli.js]
+//                                 [--hook script|python] [--ranks 1] [--batch-interval <the hook's>] [--busy 0] [--cuda-ms 0] [--hook-path <python-hook>] [--python python3] [--cli dist/cli.js]
 //
 // First, with no hook, the sidecar's CPU for --idle-seconds without viewers and then with the viewers
 // connected: the CPU per idle viewer. Then a job steps at --steps-per-s; the viewers on ws /v1/stream
@@ -11,7 +11,8 @@
 // `--hook python`: the real hook's explicit API in a real Python process (python-hook/bench/paced_loop.py),
 // whose step ends are read from the wall clock it shares with the viewers: step end in the training
 // process to the viewer, the hook's batching included; --ranks such processes, one a rank of one job;
-// --busy: the share of each step spent holding the GIL (the sender waits for it to send); --hook-path
+// --busy: the share of each step spent holding the GIL (the sender waits for it to send); --cuda-ms:
+// GPU time queued each step, which the hook times with CUDA events (a GPU and torch needed); --hook-path
 // imports the hook from another checkout's python-hook (a baseline, with --cli). Prints JSON. --cli runs another build (a clone
 // of main's dist) for a baseline in the same run.
 import { spawn } from 'node:child_process';
@@ -42,6 +43,7 @@ const { values } = parseArgs({
     'batch-interval': { type: 'string' },
     'hook-path': { type: 'string' },
     busy: { type: 'string', default: '0' },
+    'cuda-ms': { type: 'string', default: '0' },
     cli: { type: 'string', default: path.join(ROOT, 'dist', 'cli.js') },
   },
 });
@@ -166,8 +168,7 @@ try {
           ...['--url', `ws://127.0.0.1:${port}/v1/ingest`, '--rate', values['steps-per-s'], '--seconds', String(seconds + warmMs / 1000), '--out', out],
           ...(values['batch-interval'] ? ['--batch-interval', values['batch-interval']] : []),
           ...(values['hook-path'] ? ['--hook-path', path.resolve(values['hook-path'])] : []),
-          '--busy',
-          values.busy,
+          ...['--busy', values.busy, '--cuda-ms', values['cuda-ms']],
         ],
         { stdio: ['ignore', 'inherit', 'inherit'], env: { ...process.env, RANK: String(rank), LOCAL_RANK: String(rank), WORLD_SIZE: String(rankCount) } },
       );
@@ -193,6 +194,7 @@ try {
         batch_interval_s: values['batch-interval'] ?? null,
         hook_path: values['hook-path'] ?? null,
         busy: Number(values.busy),
+        cuda_ms: Number(values['cuda-ms']),
         seconds,
         steps_measured: sorted.length / viewerCount,
         steps_never_seen: unseen,

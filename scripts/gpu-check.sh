@@ -116,6 +116,13 @@ if [ $TORCH_OK -eq 1 ] && command -v node >/dev/null && [ -f dist/cli.js ] && no
     CO=$(verdict "$SIDECAR_OUT/summary-gpu-check-compute.json")
     case "$IN" in input-bound*) say PASS "sidecar-input-bound: $IN" ;; *) say FAIL "sidecar-input-bound: expected input-bound with the GPU idle waiting for data: ${IN:-no summary}" ;; esac
     case "$CO" in compute-bound*) say PASS "sidecar-compute-bound: $CO" ;; *) say FAIL "sidecar-compute-bound: expected compute-bound: ${CO:-no summary}" ;; esac
+    # Step end to viewer with CUDA-timed steps (issue 24, target 6): each row waits for its CUDA
+    # events, then goes out at the hook's next beat. Not in --simulate: a latency needs the real GPU.
+    if [ "$MODE" = gpu ] && [ "$(left)" -gt 75 ]; then
+      timeout 60 node scripts/bench-stream.mjs --hook python --python "$PYTHON" --steps-per-s 10 --cuda-ms 20 --seconds 6 --idle-seconds 1 --viewers 5 > "$SIDECAR_OUT/stream-latency.json" 2>>"$OUT_DIR/gpu_check.stderr"
+      LAT=$(node -e 'const j = require(process.argv[1]); console.log(`${j.p99_ms <= 100 && j.steps_never_seen === 0 ? "ok" : "over"} p50 ${j.p50_ms} ms, p99 ${j.p99_ms} ms, max ${j.max_ms} ms, ${j.steps_measured} steps, ${j.steps_never_seen} never seen`)' "$SIDECAR_OUT/stream-latency.json" 2>/dev/null)
+      case "$LAT" in ok*) say PASS "stream-latency-cuda: ${LAT#ok }" ;; *) say FAIL "stream-latency-cuda: expected p99 <= 100 ms from a CUDA-timed step's end to 5 viewers: ${LAT:-no result}" ;; esac
+    fi
   else
     say FAIL "sidecar: it did not start: $(tail -c 300 "$SIDECAR_OUT/sidecar.log")"
   fi

@@ -25,6 +25,21 @@ sys.path.insert(0, _HOOK)
 import stepscope  # noqa: E402
 
 
+def cuda_work(ms: float):
+    """A callable that queues about ``ms`` of GPU time (a spinning kernel, calibrated here)."""
+    import torch
+
+    cycles = 1_000_000
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(cycles)  # the first launch's own cost out of the way
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    scaled = max(1, int(cycles * ms / max(start.elapsed_time(end), 1e-3)))
+    return lambda: torch.cuda._sleep(scaled)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--url", required=True)
@@ -33,12 +48,14 @@ def main() -> None:
     parser.add_argument("--job", default="bench")
     parser.add_argument("--jitter", type=float, default=0.5, help="each step's length is uniform in (1 ± jitter) / rate")
     parser.add_argument("--busy", type=float, default=0.0, help="the share of each step spent in Python holding the GIL (the rest sleeps, as a wait on the GPU does)")
+    parser.add_argument("--cuda-ms", type=float, default=0.0, help="GPU time queued each step (torch.cuda._sleep), which the hook times with CUDA events: its rows wait for them")
     parser.add_argument("--out", required=True)
     parser.add_argument("--batch-interval", type=float, default=None, help="the hook's; default its own")
     parser.add_argument("--hook-path", default=None, help="the python-hook directory to import stepscope from")
     args = parser.parse_args()
 
     options = {} if args.batch_interval is None else {"batch_interval": args.batch_interval}
+    gpu_work = cuda_work(args.cuda_ms) if args.cuda_ms > 0 else None
     scope = stepscope.init(url=args.url, job=args.job, **options)
     ends = []
     interval = 1.0 / args.rate
@@ -46,6 +63,8 @@ def main() -> None:
     start = next_at = time.perf_counter()
     for _ in scope.loader(itertools.count()):
         with scope.phase("compute"):
+            if gpu_work is not None:
+                gpu_work()  # queued, not waited for: the step ends before its kernel does, as in training
             if args.busy > 0:
                 until = time.perf_counter() + interval * args.busy
                 while time.perf_counter() < until:
