@@ -50,4 +50,25 @@ describe('the tick schedule as the sidecar wires it, while a viewer watches', ()
       await side.app.close();
     }
   });
+
+  it('keeps its ticks as far apart as the stream frames at a lower --stream-rate, so no tick goes unsent', async () => {
+    const side = await inProcess({ at: T0, stream: { rateHz: 5 } });
+    const viewer = new WebSocket((await listen(side)).streamUrl);
+    await new Promise((resolve, reject) => viewer.once('open', resolve).once('error', reject));
+    try {
+      await side.record(hello('r0'));
+      const shown = async (ms = 0) => (side.advance(ms), await settle(), side.engine.snapshot().at - T0);
+      // The last tick was the regular one at 950: at 5 frames a second, the steps of 1000 wait for 200 ms after it, not 50.
+      await send(side, 'r0', 1000, 1);
+      expect(await shown()).toBe(950);
+      expect(await shown(149)).toBe(950);
+      expect(await shown(1)).toBe(1150);
+      await send(side, 'r0', 1230, 5);
+      expect(await shown(100)).toBe(1150);
+      expect(await shown(20)).toBe(1350);
+    } finally {
+      viewer.terminate();
+      await side.app.close();
+    }
+  });
 });
