@@ -120,7 +120,10 @@ export class TickSchedule {
   private early(): void {
     const now = this.timers.now();
     this.firstAt ??= now;
-    const at = Math.max(this.lastAt + this.intervals.watchedMs, this.awaited(this.lastAt) ? this.firstAt + GATHER_MS : now);
+    const soonest = this.lastAt + this.intervals.watchedMs;
+    // Already due as soon as it may be: the ranks are not scanned again for each frame that comes.
+    if (this.dueAt <= soonest) return;
+    const at = Math.max(soonest, this.awaited(this.lastAt) ? this.firstAt + GATHER_MS : now);
     if (at < this.dueAt) this.armAt(at);
   }
 
