@@ -294,18 +294,16 @@ class Sender:
         timeout = self._interval(first)
         if self._ws is None:
             timeout = min(timeout, max(0.0, self._next_attempt - time.monotonic()))
-        if not first:
-            self._wake.wait(timeout)
-            self._wake.clear()
-            return
-        self._wake_on_first(True)
-        try:
+        if first:
+            self._wake_on_first(True)
             if self._queue:
                 timeout = 0.0  # a step came before step() could see the wake asked for
+        try:
             self._wake.wait(timeout)
             self._wake.clear()
         finally:
-            self._wake_on_first(False)
+            if first:
+                self._wake_on_first(False)
 
     def _interval(self, first: bool = False) -> float:
         """How long to wait for the next batch: to the next beat while a viewer watches; longer while
