@@ -13,6 +13,7 @@ import { registerStream, type StreamOptions } from './outputs/stream.js';
 import { sidecarState } from './outputs/state.js';
 import { bearerMatches } from './auth.js';
 import { VERSION } from './version.js';
+import { sidecarNow } from './model/clock.js';
 
 export interface ServerOptions {
   ingest: Ingest;
@@ -48,7 +49,7 @@ export function withoutQuery(url: string): string {
 
 export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
   const { ingest, log } = options;
-  const now = options.now ?? Date.now;
+  const now = options.now ?? sidecarNow;
   const startedAt = now();
   const hooks = new Set<HookConnection>();
   const app = Fastify({

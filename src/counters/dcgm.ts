@@ -5,6 +5,7 @@
 import { describeNoMatch, describeUnreadable, hasReadableSeries, normaliseSelector, parseDcgmSeries, selectedSamples, type DcgmSelector } from './dcgm-parse.js';
 import type { Source } from './source.js';
 import type { GpuSample } from './types.js';
+import { sidecarNow } from '../model/clock.js';
 
 export interface DcgmSourceOptions {
   /** The exporter's metrics endpoint, e.g. http://node:9400/metrics. */
@@ -20,7 +21,7 @@ export class DcgmSource implements Source<GpuSample[]> {
 
   constructor(private readonly options: DcgmSourceOptions) {
     this.select = normaliseSelector(options.select);
-    this.now = options.now ?? Date.now;
+    this.now = options.now ?? sidecarNow;
   }
 
   async read(signal: AbortSignal): Promise<GpuSample[]> {

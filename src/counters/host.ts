@@ -33,6 +33,7 @@ import {
   type ProcStat,
 } from './host-parse.js';
 import { identity, parsePidStat, topProcesses, visibilityOf, type PidStat, type ProcessVisibility, type TopProcess } from './proc-pid.js';
+import { sidecarNow } from '../model/clock.js';
 
 /** One reading of the host. Rates cover the time since the previous sample, so the first has none. */
 export interface HostSample {
@@ -177,7 +178,7 @@ export class HostSource implements Source<HostSample> {
     this.processesWanted = options.processesWanted ?? (() => true);
     this.procRoot = options.procRoot ?? '/proc';
     this.sysRoot = options.sysRoot !== undefined ? options.sysRoot : path.basename(this.procRoot) === 'proc' ? path.join(path.dirname(this.procRoot), 'sys') : null;
-    this.now = options.now ?? Date.now;
+    this.now = options.now ?? sidecarNow;
     this.log = options.log.child({ source: this.name });
   }
 

@@ -17,6 +17,7 @@ import {
 } from './nvidia-smi-parse.js';
 import { ReadError, Supervised, type Collector, type StreamOutput, type StreamSource, type Warn } from './source.js';
 import type { GpuSample } from './types.js';
+import { sidecarNow } from '../model/clock.js';
 
 export interface Backoff {
   initialMs: number;
@@ -110,7 +111,7 @@ class NvidiaSmiSource implements StreamSource<GpuSample[]> {
   constructor(private readonly options: NvidiaSmiOptions & { intervalMs: number }) {
     this.binary = options.binary ?? 'nvidia-smi';
     this.log = options.log.child({ source: this.name });
-    this.now = options.now ?? Date.now;
+    this.now = options.now ?? sidecarNow;
     this.probeTimeoutMs = options.probeTimeoutMs ?? 15_000;
     this.idleIntervalMs = options.jobsLive ? Math.max(options.intervalMs, IDLE_INTERVAL_MS) : null;
   }

@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import type { Source } from './source.js';
 import { emptyGpuSample, type GpuSample } from './types.js';
+import { sidecarNow } from '../model/clock.js';
 
 /**
  * Scripted GPU counters for the demo and for tests: each GPU starts from its `base` figures and
@@ -78,7 +79,7 @@ export class SimSource implements Source<GpuSample[]> {
   private readonly now: () => number;
 
   constructor(private readonly options: SimOptions = {}) {
-    this.now = options.now ?? Date.now;
+    this.now = options.now ?? sidecarNow;
   }
 
   async read(): Promise<GpuSample[]> {

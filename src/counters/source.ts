@@ -2,6 +2,7 @@
 import type { Logger } from '../log/log.js';
 import { HealthTracker } from './health.js';
 import type { CollectorHealth } from './types.js';
+import { sidecarNow } from '../model/clock.js';
 
 /**
  * A source of readings the node_exporter way: the source only reads, once, when asked; timing,
@@ -150,7 +151,7 @@ export class Supervised<T> implements Collector<T> {
     this.log = options.log.child({ source: source.name });
     this.status = new HealthTracker(source.name);
     this.warnings = new RateLimitedWarnings(this.log, WARNING_QUIET_MS);
-    this.now = options.now ?? Date.now;
+    this.now = options.now ?? sidecarNow;
   }
 
   async start(sink: (reading: T) => void, options: { required?: boolean } = {}): Promise<void> {

@@ -1,4 +1,5 @@
 import type { EntryType } from './entries.js';
+import { sidecarNow } from '../model/clock.js';
 
 /**
  * When the engine ticks: every `idleMs` (250 ms) as it always has; while a viewer is connected, also
@@ -24,7 +25,7 @@ export interface Timers {
 export const REAL_TIMERS: Timers = {
   setTimeout: (run, ms) => setTimeout(run, ms),
   clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
-  now: () => Date.now(),
+  now: sidecarNow,
 };
 
 /** The least time between two ticks while a viewer watches (the stream's 20 frames a second). */

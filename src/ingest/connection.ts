@@ -4,6 +4,7 @@ import type { RawData, WebSocket } from 'ws';
 import { encode } from '../protocol/codec.js';
 import { CloseCode, ProtocolError, readHookFrame, sidecarFrame, type Hello, type HelloMessage, type HookMessage, type SidecarMessage } from '../protocol/messages.js';
 import { JournalRefused } from '../journal/recorder.js';
+import { sidecarNow } from '../model/clock.js';
 import type { Ingest } from './ingest.js';
 import type { Flow, FlowConnection } from './flow.js';
 import { RateLimiter } from './limits.js';
@@ -67,7 +68,7 @@ export class HookConnection {
   private closed = false;
   private log: Logger;
   private readonly rate: RateLimiter;
-  private lastHeard = Date.now();
+  private lastHeard = sidecarNow();
   private readonly timers: NodeJS.Timeout[] = [];
   /** Closed by the sidecar because nothing came from it: the disconnect says so (its process may live on). */
   private silent = false;
@@ -87,12 +88,12 @@ export class HookConnection {
     this.log = log.child({ remote });
     this.flow = flow.open({ pause: () => socket.pause(), resume: () => socket.resume() });
     const limits = ingest.limits;
-    this.rate = new RateLimiter(limits.framesPerSecond, limits.burst, Date.now());
+    this.rate = new RateLimiter(limits.framesPerSecond, limits.burst, sidecarNow());
     const full = ingest.stats.connections >= limits.maxConnections;
     ingest.stats.connections += 1;
     ingest.stats.connectionsTotal += 1;
     socket.on('message', (data, isBinary) => this.onMessage(data, isBinary));
-    socket.on('pong', () => (this.lastHeard = Date.now()));
+    socket.on('pong', () => (this.lastHeard = sidecarNow()));
     socket.on('close', () => this.onClose());
     socket.on('error', (error) => this.onSocketError(error));
     if (full) {
@@ -115,7 +116,7 @@ export class HookConnection {
   }
 
   private checkIdle(): void {
-    const quiet = Date.now() - this.lastHeard;
+    const quiet = sidecarNow() - this.lastHeard;
     if (quiet >= this.ingest.limits.idleTimeoutMs) {
       this.silent = true;
       this.limit('idle', CloseCode.goingAway, `nothing heard for ${Math.round(quiet / 1000)} s (no frame, no pong)`);
@@ -139,7 +140,7 @@ export class HookConnection {
 
   private onMessage(data: RawData, isBinary: boolean): void {
     if (this.closed) return;
-    this.lastHeard = Date.now();
+    this.lastHeard = sidecarNow();
     this.ingest.stats.frames += 1;
     if (!this.rate.take(this.lastHeard)) {
       this.limit('frame-rate', CloseCode.policyViolation, `too many frames: at most ${this.ingest.limits.framesPerSecond} a second`);

@@ -5,7 +5,7 @@ import { liveSteps, type JournalEntry } from '../engine/entries.js';
 import type { CounterBatch } from '../protocol/counters.js';
 import { CloseCode, ProtocolError, type Env, type Hello, type Steps, type StepRecord, type Welcome } from '../protocol/messages.js';
 import { mintSecret } from '../protocol/session-secret.js';
-import { plausibleAt } from '../model/clock.js';
+import { plausibleAt, sidecarNow } from '../model/clock.js';
 import { admitRows, EnvTooLargeError, plausibleFor, toSidecarMs, type AdmissionPort } from '../store/admission.js';
 import type { Recorder } from '../journal/recorder.js';
 import { captureOf, type ProcReading, type StackFrame } from '../protocol/capture.js';
@@ -68,7 +68,7 @@ export class Ingest {
     private readonly recorder: Recorder,
     options: { now?: () => number; gpuIntervalMs?: number; limits?: Partial<IngestLimits>; nvml?: boolean } = {},
   ) {
-    this.now = options.now ?? Date.now;
+    this.now = options.now ?? sidecarNow;
     this.limits = { ...DEFAULT_LIMITS, ...options.limits };
     this.wants = { nvml: options.nvml ?? false, interval_ms: options.gpuIntervalMs ?? 500, process: true, memory: true };
   }

@@ -11,6 +11,7 @@ import {
 } from './wal-files.js';
 import type { JournalHealth } from '../protocol/state.js';
 import { errorCode, errorMessage, nodeWalFs, type WalFileHandle, type WalFs } from './wal-fs.js';
+import { sidecarNow } from '../model/clock.js';
 
 /**
  * The write-ahead log's writer. It stores JSON values and knows nothing of what they mean.
@@ -156,7 +157,7 @@ export class Wal {
     this.segmentBytes = options.segmentBytes ?? DEFAULT_SEGMENT_BYTES;
     this.flushDelayMs = options.flushDelayMs ?? DEFAULT_FLUSH_DELAY_MS;
     this.retryMs = options.retryMs ?? DEFAULT_RETRY_MS;
-    this.now = options.now ?? Date.now;
+    this.now = options.now ?? sidecarNow;
     this.maxCheckpointBytes = Math.min(options.maxCheckpointBytes ?? MAX_CHECKPOINT_BYTES, MAX_CHECKPOINT_BYTES);
     this.stallMs = options.stallMs ?? DEFAULT_STALL_MS;
     for (const [name, size] of files) this.setFile(name, size);

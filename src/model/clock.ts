@@ -10,3 +10,22 @@ export const CLOCK_SANITY = { aheadMs: 10 * 60_000, behindMs: 7 * 86_400_000 } a
 export function plausibleAt(sidecarAt: number, at: number): boolean {
   return Number.isFinite(sidecarAt) && sidecarAt <= at + CLOCK_SANITY.aheadMs && sidecarAt >= at - CLOCK_SANITY.behindMs;
 }
+
+/**
+ * A clock in ms since the epoch that never steps: the wall clock read once, then carried on by the
+ * monotonic clock. Both are slewed alike by NTP, so the two part only by the steps (an NTP step, a
+ * person setting the date, a VM restored) since it was made.
+ */
+export function steadyClock(wall: () => number = Date.now, monotonic: () => number = () => performance.now()): () => number {
+  const origin = wall() - monotonic();
+  return () => Math.floor(origin + monotonic());
+}
+
+/**
+ * The sidecar's clock: every time it keeps (a tick, an entry, a reading, a hello's pairing of a hook's
+ * clock with its own, a connection's silence, the frame-rate limiter) comes from this one. On the
+ * wall clock, a step back stalled the ticks until the lost time came again, put every hook's later
+ * steps that far ahead of the sidecar (refused past 10 minutes) and emptied the frame-rate limiters;
+ * a step forward closed every connection as silent.
+ */
+export const sidecarNow: () => number = steadyClock();

@@ -2,6 +2,7 @@ import { mkdir, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import type { Summary } from '../protocol/summary.js';
 import { IoLimiter, IoTimeoutError, readFolder, readRegularFile } from '../io/bounded-read.js';
+import { sidecarNow } from '../model/clock.js';
 import { fileSafeName } from '../model/names.js';
 import { parseInput } from '../protocol/parse.js';
 import type { RunRecord } from '../protocol/runs.js';
@@ -149,11 +150,11 @@ export class PastRunsStore {
   private async hasFolder(job: string): Promise<boolean> {
     const name = fileSafeName(job);
     if (this.folders?.names.has(name)) return true;
-    if (!this.folders || Date.now() - this.folders.at >= LISTING_MS) {
+    if (!this.folders || sidecarNow() - this.folders.at >= LISTING_MS) {
       this.listing ??= readFolder(this.dir, MAX_FOLDER_ENTRIES, this.io)
         .then(
-          (names) => void (this.folders = { names: new Set(names), at: Date.now() }),
-          (error: NodeJS.ErrnoException) => void (this.folders = error.code === 'ENOENT' ? { names: new Set(), at: Date.now() } : null),
+          (names) => void (this.folders = { names: new Set(names), at: sidecarNow() }),
+          (error: NodeJS.ErrnoException) => void (this.folders = error.code === 'ENOENT' ? { names: new Set(), at: sidecarNow() } : null),
         )
         .finally(() => (this.listing = null));
       await this.listing;

@@ -31,7 +31,8 @@ const COALESCE_MS = 50;
  */
 function printPlain(store: WatchStore, out: NodeJS.WritableStream, everyMs: number): { stop: () => void; closed: Promise<void> } {
   let timer: NodeJS.Timeout | null = null;
-  let lastAt = 0;
+  /** When the last line was printed, on the monotonic clock: a step of the wall clock neither holds lines back nor hurries them. */
+  let printedAt = Number.NEGATIVE_INFINITY;
   let broken = false;
   let closed: () => void = () => undefined;
   const whenClosed = new Promise<void>((resolve) => (closed = resolve));
@@ -45,14 +46,15 @@ function printPlain(store: WatchStore, out: NodeJS.WritableStream, everyMs: numb
   };
   const print = () => {
     timer = null;
-    lastAt = Date.now();
-    write(plainLine(store.view(lastAt), lastAt));
+    printedAt = performance.now();
+    const now = Date.now();
+    write(plainLine(store.view(now), now));
   };
   const unsubscribe = store.subscribe((change) => {
     if (change.kind === 'frame' && change.frame.type === 'verdict') write(plainEvent(change.frame));
     else if (change.kind === 'frame' && change.frame.type === 'regression') write(plainRegression(change.frame));
     else if (change.kind === 'refused' && change.first) write(plainRefused(store.sourceStates[change.source]!.url, change.reason, Date.now()));
-    else if (change.kind === 'frame' || change.kind === 'lost') timer ??= setTimeout(print, Math.max(COALESCE_MS, lastAt + everyMs - Date.now()));
+    else if (change.kind === 'frame' || change.kind === 'lost') timer ??= setTimeout(print, Math.max(COALESCE_MS, printedAt + everyMs - performance.now()));
   });
   return {
     stop: () => {
