@@ -7,7 +7,7 @@ import type { Engine } from './engine/engine.js';
 import type { EngineConfig } from './engine/entries.js';
 import type { EndedRun, EngineSnapshot } from './engine/snapshot.js';
 import { AWAITED_WITHIN_MS, SHOWN_AT_ONCE, TickSchedule, WATCHED_TICK_MS, type Timers } from './engine/tick-schedule.js';
-import { DEFAULT_STREAM_RATE_HZ } from './outputs/stream-defaults.js';
+import { streamPeriodMs } from './outputs/stream-defaults.js';
 import { buildServer } from './http-server.js';
 import { Ingest } from './ingest/ingest.js';
 import type { IngestLimits } from './ingest/limits.js';
@@ -163,7 +163,7 @@ export class Sidecar {
       () => engine.changed,
       // While no job is live, the readings of the host and the GPUs (each every 5 s) share a tick.
       // While watched, ticks no closer than the stream's frames (a closer one would not be sent).
-      { idleMs: this.settings.tickMs, watchedMs: Math.max(WATCHED_TICK_MS, 1000 / (this.settings.stream?.rateHz ?? DEFAULT_STREAM_RATE_HZ)), quietMs: IDLE_INTERVAL_MS },
+      { idleMs: this.settings.tickMs, watchedMs: Math.max(WATCHED_TICK_MS, streamPeriodMs(this.settings.stream?.rateHz)), quietMs: IDLE_INTERVAL_MS },
       this.parts.scheduler,
       // Time alone changes nothing while no job is live.
       () => !this.jobsLive(),

@@ -6,7 +6,7 @@ import type { SidecarState } from '../protocol/state.js';
 import { STREAM_VERSION, StreamCloseCode, type StreamHistory, type VerdictFrame } from '../protocol/stream.js';
 import { DEFAULT_STREAM_LIMITS, StreamViewer, type FrameKind, type StreamLimits } from './stream-viewer.js';
 import { encode, optedIn, RegressionEvents } from './stream-events.js';
-import { DEFAULT_STREAM_RATE_HZ } from './stream-defaults.js';
+import { DEFAULT_STREAM_RATE_HZ, streamPeriodMs } from './stream-defaults.js';
 const SHUTDOWN_GRACE_MS = 1_000;
 
 export type Subscribe<T> = (listener: (value: T) => void) => () => void;
@@ -66,7 +66,7 @@ function verdictFrame(event: VerdictEvent): VerdictFrame {
  */
 export function registerStream(app: FastifyInstance, options: StreamOptions): StreamHub {
   const rateHz = options.rateHz ?? DEFAULT_STREAM_RATE_HZ;
-  const tickMs = 1000 / rateHz;
+  const tickMs = streamPeriodMs(rateHz);
   const limits: StreamLimits = { ...DEFAULT_STREAM_LIMITS, ...options.limits };
   // An update's history covers the slices a tick can have touched since the previous one.
   const tailSlices = (history: HistorySeries) => Math.ceil(tickMs / history.sliceMs) + 2;
