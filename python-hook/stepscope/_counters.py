@@ -69,6 +69,10 @@ class CounterSchedule:
                     buffer.append(sampler.sample(at_ns))
                 del buffer[:-_MAX_SAMPLES]
 
+    def next_due(self):
+        """When the next sampler falls due (``time.monotonic``), or None while none is asked for."""
+        return min((entry[1] for entry in self._plan.values()), default=None)
+
     def take(self) -> list:
         """``[(source, samples), ...]`` gathered since the last call."""
         taken = [(source, samples) for source, samples in self._buffers.items() if samples]

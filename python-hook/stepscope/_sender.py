@@ -311,14 +311,19 @@ class Sender:
         step wakes this thread), yet never past a heartbeat that falls due."""
         if self._ws is None:
             return self._batch_interval
+        now = time.monotonic()
         if self._watched and not first:
-            return until_beat(time.monotonic(), self._batch_interval)
+            return until_beat(now, self._batch_interval)
         interval = max(self._batch_interval, UNWATCHED_INTERVAL_S)
         if first:
             # The sidecar's requests are read no later than unwatched.
-            interval = min(interval, max(0.0, self._next_read - time.monotonic()))
+            interval = min(interval, max(0.0, self._next_read - now))
+        # A counter asked for more often than the batches (nvml under 0.5 s) is sampled when due.
+        due = self._counters.next_due()
+        if due is not None:
+            interval = min(interval, max(0.0, due - now))
         if self._heartbeat_s is not None:
-            interval = min(interval, max(0.0, self._last_sent + self._heartbeat_s - time.monotonic()))
+            interval = min(interval, max(0.0, self._last_sent + self._heartbeat_s - now))
         return interval
 
     def _close_cycle(self) -> None:

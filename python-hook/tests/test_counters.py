@@ -318,6 +318,15 @@ class ScheduleTest(unittest.TestCase):
         self.assertEqual([s["at_ns"] for s in taken["nvml"]], [0, 3, 5, 8, 10, 13, 15, 18, 20])
         self.assertEqual(self.schedule.take(), [])
 
+    def test_next_due_is_the_soonest_sampler(self):
+        self.assertIsNone(self.schedule.next_due())
+        self.schedule.configure({"process": True, "nvml": True, "interval_ms": 100}, now=5.0)
+        self.assertEqual(self.schedule.next_due(), 5.0)
+        self.schedule.sample_due(5.0, 1)
+        self.assertAlmostEqual(self.schedule.next_due(), 5.1)
+        self.schedule.configure({"process": True}, now=5.0)  # nvml no longer asked for
+        self.assertAlmostEqual(self.schedule.next_due(), 5.0 + 1.0)
+
     def test_only_process(self):
         self.schedule.configure({"process": True, "nvml": False, "interval_ms": 500}, now=0.0)
         self.schedule.sample_due(0.0, 5)

@@ -8,7 +8,7 @@ import time
 import unittest
 
 import stepscope
-from stepscope import _scope, _sender
+from stepscope import _counters, _scope, _sender
 from .fake_sidecar import FakeSidecar, wait_until
 
 _SHORT = 0.05
@@ -163,6 +163,32 @@ class FirstStepTest(unittest.TestCase):
         sender._cycle()
         self.assertEqual(asked, [])
         self.assertLessEqual(wake.waits[0], 0.08 * 1.25)
+
+    def test_nvml_asked_for_more_often_than_the_batches_is_sampled_when_due(self):
+        # --gpu-interval 100 asks each hook for NVML every 100 ms: neither the unwatched batches (0.5 s)
+        # nor the wait for a slow job's next step may space the samples wider.
+        def sender_sampling_every(interval_ms):
+            wake = _RecordingEvent()
+            nvml = type("Nvml", (), {"sample": lambda self, at_ns: {"at_ns": at_ns}})()
+            schedule = _counters.CounterSchedule(nvml_sampler=nvml)
+            sender = _sender.Sender(collections.deque(), wake, url="ws://127.0.0.1:1/", identity={}, env={}, batch_interval=0.08, wake_on_first=lambda on: None, counters=schedule)
+            sender._ws = _StubWs()
+            schedule.configure({"nvml": True, "interval_ms": interval_ms}, time.monotonic())
+            return sender, wake
+
+        sender, wake = sender_sampling_every(100)
+        for watched in (False, True):
+            sender._watched = watched
+            for _ in range(3):
+                wake.waits.clear()
+                sender._cycle()  # watched: no step came, so it waits for the first
+                self.assertLessEqual(wake.waits[0], 0.1 + 1e-3)
+        sender, wake = sender_sampling_every(2000)
+        sender._watched = False
+        sender._cycle()  # the first sample, due at once
+        wake.waits.clear()
+        sender._cycle()
+        self.assertGreater(wake.waits[0], 0.4)  # the default and slower: the batches as before
 
     def test_a_step_wakes_a_sender_waiting_for_it_long_before_its_timer(self):
         for name in ("UNWATCHED_INTERVAL_S", "READ_EVERY_S"):
