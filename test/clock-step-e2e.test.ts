@@ -20,14 +20,23 @@ async function wallClockOf(sidecar: RunningSidecar): Promise<number> {
   const from = sidecar.logs.length;
   const socket = new WebSocket(sidecar.ingestUrl);
   await new Promise((resolve, reject) => socket.once('open', resolve).once('error', reject));
-  socket.send('not a frame');
-  const line = await sidecar.waitForLog((l) => l.msg === 'ingest frame refused; closing connection' && sidecar.logs.indexOf(l) >= from);
-  socket.terminate();
-  return line.time as number;
+  try {
+    socket.send('not a frame');
+    const line = await sidecar.waitForLog((l) => l.msg === 'ingest frame refused; closing connection' && sidecar.logs.indexOf(l) >= from);
+    return line.time as number;
+  } finally {
+    socket.terminate();
+  }
 }
 
 /** Once the sidecar's wall clock reads `offsetMs` from the real one (libfaketime reads its file again each second). */
 const steppedBy = (sidecar: RunningSidecar, offsetMs: number) => waitFor(async () => Math.abs((await wallClockOf(sidecar)) - Date.now() - offsetMs) < 60_000, 60_000, 200);
+
+/** The step the sidecar reports on /metrics, s. */
+async function reportedStep(sidecar: RunningSidecar): Promise<number> {
+  const text = await (await fetch(`${sidecar.http}/metrics`)).text();
+  return Number(/^stepscope_host_clock_step_seconds (\S+)$/m.exec(text)?.[1]);
+}
 
 describe.skipIf(!plain.python || !LIBFAKETIME)("the sidecar when the host's wall clock steps", () => {
   it('keeps ticking, keeps every step and keeps its connection through a step back of an hour and one forward of two', async () => {
@@ -57,9 +66,12 @@ describe.skipIf(!plain.python || !LIBFAKETIME)("the sidecar when the host's wall
       writeFileSync(offset, '-3600');
       await steppedBy(sidecar, -3_600_000);
       await stepsPast((await rank()).steps + 100);
+      // Its times stay on its own clock, and it says by how much the host's has stepped.
+      expect(Math.abs((await reportedStep(sidecar)) + 3600)).toBeLessThan(60);
       writeFileSync(offset, '+3600');
       await steppedBy(sidecar, 3_600_000);
       const forward = await stepsPast((await rank()).steps + 100);
+      expect(Math.abs((await reportedStep(sidecar)) - 3600)).toBeLessThan(60);
       expect(forward.sessions).toBe(1);
 
       writeFileSync(stop, '');

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { sidecarNow, steadyClock } from '../src/model/clock.js';
+import { hostClockStepMs, sidecarNow, steadyClock } from '../src/model/clock.js';
 import { REAL_TIMERS } from '../src/engine/tick-schedule.js';
 
 describe("the sidecar's clock", () => {
@@ -33,6 +33,13 @@ describe("the sidecar's clock", () => {
     expect(seen.every(Number.isInteger)).toBe(true);
   });
 
+  it("tells a step of the host's clock from drift and rounding: a second or more", () => {
+    expect(hostClockStepMs(() => 1_000_999, () => 1_000_000)).toBe(0);
+    expect(hostClockStepMs(() => 999_001, () => 1_000_000)).toBe(0);
+    expect(hostClockStepMs(() => 1_001_000, () => 1_000_000)).toBe(1_000);
+    expect(hostClockStepMs(() => 1_000_000 - 3_600_000, () => 1_000_000)).toBe(-3_600_000);
+  });
+
   it('is what the sidecar runs on, and does not follow Date when the wall clock steps', () => {
     expect(REAL_TIMERS.now).toBe(sidecarNow);
     const before = sidecarNow();
@@ -41,5 +48,6 @@ describe("the sidecar's clock", () => {
     expect(Date.now()).toBeLessThan(before - 3_000_000);
     expect(sidecarNow()).toBeGreaterThanOrEqual(before);
     expect(sidecarNow()).toBeLessThan(before + 60_000);
+    expect(hostClockStepMs()).toBeLessThan(-3_000_000);
   });
 });

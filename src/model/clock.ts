@@ -29,3 +29,13 @@ export function steadyClock(wall: () => number = Date.now, monotonic: () => numb
  * a step forward closed every connection as silent.
  */
 export const sidecarNow: () => number = steadyClock();
+
+/**
+ * How far the host's wall clock has stepped since the sidecar's clock was read from it, ms (the
+ * host's less the sidecar's): 0 under a second, which is drift and rounding rather than a step. What
+ * is meant as the host's time (a Prometheus timestamp) adds it; a restart takes the host's clock again.
+ */
+export function hostClockStepMs(wall: () => number = Date.now, now: () => number = sidecarNow): number {
+  const step = wall() - now();
+  return Math.abs(step) < 1000 ? 0 : step;
+}

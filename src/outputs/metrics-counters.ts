@@ -2,6 +2,7 @@ import type { Registry } from 'prom-client';
 import { ThrottleReason, type GpuSample, type ThrottleReasonName } from '../counters/types.js';
 import { counterFamily, gaugeFamily } from './metrics-family.js';
 import type { GpuScrape, Scrape } from './metrics-scrape.js';
+import { hostClockStepMs } from '../model/clock.js';
 
 /** The counters the verdicts are made from: GPUs, the host, and the health of their collectors. */
 
@@ -60,7 +61,9 @@ export function registerCounterFamilies(registry: Registry, scrape: () => Scrape
     help: "When the GPU's latest sample was read (Unix time): the figures above are that old.",
     labelNames: ['gpu', 'gpu_uuid', 'gpu_instance'],
     *samples() {
-      for (const gpu of scrape().gpus) yield [gpuLabels(gpu), gpu.gpu.latest.at / 1000];
+      // On the host's clock, as `time()` in a query is, even once it stepped under the sidecar.
+      const step = hostClockStepMs();
+      for (const gpu of scrape().gpus) yield [gpuLabels(gpu), (gpu.gpu.latest.at + step) / 1000];
     },
   });
 
