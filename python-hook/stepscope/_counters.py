@@ -60,7 +60,10 @@ class CounterSchedule:
     def sample_due(self, now: float, at_ns: int) -> None:
         for source, entry in self._plan.items():
             if now >= entry[1]:
-                entry[1] = max(entry[1] + entry[0], now)
+                # On its beat; a cycle that came a whole interval late starts the beat again from now,
+                # rather than sampling again at once (a rate over the microseconds between two samples).
+                due = entry[1] + entry[0]
+                entry[1] = due if due > now else now + entry[0]
                 buffer = self._buffers.setdefault(source, [])
                 sampler = self._samplers[source]
                 if source == "memory":

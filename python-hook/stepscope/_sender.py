@@ -313,15 +313,16 @@ class Sender:
             return self._batch_interval
         now = time.monotonic()
         if self._watched and not first:
+            # Counters are sampled at the beats that follow their due times (80 ms apart by default).
             return until_beat(now, self._batch_interval)
         interval = max(self._batch_interval, UNWATCHED_INTERVAL_S)
-        if first:
-            # The sidecar's requests are read no later than unwatched.
-            interval = min(interval, max(0.0, self._next_read - now))
         # A counter asked for more often than the batches (nvml under 0.5 s) is sampled when due.
         due = self._counters.next_due()
         if due is not None:
             interval = min(interval, max(0.0, due - now))
+        if first:
+            # The sidecar's requests are read no later than unwatched.
+            interval = min(interval, max(0.0, self._next_read - now))
         if self._heartbeat_s is not None:
             interval = min(interval, max(0.0, self._last_sent + self._heartbeat_s - now))
         return interval

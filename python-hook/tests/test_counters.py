@@ -327,6 +327,13 @@ class ScheduleTest(unittest.TestCase):
         self.schedule.configure({"process": True}, now=5.0)  # nvml no longer asked for
         self.assertAlmostEqual(self.schedule.next_due(), 5.0 + 1.0)
 
+    def test_a_late_cycle_starts_the_beat_again_rather_than_sampling_twice(self):
+        self.schedule.configure({"nvml": True, "interval_ms": 100}, now=0.0)
+        at = [0.0, 0.1, 0.35, 0.351, 0.352, 0.4, 0.45]  # the cycle at 0.35 came 0.15 s late
+        for tick, now in enumerate(at):
+            self.schedule.sample_due(now, tick)
+        self.assertEqual([s["at_ns"] for s in dict(self.schedule.take())["nvml"]], [0, 1, 2, 6])
+
     def test_only_process(self):
         self.schedule.configure({"process": True, "nvml": False, "interval_ms": 500}, now=0.0)
         self.schedule.sample_due(0.0, 5)
