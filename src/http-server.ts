@@ -29,6 +29,8 @@ export interface ServerOptions {
   windowMs: number;
   sources: () => SourceStatus;
   now?: () => number;
+  /** How far the host's wall clock has stepped under `now`, ms, for /metrics (absent: 0). */
+  hostStepMs?: () => number;
   stream?: Pick<StreamOptions, 'rateHz' | 'limits' | 'onViewers'>;
   /** Whether the sidecar is ready for hooks once listening (its GPU counter source chosen, its journal writing, not stopping). */
   ready?: () => { ready: boolean; reason: string | null };
@@ -117,6 +119,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     journal: options.journal,
     version: VERSION,
     viewers: () => stream.viewers,
+    hostStepMs: options.hostStepMs ?? (() => 0),
   });
 
   const slots = new ConnectionSlots(ingest.limits.maxPending);

@@ -183,6 +183,7 @@ export class Sidecar {
       windowMs: this.settings.windowMs,
       sources: () => sources.status(),
       now: this.now,
+      hostStepMs: this.parts.scheduler.hostStepMs,
       ready: () => (this.stopping !== null ? { ready: false, reason: 'stopping' } : { ready: true, reason: null }),
       detail: () => gpuSourceDetail(sources.status().gpu),
       stream: {

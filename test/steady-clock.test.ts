@@ -42,6 +42,7 @@ describe("the sidecar's clock", () => {
 
   it('is what the sidecar runs on, and does not follow Date when the wall clock steps', () => {
     expect(REAL_TIMERS.now).toBe(sidecarNow);
+    expect(REAL_TIMERS.hostStepMs).toBe(hostClockStepMs);
     const before = sidecarNow();
     vi.useFakeTimers({ toFake: ['Date'] });
     vi.setSystemTime(before - 3_600_000);

@@ -72,9 +72,10 @@ class CounterSchedule:
                     buffer.append(sampler.sample(at_ns))
                 del buffer[:-_MAX_SAMPLES]
 
-    def next_due(self):
-        """When the next sampler falls due (``time.monotonic``), or None while none is asked for."""
-        return min((entry[1] for entry in self._plan.values()), default=None)
+    def next_due(self, faster_than: float):
+        """When the next sampler asked for more often than every ``faster_than`` seconds falls due
+        (``time.monotonic``), or None while none is. The others are sampled at the wakes that come."""
+        return min((entry[1] for entry in self._plan.values() if entry[0] < faster_than), default=None)
 
     def take(self) -> list:
         """``[(source, samples), ...]`` gathered since the last call."""

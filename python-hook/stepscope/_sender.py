@@ -317,7 +317,7 @@ class Sender:
             return until_beat(now, self._batch_interval)
         interval = max(self._batch_interval, UNWATCHED_INTERVAL_S)
         # A counter asked for more often than the batches (nvml under 0.5 s) is sampled when due.
-        due = self._counters.next_due()
+        due = self._counters.next_due(interval)
         if due is not None:
             interval = min(interval, max(0.0, due - now))
         if first:

@@ -318,14 +318,16 @@ class ScheduleTest(unittest.TestCase):
         self.assertEqual([s["at_ns"] for s in taken["nvml"]], [0, 3, 5, 8, 10, 13, 15, 18, 20])
         self.assertEqual(self.schedule.take(), [])
 
-    def test_next_due_is_the_soonest_sampler(self):
-        self.assertIsNone(self.schedule.next_due())
+    def test_next_due_is_the_soonest_sampler_faster_than_asked(self):
+        self.assertIsNone(self.schedule.next_due(0.5))
         self.schedule.configure({"process": True, "nvml": True, "interval_ms": 100}, now=5.0)
-        self.assertEqual(self.schedule.next_due(), 5.0)
+        self.assertEqual(self.schedule.next_due(0.5), 5.0)
         self.schedule.sample_due(5.0, 1)
-        self.assertAlmostEqual(self.schedule.next_due(), 5.1)
+        self.assertAlmostEqual(self.schedule.next_due(0.5), 5.1)
+        self.assertAlmostEqual(self.schedule.next_due(2.0), 5.1)
         self.schedule.configure({"process": True}, now=5.0)  # nvml no longer asked for
-        self.assertAlmostEqual(self.schedule.next_due(), 5.0 + 1.0)
+        self.assertIsNone(self.schedule.next_due(0.5))  # the process sampler, every second, is not faster
+        self.assertAlmostEqual(self.schedule.next_due(2.0), 5.0 + 1.0)
 
     def test_a_late_cycle_starts_the_beat_again_rather_than_sampling_twice(self):
         self.schedule.configure({"nvml": True, "interval_ms": 100}, now=0.0)

@@ -183,12 +183,13 @@ class FirstStepTest(unittest.TestCase):
                 wake.waits.clear()
                 sender._cycle()  # watched: no step came, so it waits for the first
                 self.assertLessEqual(wake.waits[0], 0.1 + 1e-3)
-        sender, wake = sender_sampling_every(2000)
-        sender._watched = False
-        sender._cycle()  # the first sample, due at once
-        wake.waits.clear()
-        sender._cycle()
-        self.assertGreater(wake.waits[0], 0.4)  # the default and slower: the batches as before
+        # The default (500 ms) and slower: sampled at the batches, as before, with no wake of their own.
+        for interval_ms in (500, 2000):
+            sender, wake = sender_sampling_every(interval_ms)
+            sender._watched = False
+            sender._cycle()
+            sender._cycle()
+            self.assertEqual(wake.waits, [_sender.UNWATCHED_INTERVAL_S] * 2)
 
     def test_a_step_wakes_a_sender_waiting_for_it_long_before_its_timer(self):
         for name in ("UNWATCHED_INTERVAL_S", "READ_EVERY_S"):

@@ -1,5 +1,5 @@
 import type { EntryType } from './entries.js';
-import { sidecarNow } from '../model/clock.js';
+import { hostClockStepMs, sidecarNow } from '../model/clock.js';
 
 /**
  * When the engine ticks: every `idleMs` (250 ms) as it always has; while a viewer is connected, also
@@ -20,12 +20,15 @@ export interface Timers {
   setTimeout(run: () => void, ms: number): unknown;
   clearTimeout(handle: unknown): void;
   now(): number;
+  /** How far the host's wall clock has stepped under `now` (ms; absent: a clock that cannot step, as a test's). */
+  hostStepMs?(): number;
 }
 
 export const REAL_TIMERS: Timers = {
   setTimeout: (run, ms) => setTimeout(run, ms),
   clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
   now: sidecarNow,
+  hostStepMs: hostClockStepMs,
 };
 
 /** The least time between two ticks while a viewer watches (the stream's 20 frames a second). */

@@ -2,7 +2,6 @@ import type { Registry } from 'prom-client';
 import { ThrottleReason, type GpuSample, type ThrottleReasonName } from '../counters/types.js';
 import { counterFamily, gaugeFamily } from './metrics-family.js';
 import type { GpuScrape, Scrape } from './metrics-scrape.js';
-import { hostClockStepMs } from '../model/clock.js';
 
 /** The counters the verdicts are made from: GPUs, the host, and the health of their collectors. */
 
@@ -35,7 +34,7 @@ function shareActive(samples: GpuSample[], bit: number): number | null {
 
 const collectors = (scrape: Scrape) => scrape.sources.collectors;
 
-export function registerCounterFamilies(registry: Registry, scrape: () => Scrape): void {
+export function registerCounterFamilies(registry: Registry, scrape: () => Scrape, hostStepMs: () => number): void {
   gaugeFamily(registry, {
     name: 'stepscope_gpu_info',
     help: 'A GPU the sidecar reads counters of, with its product name.',
@@ -62,7 +61,7 @@ export function registerCounterFamilies(registry: Registry, scrape: () => Scrape
     labelNames: ['gpu', 'gpu_uuid', 'gpu_instance'],
     *samples() {
       // On the host's clock, as `time()` in a query is, even once it stepped under the sidecar.
-      const step = hostClockStepMs();
+      const step = hostStepMs();
       for (const gpu of scrape().gpus) yield [gpuLabels(gpu), (gpu.gpu.latest.at + step) / 1000];
     },
   });

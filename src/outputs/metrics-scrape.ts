@@ -23,6 +23,8 @@ export interface MetricsInputs {
   version: string;
   /** Viewer connections open now. */
   viewers: () => number;
+  /** How far the host's wall clock has stepped under the sidecar's since it started, ms (hostClockStepMs; 0 on a test's clock). */
+  hostStepMs: () => number;
 }
 
 /** What /metrics reads of a verdict in force: the verdict and cause, its limiters and its causes with what fixing each would buy. */

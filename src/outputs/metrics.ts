@@ -1,6 +1,5 @@
 import type { FastifyInstance } from 'fastify';
 import { collectDefaultMetrics, Registry } from 'prom-client';
-import { hostClockStepMs } from '../model/clock.js';
 import { CloseCode } from '../protocol/messages.js';
 import { registerCounterFamilies } from './metrics-counters.js';
 import { counterFamily, gaugeFamily } from './metrics-family.js';
@@ -63,7 +62,7 @@ function registerIngestFamilies(registry: Registry, inputs: MetricsInputs): void
     name: 'stepscope_host_clock_step_seconds',
     help: "How far the host's wall clock has stepped since the sidecar started (NTP, a date set by hand), 0 if not by a second: the sidecar keeps its own clock, which does not step, and its times differ from the host's by this until it restarts.",
     labelNames: [],
-    samples: () => single(hostClockStepMs() / 1000),
+    samples: () => single(inputs.hostStepMs() / 1000),
   });
   gaugeFamily(registry, { name: 'stepscope_viewer_open_connections', help: 'Viewer connections (ws /v1/stream) open now.', labelNames: [], samples: () => single(inputs.viewers()) });
 }
@@ -121,7 +120,7 @@ export function registerMetrics(app: FastifyInstance, inputs: MetricsInputs): vo
   registerJournalFamilies(registry, current);
   registerJobFamilies(registry, current);
   registerStallFamilies(registry, current);
-  registerCounterFamilies(registry, current);
+  registerCounterFamilies(registry, current, inputs.hostStepMs);
   registerRegressionFamilies(registry, inputs.snapshot);
 
   app.get('/metrics', async (_request, reply) => {
