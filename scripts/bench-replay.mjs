@@ -1,4 +1,4 @@
-// node scripts/bench-replay.mjs [--sizes 16,64,256] [--runs 3]: replay time and peak memory against
+// node scripts/bench-replay.mjs [--sizes 16,64,256] [--runs 3] [--frames]: replay time and peak memory against
 // journal size (BENCHMARKS.md, "Replay against journal size"), and the hostile journals of
 // docs/security.md: a 250 MB checkpoint with a valid checksum, two entries a year apart. Each replay
 // runs in a child process of its own (`node scripts/bench-replay.mjs child …`), its peak RSS read
@@ -20,6 +20,9 @@ const median = (xs) => {
 };
 const T0 = Date.parse('2026-12-01T00:00:00Z');
 const RANKS = 8;
+// Steps as a live sidecar journals frames of 5 records: as rows. --frames: each as the frame's bytes,
+// as it journals a frame of 8 records or more (src/engine/entries.ts), to time reading those back.
+const FRAMES = args.includes('--frames');
 
 if (args[0] === 'child') {
   const [, what, target] = args;
@@ -61,8 +64,15 @@ const line = (value) => {
   return Buffer.concat([Buffer.from(`${crc32(body).toString(16).padStart(8, '0')} `), body, Buffer.from('\n')]);
 };
 
+/** A hook's steps frame of `rows`, in base64: how a live sidecar journals a frame it kept whole. */
+async function frameOf(rows) {
+  const { encode } = await import(dist('protocol/codec.js'));
+  const { GPU_COLUMNS, REQUIRED_COLUMNS } = await import(dist('protocol/step-records.js'));
+  return Buffer.from(encode({ v: 1, type: 'steps', fields: [...REQUIRED_COLUMNS, ...GPU_COLUMNS], rows, dropped: 0 })).toString('base64');
+}
+
 /** A journal as a node of 8 ranks at 50 steps/s writes it (frames every 100 ms, ticks, GPU, host and process samples), `bytes` of segments. */
-function writeJournal(dir, bytes) {
+async function writeJournal(dir, bytes) {
   let segment = 1;
   let fd = openSync(path.join(dir, `wal-${String(segment).padStart(8, '0')}.log`), 'w');
   let inSegment = 0;
@@ -96,7 +106,7 @@ function writeJournal(dir, bytes) {
         seq[rank] += 1;
         rows.push([seq[rank], seq[rank] - 1, (t - 100) * 1e6 + (i + 1) * durNs, durNs, durNs * 0.05, durNs * 0.02, durNs * 0.88, 256, null, null, null]);
       }
-      put({ t: 'steps', at, session: `s${rank}`, dropped: 0, rows });
+      put({ t: 'steps', at, session: `s${rank}`, dropped: 0, ...(FRAMES ? { frame: await frameOf(rows) } : { rows }) });
       entries += 1;
     }
     if (t % 250 === 0 || t % 250 === 50) (put({ t: 'tick', at: T0 + Math.floor(t / 250) * 250 }), (entries += 1));
@@ -194,7 +204,7 @@ console.log(`# replay against journal size: ${RANKS} ranks at 50 steps/s, no che
 console.log('journal (MiB) | entries | replay (ms) | peak RSS (MiB) | serve: /healthz 200 (ms) | serve: ready (ms) | serve peak RSS (MiB)');
 for (const size of sizes) {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'stepscope-bench-replay-'));
-  const { bytes, entries } = writeJournal(dir, size * 1024 * 1024);
+  const { bytes, entries } = await writeJournal(dir, size * 1024 * 1024);
   const replay = measured('replay', dir);
   const served = await serveTimes(dir);
   console.log(`${mib(bytes)} | ${entries.toLocaleString()} | ${replay.ms.toFixed(0)} | ${mib(replay.maxRssBytes)} | ${served.healthyMs.toFixed(0)} | ${served.readyMs.toFixed(0)} | ${mib(served.peakRss)}`);

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { readWal } from '../src/journal/wal-read.js';
 import { cleanupList } from './support/cleanup-list.js';
 import { inProcess } from './support/in-process.js';
 import { listen } from './support/listening.js';
@@ -25,6 +26,18 @@ async function sidecarInProcess() {
   cleanups.push(() => side.app.close());
   const { ingestUrl } = await listen(side);
   return { ingestUrl, state: async () => (await side.readState()).json() };
+}
+
+/** The steps entries of a journal's segments: how many hold a frame, and the most records one holds as rows. */
+async function journaledSteps(dir: string): Promise<{ framed: number; largestRows: number }> {
+  const counts = { framed: 0, largestRows: 0 };
+  for await (const item of readWal(dir, { onBad: () => undefined })) {
+    const entry = item.kind === 'entry' ? (item.value as { t?: string; frame?: string; rows?: unknown[] }) : null;
+    if (entry?.t !== 'steps') continue;
+    if (entry.frame !== undefined) counts.framed += 1;
+    counts.largestRows = Math.max(counts.largestRows, entry.rows?.length ?? 0);
+  }
+  return counts;
 }
 
 const jobEnv = (url: string, job: string) => ({ STEPSCOPE_URL: url, STEPSCOPE_JOB: job, RANK: '0', WORLD_SIZE: '1', LOCAL_RANK: '0' });
@@ -63,6 +76,10 @@ describe.skipIf(!plain.python)('hook against a sidecar that goes away', () => {
     await waitFor(async () => ((await first.state()).jobs[0]?.steps ?? 0) > 500, 30_000);
     first.process.kill('SIGKILL');
     expect(await first.exited).toEqual({ code: null, signal: 'SIGKILL' });
+    // What the restart reads back: the hook's frames as they came, but those too small to be worth it.
+    const written = await journaledSteps(out);
+    expect(written.framed).toBeGreaterThan(0);
+    expect(written.largestRows).toBeLessThan(8);
     // Gone, its sockets with it: the port is free again at once.
     const second = await startSidecar(['--out', out, '--port', String(first.port)]);
     cleanups.push(() => second.stop('SIGKILL'));

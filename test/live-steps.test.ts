@@ -2,7 +2,9 @@ import { crc32 } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import { liveSteps, parseEntry, recordsOf, toRow, type StepsEntry } from '../src/engine/entries.js';
 import { BAD_LINE, decodeLine, encodeLine } from '../src/journal/wal-files.js';
-import { parseHookMessage, type StepRecord } from '../src/protocol/messages.js';
+import { encode } from '../src/protocol/codec.js';
+import { parseHookMessage, readHookFrame, type StepRecord, type Steps } from '../src/protocol/messages.js';
+import { readUsualSteps } from '../src/protocol/steps-bytes.js';
 import { STEP_FIELDS } from './support/hook-client.js';
 
 /** A live frame's steps go to the engine as parsed; the journal writes and a replay reads what it always did. */
@@ -43,6 +45,74 @@ describe('a live steps entry', () => {
       expect(typeof entry).toBe('object');
       expect(() => recordsOf(entry as StepsEntry)).toThrow('bad row');
     }
+  });
+});
+
+/** A frame as a hook sends it, read as the connection reads it: records and the bytes they came from. */
+function received(rows: unknown[][], extra: Record<string, unknown> = {}): Steps & { bytes: Uint8Array } {
+  const message = readHookFrame(encode({ v: 1, type: 'steps', fields: [...STEP_FIELDS], rows, dropped: 0, ...extra }));
+  if (message.type !== 'steps' || !message.bytes) throw new Error('not steps');
+  return message as Steps & { bytes: Uint8Array };
+}
+
+describe('a live steps entry whose every record was kept', () => {
+  it('is journaled as the frame it came in, and its replay reads the same records from it', () => {
+    const rows = Array.from({ length: 64 }, (_, i) => row(i + 1));
+    // One the byte reader reads, and one it leaves to the general path (its keys in another order).
+    const general = readHookFrame(encode({ dropped: 0, rows: rows.slice(0, 8), fields: [...STEP_FIELDS], type: 'steps', v: 1 })) as Steps;
+    expect(readUsualSteps(general.bytes!)).toBeNull();
+    for (const message of [received(rows), general]) {
+      const live = liveSteps(1_000, 's', 3, message.records, 0, null, message.bytes!);
+      const text = JSON.stringify(live);
+      expect(JSON.parse(text)).toEqual({ t: 'steps', at: 1_000, session: 's', dropped: 3, frame: Buffer.from(message.bytes!).toString('base64'), duplicates: 0 });
+      expect(recordsOf(live)).toBe(message.records);
+      const replayed = parseEntry(JSON.parse(text));
+      expect(typeof replayed).toBe('object');
+      expect(recordsOf(replayed as StepsEntry)).toEqual(message.records);
+    }
+  });
+
+  it('is kept as rows where the frame holds fewer than 8 records: its header would make it as large as they are, or larger', () => {
+    for (const count of [1, 4]) {
+      const message = received(Array.from({ length: count }, (_, i) => row(i + 1)));
+      const stored = JSON.parse(JSON.stringify(liveSteps(1_000, 's', 0, message.records, 0, null, message.bytes))) as Record<string, unknown>;
+      expect(stored.frame).toBeUndefined();
+      expect(stored.rows).toEqual(message.records.map(toRow));
+      expect(JSON.stringify(stored.rows).length).toBeLessThan(Buffer.from(message.bytes).toString('base64').length);
+    }
+    const eight = received(Array.from({ length: 8 }, (_, i) => row(i + 1)));
+    expect(JSON.stringify(eight.records.map(toRow)).length).toBeGreaterThan(Buffer.from(eight.bytes).toString('base64').length);
+  });
+
+  it('is kept as rows where records were left out (duplicates, refused), whatever the frame', () => {
+    const message = received(Array.from({ length: 9 }, (_, i) => row(i + 1)));
+    const kept = message.records.slice(1);
+    for (const [duplicates, refused] of [[1, null], [0, { count: 1, through: 3 }]] as const) {
+      const live = liveSteps(1_000, 's', 0, kept, duplicates, refused, message.bytes);
+      const stored = JSON.parse(JSON.stringify(live)) as Record<string, unknown>;
+      expect(stored.frame).toBeUndefined();
+      expect(stored.rows).toEqual(kept.map(toRow));
+    }
+  });
+
+  it('read back, is refused whole unless it is one readable steps frame: not another frame, not rows and a frame at once', () => {
+    const good = received([row(1), row(2)]);
+    const base64 = (value: Uint8Array) => Buffer.from(value).toString('base64');
+    const unreadable = [
+      base64(encode({ v: 1, type: 'heartbeat' })),
+      base64(encode({ v: 1, type: 'steps', fields: [...STEP_FIELDS], rows: [row(2), row(1)], dropped: 0 })),
+      base64(good.bytes.subarray(0, good.bytes.length - 3)),
+      'not base64 at all!',
+    ];
+    for (const frame of unreadable) {
+      const entry = parseEntry({ t: 'steps', at: 1_000, session: 's', dropped: 0, frame });
+      expect(typeof entry).toBe('object');
+      expect(() => recordsOf(entry as StepsEntry)).toThrow('bad frame');
+    }
+    const both = parseEntry({ t: 'steps', at: 1_000, session: 's', dropped: 0, frame: base64(good.bytes), rows: good.records.map(toRow) });
+    expect(both).toMatch(/^steps: must match exactly one schema/);
+    expect(parseEntry({ t: 'steps', at: 1_000, session: 's', dropped: 0 })).toMatch(/^steps: /);
+    expect(parseEntry({ t: 'steps', at: 1_000, session: 's', dropped: 0, frame: '' })).toMatch(/^steps/);
   });
 });
 

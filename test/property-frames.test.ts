@@ -134,8 +134,14 @@ const accepted = fc
 describe('frames: whatever parseHookMessage accepts is representable', () => {
   it('the message is plain JSON data (no bigint, NaN, Infinity, bytes, dates or class instances)', () => {
     fc.assert(
-      fc.property(accepted, ({ outcome }) => {
-        const { message } = outcome;
+      fc.property(accepted, ({ bytes, outcome }) => {
+        // A steps message also carries the frame's own bytes (for the journal), not data it holds.
+        let message: { type: string } = outcome.message;
+        if (outcome.message.type === 'steps') {
+          const { bytes: carried, ...rest } = outcome.message;
+          expect(carried).toBe(bytes);
+          message = rest;
+        }
         expect(() => JSON.stringify(message)).not.toThrow();
         expect(jsonProblem(message, message.type), brief(message)).toBeNull();
       }),

@@ -4,13 +4,13 @@ import type { HostSample } from '../counters/host.js';
 import type { GpuSample } from '../counters/types.js';
 import type { CounterBatch } from '../protocol/counters.js';
 import { CaptureSchema, ProcReadingSchema, type Capture, type ProcReading } from '../protocol/capture.js';
-import { EnvSchema, HelloSchema, ResumeSecret } from '../protocol/hook-schema.js';
+import { EnvSchema, HelloSchema, MAX_ROWS_PER_FRAME, ResumeSecret } from '../protocol/hook-schema.js';
 import { Type, type Static } from '@sinclair/typebox';
 import { InputError, parseInput, shortly, validatorOf } from '../protocol/parse.js';
 import { Nullable } from '../protocol/schema.js';
 import { NodeInventorySchema, type NodeInventory } from '../protocol/state.js';
 import { SummarySchema } from '../protocol/summary.js';
-import { recordProblem, type Env, type Hello, type StepRecord } from '../protocol/messages.js';
+import { readHookFrame, recordProblem, type Env, type Hello, type HookMessage, type StepRecord } from '../protocol/messages.js';
 
 /**
  * What the engine is fed, one entry at a time, live or from the journal: every input that shapes its
@@ -80,17 +80,21 @@ export type JournalEntry =
 export const CHECKED: unique symbol = Symbol('checked records');
 
 /**
+ * The records are held one of two ways. `frame`: the hook's steps frame as it came (its msgpack
+ * bytes in base64), where every record of it was kept; `rows`: the records one array each, where
+ * some were left out (and in journals written before frames were kept). Exactly one is present.
  * `duplicates`: records of the frame left out as already held (counted, not stored); `refused`:
  * records left out for implausible times, counted, and acknowledged up to seq `through`.
- * `[CHECKED]`: the live frame's records that `rows` were made from, already checked by the frame's
- * parse; JSON never holds a symbol key, so the journal never writes it and a replay never has it.
+ * `[CHECKED]`: the live frame's records, already checked by the frame's parse; JSON never holds a
+ * symbol key, so the journal never writes it and a replay never has it.
  */
 export interface StepsEntry {
   t: 'steps';
   at: number;
   session: string;
   dropped: number;
-  rows: StepRow[];
+  rows?: StepRow[];
+  frame?: string;
   duplicates?: number;
   refused?: { count: number; through: number };
   [CHECKED]?: readonly StepRecord[];
@@ -153,8 +157,16 @@ export function fromRow(row: StepRow): StepRecord {
 }
 
 /**
- * A live frame's steps entry: the rows the journal writes, made from the records the frame's parse
- * checked, which the engine applies as they are instead of reading the rows back and checking them again.
+ * Frames of fewer records are journaled as rows: below this, the frame's own header (its column
+ * names, ~140 bytes) makes it about as large as the rows or larger, and their JSON costs little.
+ */
+const FRAME_MIN_RECORDS = 8;
+
+/**
+ * A live frame's steps entry, made from the records the frame's parse checked, which the engine
+ * applies as they are instead of reading them back and checking them again. `frame`: the bytes the
+ * records were read from; when every record of it is kept, and there are enough of them, the journal
+ * writes those bytes rather than a row per record (no array and no number text per value).
  */
 export function liveSteps(
   at: number,
@@ -163,14 +175,28 @@ export function liveSteps(
   records: readonly StepRecord[],
   duplicates: number,
   refused: { count: number; through: number } | null,
+  frame: Uint8Array | null = null,
 ): StepsEntry {
-  // The keys in the order the journal has always written them: its lines stay byte for byte what they were.
+  // The keys in the order the journal has always written them. Rows or frame are made when the journal
+  // serializes the entry, not held while its write is in flight: the GC would have to keep them.
+  if (frame !== null && records.length >= FRAME_MIN_RECORDS && duplicates === 0 && refused === null) {
+    return {
+      t: 'steps',
+      at,
+      session,
+      dropped,
+      get frame() {
+        return Buffer.from(frame.buffer, frame.byteOffset, frame.byteLength).toString('base64');
+      },
+      duplicates,
+      [CHECKED]: records,
+    };
+  }
   return {
     t: 'steps',
     at,
     session,
     dropped,
-    // Made when the journal serializes the entry, not held while its write is in flight: the GC would have to keep them.
     get rows() {
       return records.map(toRow);
     },
@@ -180,14 +206,29 @@ export function liveSteps(
   };
 }
 
-/** A steps entry's records: a live one's as checked, else its rows read back; a row that fails the frame's checks throws. */
+/**
+ * A steps entry's records: a live one's as checked, else read back (a kept frame by the hook
+ * frame's own reader, rows one by one); one that fails the frame's checks throws, with the reason
+ * the entry is skipped for (`steps: bad row`, `steps: bad frame`: one reason each, a metric label).
+ */
 export function recordsOf(entry: StepsEntry): readonly StepRecord[] {
   const checked = entry[CHECKED];
   if (checked) return checked;
-  const records = entry.rows.map(fromRow);
-  // Skipped as `steps: bad row` (one reason, not one per value: it becomes a metric label).
+  if (entry.frame !== undefined) return framedRecords(entry.frame);
+  const records = (entry.rows ?? []).map(fromRow);
   if (records.some((record, i) => recordProblem(record, i === 0 ? 0 : records[i - 1]!.seq) !== null)) throw new Error('bad row');
   return records;
+}
+
+function framedRecords(base64: string): readonly StepRecord[] {
+  let message: HookMessage;
+  try {
+    message = readHookFrame(Buffer.from(base64, 'base64'));
+  } catch {
+    throw new Error('bad frame');
+  }
+  if (message.type !== 'steps') throw new Error('bad frame');
+  return message.records;
 }
 
 // The shape of each entry as the journal may hold it. What these let through is applied by a total
@@ -197,6 +238,9 @@ const id = { type: 'string', minLength: 1, maxLength: 256 } as const;
 const object = { type: 'object' } as const;
 const int = { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER } as const;
 const nullableNumber = { type: ['number', 'null'] } as const;
+
+// A steps frame's most rows, each of 64 values of at most 9 bytes, and room for its keys and columns: in base64.
+const MAX_FRAME_BASE64 = Math.ceil((MAX_ROWS_PER_FRAME * (3 + 64 * 9) + 65_536) / 3) * 4;
 
 /** The `start` entry's settings; a checkpoint holds the settings in force by the same rule. */
 export const ENGINE_CONFIG = {
@@ -226,13 +270,17 @@ const ENTRY_SCHEMAS: Record<Exclude<EntryType, 'reference'>, object> = {
   proc: { required: ['session', 'reading'], properties: { session: id, reading: ProcReadingSchema } },
   env: { required: ['session', 'env'], properties: { session: id, env: EnvSchema } },
   steps: {
-    required: ['session', 'dropped', 'rows'],
+    required: ['session', 'dropped'],
+    // The records as rows or as the frame they came in, never both: a replay must not have to choose.
+    oneOf: [
+      { required: ['rows'], properties: { rows: { type: 'array', items: { type: 'array', minItems: 7, maxItems: 64, items: nullableNumber } } } },
+      { required: ['frame'], properties: { frame: { type: 'string', minLength: 1, maxLength: MAX_FRAME_BASE64 } } },
+    ],
     properties: {
       session: id,
       dropped: int,
       duplicates: int,
       refused: { type: 'object', required: ['count', 'through'], properties: { count: int, through: int } },
-      rows: { type: 'array', items: { type: 'array', minItems: 7, maxItems: 64, items: nullableNumber } },
     },
   },
   end: { required: ['session', 'reason'], properties: { session: id, reason: { type: 'string' } } },

@@ -129,7 +129,9 @@ export class Ingest {
       if (refused) this.stats.implausible.steps = (this.stats.implausible.steps ?? 0) + refused.count;
       this.logged.set(session, Math.max(after, fresh.at(-1)!.seq));
       try {
-        await this.record(liveSteps(at, session, message.dropped, kept, duplicates, refused));
+        // Every record of the frame kept: the journal keeps the frame's bytes rather than a row a record.
+        const frame = kept === message.records ? (message.bytes ?? null) : null;
+        await this.record(liveSteps(at, session, message.dropped, kept, duplicates, refused, frame));
       } catch (error) {
         // Nothing of it was acknowledged: after the hook reconnects, its resent records are new again.
         this.logged.delete(session);

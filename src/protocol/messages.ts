@@ -91,7 +91,7 @@ function representable(value: unknown, where: string, depth = 0): unknown {
 export function readHookFrame(bytes: Uint8Array): HookMessage {
   // A hook's usual steps frame straight from its bytes; any other frame, or one it would refuse, the general way.
   const usual = readUsualSteps(bytes);
-  if (usual !== null) return usual;
+  if (usual !== null) return { ...usual, bytes };
   let value: unknown;
   try {
     value = decode(bytes);
@@ -99,7 +99,8 @@ export function readHookFrame(bytes: Uint8Array): HookMessage {
     const why = error instanceof NestedTooDeep ? error.message : `not valid msgpack (${(error as Error).message})`;
     throw new ProtocolError(CloseCode.invalidPayload, `frame: ${why}`);
   }
-  return parseHookMessage(value);
+  const message = parseHookMessage(value);
+  return message.type === 'steps' ? { ...message, bytes } : message;
 }
 
 /** Validates one decoded frame from a hook; throws ProtocolError with the close code to use. */

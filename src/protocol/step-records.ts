@@ -29,6 +29,8 @@ export interface Steps {
   type: 'steps';
   records: StepRecord[];
   dropped: number;
+  /** The frame's bytes, where it was read from them: the journal keeps them as they came. */
+  bytes?: Uint8Array;
 }
 
 const DAY_NS = 86_400 * 1e9;

@@ -732,10 +732,19 @@ export interface ScriptParams {
   env: Record<string, string | number | boolean>;
   ended: boolean;
   stopped: boolean;
+  /** Steps kept as the frames they came in (as a live sidecar writes them when it keeps every record), else as rows. */
+  framed: boolean;
+}
+
+/** A steps entry's rows as the frame a hook would have sent them in: the journal's other form of the same records. */
+function asFrame(entry: JournalEntry): JournalEntry {
+  if (entry.t !== 'steps' || !entry.rows?.length) return entry;
+  const { rows, ...rest } = entry;
+  return { ...rest, frame: Buffer.from(encode({ v: 1, type: 'steps', fields: [...STEP_FIELDS], rows, dropped: entry.dropped })).toString('base64') };
 }
 
 /** A realistic journal: a sidecar start, one or two ranks' hellos, steps, ticks, an env update, samples, an end, a stop. */
-export function buildScript({ ranks, seconds, phases, env, ended, stopped }: ScriptParams): JournalEntry[] {
+export function buildScript({ ranks, seconds, phases, env, ended, stopped, framed }: ScriptParams): JournalEntry[] {
   const entries: JournalEntry[] = [
     { t: 'start', at: T0, config: ENGINE_CONFIG },
     { t: 'source', at: T0, gpu: 'hook', reason: 'property test' },
@@ -744,7 +753,8 @@ export function buildScript({ ranks, seconds, phases, env, ended, stopped }: Scr
   for (let rank = 0; rank < ranks; rank++) {
     const session = `s${rank}`;
     timed.push(helloEntry(session, { rank, local_rank: rank, world_size: ranks, env: { python: '3.11.7' } }), { t: 'connect', at: T0, session });
-    timed.push(...run(session, 0, seconds, phases).entries.filter((entry) => rank === 0 || entry.t !== 'tick'));
+    const steps = run(session, 0, seconds, phases).entries.filter((entry) => rank === 0 || entry.t !== 'tick');
+    timed.push(...(framed ? steps.map(asFrame) : steps));
     timed.push({ t: 'env', at: T0 + 50, session, env });
     timed.push({
       t: 'counters',
@@ -759,21 +769,22 @@ export function buildScript({ ranks, seconds, phases, env, ended, stopped }: Scr
   if (stopped) entries.push({ t: 'stop', at: T0 + seconds * 1000 + 300 });
   // Counterexamples name the script rather than print its hundreds of rows.
   Object.defineProperty(entries, fc.toStringMethod, {
-    value: () => `<journal of ${entries.length} entries: ${ranks} rank(s), ${seconds} s, phases ${JSON.stringify(phases)}${ended ? ', ended' : ''}${stopped ? ', stopped' : ''}>`,
+    value: () => `<journal of ${entries.length} entries: ${ranks} rank(s), ${seconds} s, phases ${JSON.stringify(phases)}${ended ? ', ended' : ''}${stopped ? ', stopped' : ''}${framed ? ', framed' : ''}>`,
   });
   return entries;
 }
 
-export const journalScript: fc.Arbitrary<JournalEntry[]> = fc
-  .record({
-    ranks: fc.integer({ min: 1, max: 2 }),
-    seconds: fc.integer({ min: 1, max: 2 }),
-    phases: fc.record({ data: fc.integer({ min: 0, max: 20 }), h2d: fc.integer({ min: 0, max: 5 }), compute: fc.integer({ min: 1, max: 30 }), other: fc.integer({ min: 0, max: 10 }) }),
-    env: fc.dictionary(fc.stringMatching(/^[a-z_]{1,10}$/), fc.oneof(fc.string({ maxLength: 20 }), fc.integer(), fc.boolean()), { maxKeys: 4 }),
-    ended: fc.boolean(),
-    stopped: fc.boolean(),
-  })
-  .map(buildScript);
+export const scriptParams: fc.Arbitrary<ScriptParams> = fc.record({
+  ranks: fc.integer({ min: 1, max: 2 }),
+  seconds: fc.integer({ min: 1, max: 2 }),
+  phases: fc.record({ data: fc.integer({ min: 0, max: 20 }), h2d: fc.integer({ min: 0, max: 5 }), compute: fc.integer({ min: 1, max: 30 }), other: fc.integer({ min: 0, max: 10 }) }),
+  env: fc.dictionary(fc.stringMatching(/^[a-z_]{1,10}$/), fc.oneof(fc.string({ maxLength: 20 }), fc.integer(), fc.boolean()), { maxKeys: 4 }),
+  ended: fc.boolean(),
+  stopped: fc.boolean(),
+  framed: fc.boolean(),
+});
+
+export const journalScript: fc.Arbitrary<JournalEntry[]> = scriptParams.map(buildScript);
 
 // ---------------------------------------------------------------------------------------------------
 // The sidecar in this process, with hooks on fake sockets
