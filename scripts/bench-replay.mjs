@@ -1,4 +1,4 @@
-// node scripts/bench-replay.mjs [--sizes 16,64,256] [--runs 3] [--frames]: replay time and peak memory against
+// node scripts/bench-replay.mjs [--sizes 16,64,256] [--runs 3] [--per-frame 5] [--frames]: replay time and peak memory against
 // journal size (BENCHMARKS.md, "Replay against journal size"), and the hostile journals of
 // docs/security.md: a 250 MB checkpoint with a valid checksum, two entries a year apart. Each replay
 // runs in a child process of its own (`node scripts/bench-replay.mjs child …`), its peak RSS read
@@ -20,9 +20,11 @@ const median = (xs) => {
 };
 const T0 = Date.parse('2026-12-01T00:00:00Z');
 const RANKS = 8;
-// Steps as a live sidecar journals frames of 5 records: as rows. --frames: each as the frame's bytes,
-// as it journals a frame of 8 records or more (src/engine/entries.ts), to time reading those back.
+// 8 ranks, each sending a frame of --per-frame records (default 5: 50 steps/s) every 100 ms, journaled
+// as rows; --frames: as the frames' bytes, as a live sidecar journals a frame of 8 records or more
+// (src/engine/entries.ts liveSteps).
 const FRAMES = args.includes('--frames');
+const PER_FRAME = args.includes('--per-frame') ? Number(args[args.indexOf('--per-frame') + 1]) : 5;
 
 if (args[0] === 'child') {
   const [, what, target] = args;
@@ -71,7 +73,7 @@ async function frameOf(rows) {
   return Buffer.from(encode({ v: 1, type: 'steps', fields: [...REQUIRED_COLUMNS, ...GPU_COLUMNS], rows, dropped: 0 })).toString('base64');
 }
 
-/** A journal as a node of 8 ranks at 50 steps/s writes it (frames every 100 ms, ticks, GPU, host and process samples), `bytes` of segments. */
+/** A journal as a node of 8 ranks at PER_FRAME × 10 steps/s writes it (frames every 100 ms, ticks, GPU, host and process samples), `bytes` of segments. */
 async function writeJournal(dir, bytes) {
   let segment = 1;
   let fd = openSync(path.join(dir, `wal-${String(segment).padStart(8, '0')}.log`), 'w');
@@ -96,13 +98,13 @@ async function writeJournal(dir, bytes) {
     put({ t: 'connect', at: T0, session: `s${rank}` });
   }
   const seq = new Array(RANKS).fill(0);
-  const durNs = 20e6;
+  const durNs = 100e6 / PER_FRAME;
   let entries = 0;
   for (let t = 100; total < bytes; t += 100) {
     const at = T0 + t;
     for (let rank = 0; rank < RANKS; rank++) {
       const rows = [];
-      for (let i = 0; i < 5; i++) {
+      for (let i = 0; i < PER_FRAME; i++) {
         seq[rank] += 1;
         rows.push([seq[rank], seq[rank] - 1, (t - 100) * 1e6 + (i + 1) * durNs, durNs, durNs * 0.05, durNs * 0.02, durNs * 0.88, 256, null, null, null]);
       }
@@ -200,7 +202,7 @@ async function serveTimes(dir) {
   return { healthyMs, readyMs, peakRss: peak };
 }
 
-console.log(`# replay against journal size: ${RANKS} ranks at 50 steps/s, no checkpoint; medians of ${runs} runs, each in its own process`);
+console.log(`# replay against journal size: ${RANKS} ranks at ${PER_FRAME * 10} steps/s (steps as ${FRAMES ? 'frames' : 'rows'}), no checkpoint; medians of ${runs} runs, each in its own process`);
 console.log('journal (MiB) | entries | replay (ms) | peak RSS (MiB) | serve: /healthz 200 (ms) | serve: ready (ms) | serve peak RSS (MiB)');
 for (const size of sizes) {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'stepscope-bench-replay-'));

@@ -4,12 +4,13 @@ import { liveSteps, parseEntry, recordsOf, toRow, type StepsEntry } from '../src
 import { BAD_LINE, decodeLine, encodeLine } from '../src/journal/wal-files.js';
 import { encode } from '../src/protocol/codec.js';
 import { parseHookMessage, readHookFrame, type StepRecord, type Steps } from '../src/protocol/messages.js';
-import { readUsualSteps } from '../src/protocol/steps-bytes.js';
 import { STEP_FIELDS } from './support/hook-client.js';
 
 /** A live frame's steps go to the engine as parsed; the journal writes and a replay reads what it always did. */
 
 const ms = 1_000_000;
+const REAL_HOOK_FRAME =
+  'haF2AaR0eXBlpXN0ZXBzpmZpZWxkc5+jc2VxpHN0ZXCmZW5kX25zpmR1cl9uc6dkYXRhX25zpmgyZF9uc6pjb21wdXRlX25zp3NhbXBsZXOqZ3B1X2gyZF9uc65ncHVfY29tcHV0ZV9uc6tncHVfaWRsZV9uc6djb21tX25zrGNvbW1fd2FpdF9uc6pjb21tX2J5dGVzp2V2YWxfbnOkcm93c5ifzgAAAAHOAAAAAM8AACAAAAAAAM4AD0JAzgADDUDOAAGGoM4ACSfAzgAAACDAwMDAwMDAn84AAAACzgAAAAHPAAAgAAAPQkDOAA9CQM4AAw1AzgAAAADOAAknwMDAwMDAwMDOAAATiJ/OAAAAA84AAAACzwAAIAAAHoSAzgAPQkDOAAMNQM4AAYagzgAJJ8DOAAAAIMDAwMDAwMCfzgAAAATOAAAAA88AACAAAC3GwM4AD0JAzgADDUDOAAAAAM4ACSfAwMDAwMDAwM4AABOIn84AAAAFzgAAAATPAAAgAAA9CQDOAA9CQM4AAw1AzgABhqDOAAknwM4AAAAgwMDAwMDAwJ/OAAAABs4AAAAFzwAAIAAATEtAzgAPQkDOAAMNQM4AAAAAzgAJJ8DAwMDAwMDAzgAAE4ifzgAAAAfOAAAABs8AACAAAFuNgM4AD0JAzgADDUDOAAGGoM4ACSfAzgAAACDAwMDAwMDAn84AAAAIzgAAAAfPAAAgAABqz8DOAA9CQM4AAw1AzgAAAADOAAknwMDAwMDAwMDOAAATiKdkcm9wcGVkAw==';
 const row = (seq: number) => [seq, seq - 1, seq * 100 * ms, 100 * ms, 10 * ms, 0, 40 * ms, 8, null, null, null];
 
 function parsed(rows: unknown[][]): StepRecord[] {
@@ -57,18 +58,40 @@ function received(rows: unknown[][], extra: Record<string, unknown> = {}): Steps
 
 describe('a live steps entry whose every record was kept', () => {
   it('is journaled as the frame it came in, and its replay reads the same records from it', () => {
-    const rows = Array.from({ length: 64 }, (_, i) => row(i + 1));
-    // One the byte reader reads, and one it leaves to the general path (its keys in another order).
-    const general = readHookFrame(encode({ dropped: 0, rows: rows.slice(0, 8), fields: [...STEP_FIELDS], type: 'steps', v: 1 })) as Steps;
-    expect(readUsualSteps(general.bytes!)).toBeNull();
-    for (const message of [received(rows), general]) {
-      const live = liveSteps(1_000, 's', 3, message.records, 0, null, message.bytes!);
-      const text = JSON.stringify(live);
-      expect(JSON.parse(text)).toEqual({ t: 'steps', at: 1_000, session: 's', dropped: 3, frame: Buffer.from(message.bytes!).toString('base64'), duplicates: 0 });
-      expect(recordsOf(live)).toBe(message.records);
-      const replayed = parseEntry(JSON.parse(text));
-      expect(typeof replayed).toBe('object');
-      expect(recordsOf(replayed as StepsEntry)).toEqual(message.records);
+    const message = received(Array.from({ length: 64 }, (_, i) => row(i + 1)));
+    const live = liveSteps(1_000, 's', 3, message.records, 0, null, message.bytes);
+    const text = JSON.stringify(live);
+    expect(JSON.parse(text)).toEqual({ t: 'steps', at: 1_000, session: 's', dropped: 3, frame: Buffer.from(message.bytes).toString('base64'), duplicates: 0 });
+    expect(recordsOf(live)).toBe(message.records);
+    const replayed = parseEntry(JSON.parse(text));
+    expect(typeof replayed).toBe('object');
+    expect(recordsOf(replayed as StepsEntry)).toEqual(message.records);
+  });
+
+  it("reads back a real hook's frame as journaled before (kept literally: a change to the wire's frames must not strand journaled ones)", () => {
+    // python-hook's _protocol.steps() of 8 _protocol.encode_record() rows: 64-bit ends, samples or eval time every other row.
+    const entry = parseEntry({ t: 'steps', at: 1_000, session: 's', dropped: 3, frame: REAL_HOOK_FRAME, duplicates: 0 });
+    expect(typeof entry).toBe('object');
+    const records = recordsOf(entry as StepsEntry);
+    expect(records.map((r) => [r.seq, r.endNs, r.durNs, r.dataNs, r.computeNs, r.samples, r.evalNs])).toEqual(
+      Array.from({ length: 8 }, (_, i) => [i + 1, 2 ** 45 + i * 1e6, 1e6, 2e5, 6e5, i % 2 ? null : 32, i % 2 ? 5000 : null]),
+    );
+  });
+
+  it('is kept as rows where the general path read the frame: whatever else it held (a key, a column of text) is not journaled', () => {
+    const rows = Array.from({ length: 8 }, (_, i) => row(i + 1));
+    const frames = [
+      { dropped: 0, rows, fields: [...STEP_FIELDS], type: 'steps', v: 1 },
+      { v: 1, type: 'steps', fields: [...STEP_FIELDS], rows, dropped: 0, padding: 'x'.repeat(100_000) },
+      { v: 1, type: 'steps', fields: [...STEP_FIELDS, 'note'], rows: rows.map((r) => [...r, 'y'.repeat(1_000)]), dropped: 0 },
+    ];
+    for (const frame of frames) {
+      const message = readHookFrame(encode(frame)) as Steps;
+      expect(message.type).toBe('steps');
+      expect(message.bytes).toBeUndefined();
+      const stored = JSON.parse(JSON.stringify(liveSteps(1_000, 's', 0, message.records, 0, null, message.bytes ?? null))) as Record<string, unknown>;
+      expect(stored.frame).toBeUndefined();
+      expect(stored.rows).toEqual(message.records.map(toRow));
     }
   });
 
@@ -111,6 +134,9 @@ describe('a live steps entry whose every record was kept', () => {
     }
     const both = parseEntry({ t: 'steps', at: 1_000, session: 's', dropped: 0, frame: base64(good.bytes), rows: good.records.map(toRow) });
     expect(both).toMatch(/^steps: must match exactly one schema/);
+    // One form sound and the other not: refused, not read by the sound one.
+    expect(parseEntry({ t: 'steps', at: 1_000, session: 's', dropped: 0, rows: good.records.map(toRow), frame: 123 })).toMatch(/^steps\.frame: /);
+    expect(parseEntry({ t: 'steps', at: 1_000, session: 's', dropped: 0, frame: base64(good.bytes), rows: 'junk' })).toMatch(/^steps\.rows: /);
     expect(parseEntry({ t: 'steps', at: 1_000, session: 's', dropped: 0 })).toMatch(/^steps: /);
     expect(parseEntry({ t: 'steps', at: 1_000, session: 's', dropped: 0, frame: '' })).toMatch(/^steps/);
   });

@@ -185,7 +185,8 @@ const action: fc.Arbitrary<Action> = fc.oneof(
     arbitrary: fc.record({
       kind: fc.constant('steps' as const),
       hook: hookIndex,
-      n: fc.integer({ min: 1, max: 8 }),
+      // Up to 16 records: a frame of 8 or more is journaled as its bytes, fewer as rows.
+      n: fc.integer({ min: 1, max: 16 }),
       back: fc.integer({ min: 0, max: 3 }),
       durMs: fc.integer({ min: 1, max: 500 }),
       mutation: maybeMutation,

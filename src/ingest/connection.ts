@@ -169,7 +169,8 @@ export class HookConnection {
     if (!hello) throw new ProtocolError(CloseCode.policyViolation, `${message.type}: sent before hello`);
     if (!this.welcomed) {
       if (this.early.length >= MAX_EARLY_FRAMES) throw new ProtocolError(CloseCode.policyViolation, `${message.type}: more than ${MAX_EARLY_FRAMES} frames before welcome`);
-      this.early.push({ message, settle });
+      // A held steps frame lets go of its bytes (a view that holds the socket's whole read): it is journaled as rows.
+      this.early.push({ message: message.type === 'steps' ? { type: 'steps', records: message.records, dropped: message.dropped } : message, settle });
       return;
     }
     const done = (work: Promise<unknown>) => work.then(settle, (error: Error) => (settle(), this.fail(error)));

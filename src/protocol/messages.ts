@@ -90,6 +90,8 @@ function representable(value: unknown, where: string, depth = 0): unknown {
 /** A hook's binary frame, decoded and checked: a ProtocolError says why it is refused (1007 undecodable, else its content). */
 export function readHookFrame(bytes: Uint8Array): HookMessage {
   // A hook's usual steps frame straight from its bytes; any other frame, or one it would refuse, the general way.
+  // Only its frames carry their bytes for the journal: bounded (known keys and columns, integers or
+  // nil) and read back by the same reader, whatever else a general-path frame may hold.
   const usual = readUsualSteps(bytes);
   if (usual !== null) return { ...usual, bytes };
   let value: unknown;
@@ -99,8 +101,7 @@ export function readHookFrame(bytes: Uint8Array): HookMessage {
     const why = error instanceof NestedTooDeep ? error.message : `not valid msgpack (${(error as Error).message})`;
     throw new ProtocolError(CloseCode.invalidPayload, `frame: ${why}`);
   }
-  const message = parseHookMessage(value);
-  return message.type === 'steps' ? { ...message, bytes } : message;
+  return parseHookMessage(value);
 }
 
 /** Validates one decoded frame from a hook; throws ProtocolError with the close code to use. */

@@ -29,7 +29,10 @@ export interface Steps {
   type: 'steps';
   records: StepRecord[];
   dropped: number;
-  /** The frame's bytes, where it was read from them: the journal keeps them as they came. */
+  /**
+   * The frame's bytes, where the usual-frame reader (steps-bytes.ts) read it: the journal keeps them
+   * as they came. A view into the socket's read: not to be held past the frame's handling.
+   */
   bytes?: Uint8Array;
 }
 
