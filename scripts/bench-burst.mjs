@@ -72,7 +72,10 @@ const results = await Promise.all(ranks);
 const wall = (Date.now() - t0) / 1000;
 clearInterval(sampler);
 const peak = kib(status(child.pid), 'VmHWM');
+// Its journal is removed once it has exited: it writes its last checkpoint as it stops.
+const exited = new Promise((resolve) => child.once('exit', resolve));
 child.kill('SIGTERM');
+await exited;
 if (out) rmSync(out, { recursive: true, force: true });
 
 const mib = (k) => Math.round(k / 1024);

@@ -24,9 +24,14 @@ export async function ingestRounds(port, pid, { frames, rowsPerFrame = 256, roun
   for (let round = 0; round < rounds; round++) {
     const socket = new WebSocket(`ws://127.0.0.1:${port}/v1/ingest`);
     await new Promise((resolve, reject) => (socket.once('open', resolve), socket.once('error', reject)));
+    // Steps go once the hello is welcomed, as a hook's do: the sidecar holds at most 64 frames before
+    // it, and with a journal the welcome waits for the hello's fdatasync.
+    let welcomed;
+    const welcome = new Promise((resolve) => (welcomed = resolve));
     const done = new Promise((resolve) =>
       socket.on('message', (data) => {
         const message = decode(data);
+        if (message.type === 'welcome') welcomed();
         if (message.type === 'ack' && message.ack === total) resolve();
       }),
     );
@@ -40,6 +45,7 @@ export async function ingestRounds(port, pid, { frames, rowsPerFrame = 256, roun
       }
       payloads.push(encode({ v: 1, type: 'steps', fields: [...STEP_FIELDS], rows, dropped: 0 }));
     }
+    await welcome;
     const cpu0 = cpuSeconds(pid);
     const t0 = process.hrtime.bigint();
     for (const payload of payloads) socket.send(payload);

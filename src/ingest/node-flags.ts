@@ -1,3 +1,5 @@
+import v8 from 'node:v8';
+
 /**
  * Node's flags for a sidecar process, on every path that starts one (the image's NODE_OPTIONS,
  * `npm start`, the demo, the benchmarks' scripts/sidecar.mjs; the README gives them for a start of
@@ -10,3 +12,18 @@ export const SIDECAR_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=8']
 
 /** NODE_OPTIONS as the image sets it (the Dockerfile's ENV): old space at half the container's memory limit, and the flags above. */
 export const IMAGE_NODE_OPTIONS = ['--max-old-space-size-percentage=50', ...SIDECAR_NODE_FLAGS].join(' ');
+
+/**
+ * V8 flags the sidecar sets on itself as it starts serving: NODE_OPTIONS refuses them (Node allows
+ * only a few V8 flags there), and V8 reads them as it runs. No allocation-site pretenuring: under a
+ * burst of steps, the records of the frames waiting on the journal's fdatasync outlive a scavenge,
+ * V8 then allocates every later record of that site straight in old space, and the old space's
+ * collection of what dies there cost the collector's helper threads more than copying the few that
+ * survive (ingest with the journal 1.43-1.48 -> 0.95-1.09 us a record, without it 0.56 -> 0.52;
+ * peak RSS under an 8-rank burst 178-186 -> 167-169 MiB: BENCHMARKS.md, "Pretenuring").
+ */
+export const SIDECAR_RUNTIME_V8_FLAGS: readonly string[] = ['--no-allocation-site-pretenuring'];
+
+export function setSidecarV8Flags(): void {
+  for (const flag of SIDECAR_RUNTIME_V8_FLAGS) v8.setFlagsFromString(flag);
+}
