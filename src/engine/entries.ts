@@ -179,19 +179,39 @@ export function liveSteps(
   frame: Uint8Array | null = null,
 ): StepsEntry {
   if (frame !== null && records.length >= FRAME_MIN_RECORDS && duplicates === 0 && refused === null) {
-    return {
-      t: 'steps',
-      at,
-      session,
-      dropped,
-      // Made now, not as the entry is written: the bytes are a view of the socket's whole read, which
-      // holding them until the write is done would keep.
-      frame: Buffer.from(frame.buffer, frame.byteOffset, frame.byteLength).toString('base64'),
-      duplicates,
-      [CHECKED]: records,
-    };
+    return new LiveFrame(at, session, dropped, records, frame);
   }
   return new LiveRows(at, session, dropped, records, duplicates, refused);
+}
+
+/**
+ * A live steps entry journaled as the frame it came in. Its bytes are copied: the frame is a view of
+ * the socket's whole read, which holding until the write is done would keep. The base64 is made as
+ * the journal serializes the entry (JSON.stringify calls toJSON): made at once, a large frame's text
+ * lived through the write into old space, where only a full collection frees it.
+ */
+class LiveFrame implements StepsEntry {
+  readonly t = 'steps';
+  readonly duplicates = 0;
+  readonly [CHECKED]: readonly StepRecord[];
+  private readonly bytes: Buffer;
+
+  constructor(
+    readonly at: number,
+    readonly session: string,
+    readonly dropped: number,
+    records: readonly StepRecord[],
+    frame: Uint8Array,
+  ) {
+    this[CHECKED] = records;
+    this.bytes = Buffer.from(frame);
+  }
+
+  /** The entry as the journal writes it, its keys in the order of every steps entry. */
+  toJSON(): Omit<StepsEntry, typeof CHECKED> {
+    const { t, at, session, dropped, duplicates } = this;
+    return { t, at, session, dropped, frame: this.bytes.toString('base64'), duplicates };
+  }
 }
 
 /**
