@@ -19,8 +19,8 @@ export const IMAGE_NODE_OPTIONS = ['--max-old-space-size-percentage=50', ...SIDE
  * burst of steps, the records of the frames waiting on the journal's fdatasync outlive a scavenge,
  * V8 then allocates every later record of that site straight in old space, and the old space's
  * collection of what dies there cost the collector's helper threads more than copying the few that
- * survive (ingest with the journal 1.43-1.48 -> 0.95-1.09 us a record, without it 0.56 -> 0.52;
- * peak RSS under an 8-rank burst 178-186 -> 167-169 MiB: BENCHMARKS.md, "Pretenuring").
+ * survive (ingest with the journal 1.43-1.48 -> 0.95-1.09 us a record; an 8-rank burst's
+ * peak RSS 178-186 -> 167-169 MiB: BENCHMARKS.md, "The journal keeps the frame; no pretenuring").
  */
 export const SIDECAR_RUNTIME_V8_FLAGS: readonly string[] = ['--no-allocation-site-pretenuring'];
 
