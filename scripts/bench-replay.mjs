@@ -98,7 +98,7 @@ async function writeJournal(dir, bytes) {
     put({ t: 'connect', at: T0, session: `s${rank}` });
   }
   const seq = new Array(RANKS).fill(0);
-  const durNs = 100e6 / PER_FRAME;
+  const durNs = Math.round(100e6 / PER_FRAME);
   let entries = 0;
   for (let t = 100; total < bytes; t += 100) {
     const at = T0 + t;
@@ -106,7 +106,7 @@ async function writeJournal(dir, bytes) {
       const rows = [];
       for (let i = 0; i < PER_FRAME; i++) {
         seq[rank] += 1;
-        rows.push([seq[rank], seq[rank] - 1, (t - 100) * 1e6 + (i + 1) * durNs, durNs, durNs * 0.05, durNs * 0.02, durNs * 0.88, 256, null, null, null]);
+        rows.push([seq[rank], seq[rank] - 1, (t - 100) * 1e6 + (i + 1) * durNs, durNs, Math.round(durNs * 0.05), Math.round(durNs * 0.02), Math.round(durNs * 0.88), 256, null, null, null]);
       }
       put({ t: 'steps', at, session: `s${rank}`, dropped: 0, ...(FRAMES ? { frame: await frameOf(rows) } : { rows }) });
       entries += 1;

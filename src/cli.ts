@@ -173,6 +173,9 @@ program
     for (const [key, name] of [['exitOnEnd', 'STEPSCOPE_EXIT_ON_END'], ['insecure', 'STEPSCOPE_INSECURE'], ['stackDumps', 'STEPSCOPE_STACK_DUMPS']] as const) {
       if (command.getOptionValueSource(key) === 'env') options[key] = envBoolean(name);
     }
+    // The process's own V8 flags, set here rather than in serve(): tests run serve() in their process.
+    const { setSidecarV8Flags } = await import('./ingest/node-flags.js');
+    setSidecarV8Flags();
     const { serve } = await import('./serve-command.js');
     const { sidecar } = await serve({
       host: options.host,

@@ -8,7 +8,6 @@ import { REAL_TIMERS } from './engine/tick-schedule.js';
 import { CAPTURE_DEFAULTS } from './ingest/profiles.js';
 import { PROFILE_LIMITS } from './protocol/profile.js';
 import { checkpointBytesFor, DEFAULT_LIMITS, type IngestLimits } from './ingest/limits.js';
-import { setSidecarV8Flags } from './ingest/node-flags.js';
 import { fitToMemory } from './ingest/memory-budget.js';
 import { Recorder } from './journal/recorder.js';
 import { replayJournal, TICK_MS } from './journal/replay.js';
@@ -139,7 +138,6 @@ export interface Served {
 }
 
 export async function serve(given: ServeOptions): Promise<Served> {
-  setSidecarV8Flags();
   const log = createLogger(given.logLevel);
   checkExposure(given, log);
   // Every source, from the registry's tables. The inventory is read while the rest starts (it waits

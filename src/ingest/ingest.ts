@@ -130,7 +130,7 @@ export class Ingest {
       this.logged.set(session, Math.max(after, fresh.at(-1)!.seq));
       try {
         // Every record of the frame kept: the journal keeps the frame's bytes rather than a row a record.
-        const frame = kept === message.records ? (message.bytes ?? null) : null;
+        const frame = kept === message.records && this.recorder.journaled ? (message.bytes ?? null) : null;
         await this.record(liveSteps(at, session, message.dropped, kept, duplicates, refused, frame));
       } catch (error) {
         // Nothing of it was acknowledged: after the hook reconnects, its resent records are new again.

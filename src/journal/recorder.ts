@@ -134,6 +134,11 @@ export class Recorder {
     return this.checkpointing;
   }
 
+  /** Whether entries are written: without a journal, what only the journal would read is not made. */
+  get journaled(): boolean {
+    return this.wal !== null;
+  }
+
   health(): JournalHealth | null {
     if (!this.wal) return null;
     const wal = this.wal.health();
