@@ -67,14 +67,17 @@ const line = (value) => {
 };
 
 /** A hook's steps frame of `rows`, in base64: how a live sidecar journals a frame it kept whole. */
-async function frameOf(rows) {
-  const { encode } = await import(dist('protocol/codec.js'));
-  const { GPU_COLUMNS, REQUIRED_COLUMNS } = await import(dist('protocol/step-records.js'));
-  return Buffer.from(encode({ v: 1, type: 'steps', fields: [...REQUIRED_COLUMNS, ...GPU_COLUMNS], rows, dropped: 0 })).toString('base64');
-}
+const frameOf = FRAMES
+  ? await (async () => {
+      const { encode } = await import(dist('protocol/codec.js'));
+      const { GPU_COLUMNS, REQUIRED_COLUMNS } = await import(dist('protocol/step-records.js'));
+      const fields = [...REQUIRED_COLUMNS, ...GPU_COLUMNS];
+      return (rows) => Buffer.from(encode({ v: 1, type: 'steps', fields, rows, dropped: 0 })).toString('base64');
+    })()
+  : null;
 
 /** A journal as a node of 8 ranks at PER_FRAME × 10 steps/s writes it (frames every 100 ms, ticks, GPU, host and process samples), `bytes` of segments. */
-async function writeJournal(dir, bytes) {
+function writeJournal(dir, bytes) {
   let segment = 1;
   let fd = openSync(path.join(dir, `wal-${String(segment).padStart(8, '0')}.log`), 'w');
   let inSegment = 0;
@@ -108,7 +111,7 @@ async function writeJournal(dir, bytes) {
         seq[rank] += 1;
         rows.push([seq[rank], seq[rank] - 1, (t - 100) * 1e6 + (i + 1) * durNs, durNs, Math.round(durNs * 0.05), Math.round(durNs * 0.02), Math.round(durNs * 0.88), 256, null, null, null]);
       }
-      put({ t: 'steps', at, session: `s${rank}`, dropped: 0, ...(FRAMES ? { frame: await frameOf(rows) } : { rows }) });
+      put({ t: 'steps', at, session: `s${rank}`, dropped: 0, ...(frameOf ? { frame: frameOf(rows) } : { rows }) });
       entries += 1;
     }
     if (t % 250 === 0 || t % 250 === 50) (put({ t: 'tick', at: T0 + Math.floor(t / 250) * 250 }), (entries += 1));
@@ -206,7 +209,7 @@ console.log(`# replay against journal size: ${RANKS} ranks at ${PER_FRAME * 10} 
 console.log('journal (MiB) | entries | replay (ms) | peak RSS (MiB) | serve: /healthz 200 (ms) | serve: ready (ms) | serve peak RSS (MiB)');
 for (const size of sizes) {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'stepscope-bench-replay-'));
-  const { bytes, entries } = await writeJournal(dir, size * 1024 * 1024);
+  const { bytes, entries } = writeJournal(dir, size * 1024 * 1024);
   const replay = measured('replay', dir);
   const served = await serveTimes(dir);
   console.log(`${mib(bytes)} | ${entries.toLocaleString()} | ${replay.ms.toFixed(0)} | ${mib(replay.maxRssBytes)} | ${served.healthyMs.toFixed(0)} | ${served.readyMs.toFixed(0)} | ${mib(served.peakRss)}`);

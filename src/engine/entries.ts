@@ -166,8 +166,9 @@ const FRAME_MIN_RECORDS = 8;
 /**
  * A live frame's steps entry, made from the records the frame's parse checked, which the engine
  * applies as they are instead of reading them back and checking them again. `frame`: the bytes the
- * records were read from; when every record of it is kept, and there are enough of them, the journal
- * writes those bytes rather than a row per record (no array and no number text per value).
+ * records were read from; when every record of it is kept (none already held, none refused), and
+ * there are enough of them, the journal writes those bytes rather than a row per record (no array
+ * and no number text per value).
  */
 export function liveSteps(
   at: number,
@@ -178,52 +179,23 @@ export function liveSteps(
   refused: { count: number; through: number } | null,
   frame: Uint8Array | null = null,
 ): StepsEntry {
-  if (frame !== null && records.length >= FRAME_MIN_RECORDS && duplicates === 0 && refused === null) {
-    return new LiveFrame(at, session, dropped, records, frame);
-  }
-  return new LiveRows(at, session, dropped, records, duplicates, refused);
+  const whole = frame !== null && records.length >= FRAME_MIN_RECORDS && duplicates === 0 && refused === null;
+  return new LiveSteps(at, session, dropped, records, duplicates, refused, whole ? frame : null);
 }
 
 /**
- * A live steps entry journaled as the frame it came in. Its bytes are copied: the frame is a view of
- * the socket's whole read, which holding until the write is done would keep. The base64 is made as
- * the journal serializes the entry (JSON.stringify calls toJSON): made at once, a large frame's text
- * lived through the write into old space, where only a full collection frees it.
+ * A live steps entry. What the journal writes of it, the frame's base64 or the rows, is made as it
+ * serializes the entry (JSON.stringify calls toJSON), not held while the write is in flight. A
+ * method on the class, not a getter on each entry: a `rows` getter in the entry's literal cost the
+ * ingest 0.4 µs a record even where nothing read it (BENCHMARKS.md, "The journal keeps the frame").
+ * A frame's bytes are copied: they are a view of the socket's whole read, which holding them until
+ * the write is done would keep.
  */
-class LiveFrame implements StepsEntry {
-  readonly t = 'steps';
-  readonly duplicates = 0;
-  readonly [CHECKED]: readonly StepRecord[];
-  private readonly bytes: Buffer;
-
-  constructor(
-    readonly at: number,
-    readonly session: string,
-    readonly dropped: number,
-    records: readonly StepRecord[],
-    frame: Uint8Array,
-  ) {
-    this[CHECKED] = records;
-    this.bytes = Buffer.from(frame);
-  }
-
-  /** The entry as the journal writes it, its keys in the order of every steps entry. */
-  toJSON(): Omit<StepsEntry, typeof CHECKED> {
-    const { t, at, session, dropped, duplicates } = this;
-    return { t, at, session, dropped, frame: this.bytes.toString('base64'), duplicates };
-  }
-}
-
-/**
- * A live steps entry journaled as rows. The rows are made when the journal serializes the entry
- * (JSON.stringify calls toJSON), not held while its write is in flight: the GC would have to keep
- * them. A method on the class, not a getter on each entry: a `rows` getter in the entry's literal
- * cost the ingest 0.4 µs a record even where nothing read it (BENCHMARKS.md, "The journal keeps the frame").
- */
-class LiveRows implements StepsEntry {
+class LiveSteps implements StepsEntry {
   readonly t = 'steps';
   readonly [CHECKED]: readonly StepRecord[];
   readonly refused?: { count: number; through: number };
+  private readonly bytes: Buffer | null;
 
   constructor(
     readonly at: number,
@@ -232,15 +204,18 @@ class LiveRows implements StepsEntry {
     records: readonly StepRecord[],
     readonly duplicates: number,
     refused: { count: number; through: number } | null,
+    frame: Uint8Array | null,
   ) {
     this[CHECKED] = records;
     if (refused) this.refused = refused;
+    this.bytes = frame && Buffer.from(frame);
   }
 
-  /** The entry as the journal has always written it, its keys in that order: its lines stay byte for byte what they were. */
+  /** The entry as the journal writes it, its keys in the order every steps entry has had: rows lines stay byte for byte what they were. */
   toJSON(): Omit<StepsEntry, typeof CHECKED> {
-    const { t, at, session, dropped, duplicates, refused } = this;
-    return { t, at, session, dropped, rows: this[CHECKED].map(toRow), duplicates, ...(refused ? { refused } : {}) };
+    const { t, at, session, dropped, duplicates, refused, bytes } = this;
+    const records = bytes ? { frame: bytes.toString('base64') } : { rows: this[CHECKED].map(toRow) };
+    return { t, at, session, dropped, ...records, duplicates, ...(refused ? { refused } : {}) };
   }
 }
 

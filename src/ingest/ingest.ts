@@ -129,8 +129,8 @@ export class Ingest {
       if (refused) this.stats.implausible.steps = (this.stats.implausible.steps ?? 0) + refused.count;
       this.logged.set(session, Math.max(after, fresh.at(-1)!.seq));
       try {
-        // Every record of the frame kept: the journal keeps the frame's bytes rather than a row a record.
-        const frame = kept === message.records && this.recorder.journaled ? (message.bytes ?? null) : null;
+        // The frame's bytes, for the journal to keep where liveSteps says (only a journal would read them).
+        const frame = this.recorder.journaled ? (message.bytes ?? null) : null;
         await this.record(liveSteps(at, session, message.dropped, kept, duplicates, refused, frame));
       } catch (error) {
         // Nothing of it was acknowledged: after the hook reconnects, its resent records are new again.
