@@ -1,8 +1,8 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { Wal } from '../src/journal/wal.js';
-import { nodeWalFs, type WalFs } from '../src/journal/wal-fs.js';
 import { readWal } from '../src/journal/wal-read.js';
 import { readUsualSteps } from '../src/protocol/steps-bytes.js';
+import { heldSyncs } from './support/held-syncs.js';
 import { hello, range, row, steps, TestHook } from './support/hook-client.js';
 import { inProcess, type InProcess } from './support/in-process.js';
 import { useTempDirs } from './support/temp-dirs.js';
@@ -18,30 +18,6 @@ afterEach(async () => {
   await side?.app.close();
   side = null;
 });
-
-/** The journal's file system, whose fdatasyncs from `hold()` on wait for `release()`: a hello is not welcomed before. */
-function heldSyncs(): { fs: WalFs; hold: () => void; release: () => void } {
-  let gate: Promise<void> | null = null;
-  let release!: () => void;
-  const fs: WalFs = {
-    ...nodeWalFs,
-    async open(file, flags) {
-      const handle = await nodeWalFs.open(file, flags);
-      return {
-        write: (data, at) => handle.write(data, at),
-        read: (into, at) => handle.read(into, at),
-        datasync: async () => {
-          await gate;
-          return handle.datasync();
-        },
-        truncate: (length) => handle.truncate(length),
-        close: () => handle.close(),
-      };
-    },
-  };
-  const hold = () => (gate = new Promise<void>((resolve) => (release = resolve)));
-  return { fs, hold, release: () => release() };
-}
 
 describe('the journal of a live ingest', () => {
   it('keeps a whole frame of 8 or more records as its bytes; one held before welcome, a small one, one with duplicates, as rows', async () => {
