@@ -10,9 +10,11 @@
 //   start.*  each command's start over bare Node's (`node -e 0`), interleaved (scripts/bench-start.mjs)
 //   idle.*   the idle sidecar's CPU, % of a core, with 8 simulated GPUs through the stand-in nvidia-smi
 //            (CPU time, not wall time: load slows it but hardly adds to it)
-//   ingest.* the sidecar's CPU per step record through one websocket, without the journal
+//   ingest.* the sidecar's CPU per step record through one websocket, without the journal and with it
+//            (fdatasync before each ack), in interleaved rounds, and the ratio of the two
 //   hook.*   the Python hook's CPU per step over a bare loop's, interleaved (python-hook/bench/bench_hook.py)
 import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -73,17 +75,30 @@ async function idle() {
 }
 
 async function ingest() {
-  const { child, port } = await startSidecar(['--gpu-source', 'none', '--max-jobs', '16']);
-  const frames = 200;
-  const rowsPerFrame = 256;
-  let perRecord;
+  const out = mkdtempSync(path.join(os.tmpdir(), 'stepscope-bench-check-'));
+  const sidecars = [];
   try {
-    const rounds = await ingestRounds(port, child.pid, { frames, rowsPerFrame, rounds: quick ? 3 : 5, job: 'check' });
-    perRecord = rounds.map((r) => (r.cpu_seconds / r.records) * 1e6);
+    sidecars.push(await startSidecar(['--gpu-source', 'none', '--max-jobs', '16']));
+    sidecars.push(await startSidecar(['--gpu-source', 'none', '--max-jobs', '16', '--out', out]));
+    // A round each first, left out: the first frames run before V8 has compiled the path.
+    for (const { child, port } of sidecars) await ingestRounds(port, child.pid, { frames: 200, rowsPerFrame: 256, rounds: 1, job: 'warm-up' });
+    const [plain, journaled] = [[], []];
+    // Interleaved, a round each in turn: the ratio is of rounds the same load slowed alike.
+    for (let round = 0; round < (quick ? 3 : 5); round++) {
+      for (const [{ child, port }, into] of [[sidecars[0], plain], [sidecars[1], journaled]]) {
+        const [result] = await ingestRounds(port, child.pid, { frames: 200, rowsPerFrame: 256, rounds: 1, job: `check-${round}` });
+        into.push((result.cpu_seconds / result.records) * 1e6);
+      }
+    }
+    return {
+      'ingest.cpu_us_per_record': Number(median(plain).toFixed(3)),
+      'ingest.journal_cpu_us_per_record': Number(median(journaled).toFixed(3)),
+      'ingest.journal_ratio_to_no_journal': Number((median(journaled) / median(plain)).toFixed(2)),
+    };
   } finally {
-    await stop(child);
+    for (const { child } of sidecars) await stop(child);
+    rmSync(out, { recursive: true, force: true });
   }
-  return { 'ingest.cpu_us_per_record': Number(median(perRecord).toFixed(3)) };
 }
 
 function hook() {
