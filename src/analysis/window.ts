@@ -1,6 +1,6 @@
 import type { MemoryAt, ProcessAt } from '../store/job-records.js';
 import { memoryWindow } from './memory-window.js';
-import { percentile } from '../store/ring.js';
+import { percentile, sortedAscending } from '../store/ring.js';
 import { commStepsNs, type StepSums } from '../store/step-buckets.js';
 import { windowLost } from './limiters.js';
 import { breakdownOf, roundBreakdown } from '../store/job-snapshot.js';
@@ -86,7 +86,7 @@ export function rankWindow(input: WindowInput): StepWindow {
   const { steps } = input;
   const seconds = (input.to - input.from) / 1000;
   const phaseTotal = steps.dataNs + steps.h2dNs + steps.computeNs + steps.otherNs;
-  const sorted = input.stepMs.slice().sort((a, b) => a - b);
+  const sorted = sortedAscending(input.stepMs);
   return {
     from: input.from,
     to: input.to,

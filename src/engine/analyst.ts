@@ -5,7 +5,7 @@ import { buildSummary } from '../analysis/summary.js';
 import type { SummaryGpu, Summary } from '../protocol/summary.js';
 import { RunSeries, SERIES_LAG_MS, type SeriesGpu } from '../analysis/summary-series.js';
 import { STALL_DEFAULTS, type StallConfig } from '../analysis/stall.js';
-import { percentile } from '../store/ring.js';
+import { percentile, sortedAscending } from '../store/ring.js';
 import type { KnownGpu } from '../counters/counter-store.js';
 import { describeAggregate } from '../counters/gpu-aggregate.js';
 import { jobStart } from '../store/job-snapshot.js';
@@ -107,7 +107,7 @@ export class Analyst {
       const window = windows.get(view.rank);
       if (!window) return [];
       const last = view.lastStepEndAt();
-      const recent = view.recent().slice(-RECENT_FOR_P50).map((step) => step.record.durNs / 1e6).sort((a, b) => a - b);
+      const recent = sortedAscending(view.recent().slice(-RECENT_FOR_P50).map((step) => step.record.durNs / 1e6));
       const stall = { rank: view.rank, liveness: view.liveness(), lastStepEndAt: last, stepP50Ms: recent.length ? percentile(recent, 50) : null, worldSize: this.world.jobs.job(jobId)?.worldSize ?? 1 };
       const totalSteps = view.steps();
       // Only while it may still be warming up: steady steps for a few seconds end it (warmup.ts).

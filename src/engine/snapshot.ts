@@ -184,11 +184,16 @@ export function historySeries(views: RankView[], counters: CounterStore<HostSamp
   return { from, sliceMs, ranks, gpus };
 }
 
-/** Deeply frozen, so that no reader can change what the others read. */
+/**
+ * Deeply frozen, so that no reader can change what the others read. Walked without Object.values,
+ * which made an array of every object's values at every tick (a snapshot is plain data: arrays,
+ * and objects whose fields are all their own).
+ */
 export function freeze<T>(value: T): T {
   if (value && typeof value === 'object' && !Object.isFrozen(value)) {
     Object.freeze(value);
-    for (const child of Object.values(value as object)) freeze(child);
+    if (Array.isArray(value)) for (let i = 0; i < value.length; i++) freeze(value[i]);
+    else for (const key in value) freeze(value[key]);
   }
   return value;
 }

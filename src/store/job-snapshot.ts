@@ -2,7 +2,7 @@ import { round } from '../model/round.js';
 import type { Env } from '../protocol/messages.js';
 import type { Breakdown, JobState, RankState } from '../protocol/state.js';
 import type { Job, Rank } from './job-records.js';
-import { percentile } from './ring.js';
+import { percentile, sortedAscending } from './ring.js';
 import type { StepSums } from './step-buckets.js';
 
 /** The JSON views of jobs and ranks that /v1/state, the summary and the viewer read. */
@@ -45,7 +45,7 @@ export function breakdownOf(totals: StepSums): Breakdown {
 function rankSnapshot(rank: Rank): RankSnapshot {
   const recent = rank.recent.toArray();
   const stepMs = recent.map((step) => ms(step.record.durNs));
-  const sorted = stepMs.slice().sort((a, b) => a - b);
+  const sorted = sortedAscending(stepMs);
   const totals = rank.totals;
   return {
     rank: rank.rank,

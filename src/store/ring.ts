@@ -43,13 +43,25 @@ export class Ring<T> {
 
   /** Oldest first. */
   toArray(): T[] {
-    if (this.items.length < this.capacity) return this.items.slice();
-    return [...this.items.slice(this.next), ...this.items.slice(0, this.next)];
+    const n = this.items.length;
+    if (n < this.capacity) return this.items.slice();
+    // One copy, not two slices and a spread of them: every rank's recent steps are read several times a tick.
+    const out = new Array<T>(n);
+    for (let i = 0; i < n; i++) out[i] = this.items[(this.next + i) % n]!;
+    return out;
   }
 }
 
+/**
+ * The values in ascending order, for `percentile`: a typed array sorts numbers natively, where a
+ * comparator is called about 2,000 times for 256 steps (each rank's recent steps, at every tick).
+ */
+export function sortedAscending(values: ArrayLike<number>): Float64Array {
+  return Float64Array.from(values).sort();
+}
+
 /** Nearest-rank percentile of already sorted values; NaN when empty. */
-export function percentile(sorted: readonly number[], p: number): number {
+export function percentile(sorted: ArrayLike<number>, p: number): number {
   if (sorted.length === 0) return Number.NaN;
   const rank = Math.ceil((p / 100) * sorted.length);
   return sorted[Math.min(sorted.length - 1, Math.max(0, rank - 1))]!;
