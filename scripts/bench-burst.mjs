@@ -1,13 +1,18 @@
 // The sidecar's memory under a burst (issue 24, target 1): `ranks` real hook processes (the explicit
 // API of python-hook, stepping as fast as they can or at `--rate` steps/s each) against the real
 // sidecar for `--seconds`, its RSS read from /proc every 250 ms. Then every rank closes, and what it
-// lost (dropped by its queue, or never acknowledged) is counted from the hook's own stats.
-//   node scripts/bench-burst.mjs [--ranks 8] [--seconds 300] [--rate 0] [--journal] [--cli dist/cli.js]
+// lost (dropped by its queue, or never acknowledged) is counted from the hook's own stats. The
+// sidecar's CPU (all its threads) is read from the run's third second to its end, in % of a core:
+// what a pod of this many ranks at this rate costs. --watched: a viewer reads ws /v1/stream the
+// whole time (the hooks then send every 0.08 s instead of every 0.5 s, and the sidecar ticks on them).
+//   node scripts/bench-burst.mjs [--ranks 8] [--seconds 300] [--rate 0] [--journal] [--watched] [--cli dist/cli.js]
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import WebSocket from 'ws';
+import { cpuSeconds } from './bench-results.mjs';
 import { startSidecar } from './sidecar.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -20,6 +25,7 @@ const SECONDS = Number(arg('seconds', 300));
 const RATE = Number(arg('rate', 0));
 const CLI = path.resolve(arg('cli', path.join(root, 'dist/cli.js')));
 const JOURNAL = process.argv.includes('--journal');
+const WATCHED = process.argv.includes('--watched');
 const PYTHON = process.env.STEPSCOPE_PYTHON ?? 'python3';
 
 // One rank: the README's loop (loader, two phases, step) with nothing in it, then close() and its delivery counters as JSON.
@@ -56,9 +62,16 @@ const kib = (text, field) => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(te
 const out = JOURNAL ? mkdtempSync(path.join(os.tmpdir(), 'stepscope-burst-')) : null;
 const { child, port } = await startSidecar(CLI, ['--gpu-source', 'none', ...(out ? ['--out', out] : [])]);
 const url = `ws://127.0.0.1:${port}/v1/ingest`;
+let viewerFrames = 0;
+const viewer = WATCHED ? new WebSocket(`ws://127.0.0.1:${port}/v1/stream`).on('message', () => (viewerFrames += 1)) : null;
+if (viewer) await new Promise((resolve, reject) => (viewer.once('open', resolve), viewer.once('error', reject)));
 const rss = [];
 const sampler = setInterval(() => rss.push({ at: Date.now(), kib: kib(status(child.pid), 'VmRSS') }), 250);
 const t0 = Date.now();
+const cpu = [];
+const cpuAt = (ms) => setTimeout(() => cpu.push({ at: Date.now(), s: cpuSeconds(child.pid) }), ms);
+cpuAt(2000);
+cpuAt(SECONDS * 1000);
 const ranks = Array.from({ length: RANKS }, (_, rank) => {
   const proc = spawn(PYTHON, ['-c', RANK, String(rank), String(RANKS), String(SECONDS), String(RATE), url], {
     env: { ...process.env, PYTHONPATH: path.join(root, 'python-hook') },
@@ -71,6 +84,7 @@ const ranks = Array.from({ length: RANKS }, (_, rank) => {
 const results = await Promise.all(ranks);
 const wall = (Date.now() - t0) / 1000;
 clearInterval(sampler);
+viewer?.close();
 const peak = kib(status(child.pid), 'VmHWM');
 // Its journal is removed once it has exited: it writes its last checkpoint as it stops.
 const exited = new Promise((resolve) => child.once('exit', resolve));
@@ -102,6 +116,9 @@ console.log(
       peak_rss_mib: mib(peak),
       rss_max_mib_by_tenth: tenths,
       rss_max_mib_closing: closing.length ? mib(Math.max(...closing.map((s) => s.kib))) : null,
+      watched: WATCHED,
+      viewer_frames: viewer ? viewerFrames : null,
+      sidecar_cpu_pct: cpu.length === 2 ? Number(((100 * (cpu[1].s - cpu[0].s)) / ((cpu[1].at - cpu[0].at) / 1000)).toFixed(2)) : null,
       records,
       acked,
       dropped: results.reduce((sum, r) => sum + r.dropped, 0),
