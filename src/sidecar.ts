@@ -6,7 +6,7 @@ import { IDLE_INTERVAL_MS } from './counters/nvidia-smi.js';
 import type { Engine } from './engine/engine.js';
 import type { EngineConfig } from './engine/entries.js';
 import type { EndedRun, EngineSnapshot } from './engine/snapshot.js';
-import { AWAITED_WITHIN_MS, SHOWN_AT_ONCE, TickSchedule, WATCHED_TICK_MS, type Timers } from './engine/tick-schedule.js';
+import { AWAITED_WITHIN_MS, SHOWN_AT_ONCE, TickSchedule, UNWATCHED_TICK_MS, WATCHED_TICK_MS, type Timers } from './engine/tick-schedule.js';
 import { streamPeriodMs } from './outputs/stream-defaults.js';
 import { buildServer } from './http-server.js';
 import { Ingest } from './ingest/ingest.js';
@@ -163,7 +163,13 @@ export class Sidecar {
       () => engine.changed,
       // While no job is live, the readings of the host and the GPUs (each every 5 s) share a tick.
       // While watched, ticks no closer than the stream's frames (a closer one would not be sent).
-      { idleMs: this.settings.tickMs, watchedMs: Math.max(WATCHED_TICK_MS, streamPeriodMs(this.settings.stream?.rateHz)), quietMs: IDLE_INTERVAL_MS },
+      // While no viewer watches a live job, ticks at the hooks' unwatched sends (a reader still gets one within tickMs).
+      {
+        idleMs: this.settings.tickMs,
+        unwatchedMs: Math.max(this.settings.tickMs, UNWATCHED_TICK_MS),
+        watchedMs: Math.max(WATCHED_TICK_MS, streamPeriodMs(this.settings.stream?.rateHz)),
+        quietMs: IDLE_INTERVAL_MS,
+      },
       this.parts.scheduler,
       // Time alone changes nothing while no job is live.
       () => !this.jobsLive(),

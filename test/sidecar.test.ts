@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { UNWATCHED_TICK_MS } from '../src/engine/tick-schedule.js';
 import { TICK_MS } from '../src/journal/replay.js';
 import { cleanupList } from './support/cleanup-list.js';
 import { hello, rows, T0 } from './support/entries.js';
@@ -33,17 +34,18 @@ describe('the Sidecar on an injected scheduler', () => {
   it('ticks when its scheduler reaches the tick, at the scheduler\'s time, and not before', async () => {
     const side = await liveJob();
     const before = side.engine.snapshot().at;
-    side.advance(TICK_MS - 1);
+    // No viewer: the ticks come at the hooks' unwatched sends.
+    side.advance(UNWATCHED_TICK_MS - 1);
     expect(side.engine.snapshot().at).toBe(before);
     side.advance(1);
-    await expect.poll(() => side.engine.snapshot().at).toBe(T0 + TICK_MS);
+    await expect.poll(() => side.engine.snapshot().at).toBe(T0 + UNWATCHED_TICK_MS);
     expect(side.engine.snapshot().jobs[0]).toMatchObject({ job: 'train', steps: 10 });
     // A live job: every tick on, time alone moving its verdicts.
-    side.advance(TICK_MS);
-    await expect.poll(() => side.engine.snapshot().at).toBe(T0 + 2 * TICK_MS);
+    side.advance(UNWATCHED_TICK_MS);
+    await expect.poll(() => side.engine.snapshot().at).toBe(T0 + 2 * UNWATCHED_TICK_MS);
   });
 
-  it('answers a state read once the next scheduled tick shows what came in, not before', async () => {
+  it('answers a state read at the tick TICK_MS after the last, not before, unwatched as it is', async () => {
     const side = await liveJob();
     const reading = side.app.inject({ url: '/v1/state' });
     expect(await settled(reading)).toBe(false);

@@ -2,12 +2,12 @@ import { describe, expect, it } from 'vitest';
 import { TickSchedule } from '../src/engine/tick-schedule.js';
 import { manualScheduler } from './support/manual-scheduler.js';
 
-function schedule(quiet = () => false, quietMs?: number, awaited = () => false) {
+function schedule(quiet = () => false, quietMs?: number, awaited = () => false, unwatchedMs?: number) {
   const timers = manualScheduler();
   const advance = (ms: number) => timers.advance(ms);
   const ticks: number[] = [];
   let changed = false;
-  const ticking = new TickSchedule(() => (ticks.push(timers.now()), (changed = false)), () => changed, { idleMs: 250, watchedMs: 50, quietMs }, timers, quiet, awaited);
+  const ticking = new TickSchedule(() => (ticks.push(timers.now()), (changed = false)), () => changed, { idleMs: 250, watchedMs: 50, quietMs, unwatchedMs }, timers, quiet, awaited);
   // As the engine does: each entry applied tells the schedule (Engine.onChange).
   return {
     ticking,
@@ -228,5 +228,59 @@ describe('the engine tick schedule', () => {
     arrive();
     advance(1000);
     expect(ticks).toEqual([50, 300]);
+  });
+
+  describe('with unwatchedMs (the sidecar gives 500 ms)', () => {
+    const unwatched = () => schedule(() => false, undefined, () => false, 500);
+
+    it('ticks a live job every 500 ms while no viewer watches, whatever comes in', () => {
+      const { ticks, advance, arrive } = unwatched();
+      arrive();
+      advance(250);
+      arrive();
+      advance(1750);
+      expect(ticks).toEqual([500, 1000, 1500, 2000]);
+    });
+
+    it('answers a reader 250 ms after the last tick at most, and only when something came in', () => {
+      const { ticking, ticks, advance, arrive } = unwatched();
+      advance(500);
+      // Nothing new: a read does not bring a tick.
+      advance(100);
+      ticking.soon();
+      advance(399);
+      expect(ticks).toEqual([500]);
+      advance(1);
+      expect(ticks).toEqual([500, 1000]);
+      // Something new at 1,100, read at 1,120: ticked at 1,250, not at 1,500.
+      advance(100);
+      arrive();
+      advance(20);
+      ticking.soon();
+      advance(130);
+      expect(ticks).toEqual([500, 1000, 1250]);
+      // Asked just after a tick: 250 ms after it.
+      arrive();
+      ticking.soon();
+      advance(250);
+      expect(ticks).toEqual([500, 1000, 1250, 1500]);
+      // Then every 500 ms again.
+      advance(500);
+      expect(ticks).toEqual([500, 1000, 1250, 1500, 2000]);
+    });
+
+    it('ticks every 250 ms and on what comes in while watched, and every 500 ms again once the viewer leaves', () => {
+      const { ticking, ticks, advance, arrive } = unwatched();
+      advance(500);
+      ticking.watched(true);
+      advance(250);
+      expect(ticks).toEqual([500, 750]);
+      arrive();
+      advance(50);
+      expect(ticks).toEqual([500, 750, 800]);
+      ticking.watched(false);
+      advance(500);
+      expect(ticks).toEqual([500, 750, 800, 1300]);
+    });
   });
 });

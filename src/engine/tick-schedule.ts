@@ -2,7 +2,8 @@ import type { EntryType } from './entries.js';
 import { hostClockStepMs, sidecarNow } from '../model/clock.js';
 
 /**
- * When the engine ticks: every `idleMs` (250 ms) as it always has; while a viewer is connected, also
+ * When the engine ticks: every `idleMs` (250 ms), or `unwatchedMs` (500 ms) apart while no viewer
+ * watches a live job (a reader of the state still gets its tick 250 ms after the last at most); while a viewer is connected, also
  * as soon as something new comes in (`entered`): once every rank that sent before the last tick has
  * sent again (`awaited`), or `GATHER_MS` after the first of them, so that frames sent together make
  * one tick (the hooks' sends while watched fall on the same beats of the clock), and at least
@@ -31,6 +32,13 @@ export const REAL_TIMERS: Timers = {
   hostStepMs: hostClockStepMs,
 };
 
+/**
+ * While a job is live and no viewer watches, ticks this far apart: the hooks then send every 0.5 s
+ * (docs/protocol.md), so a tick every 250 ms judged each frame twice, and the ticks are about half of
+ * what a live job's sidecar spends (BENCHMARKS.md, "What a live job costs the sidecar"). A reader of
+ * the state is still answered 250 ms after the last tick at most (`soon`).
+ */
+export const UNWATCHED_TICK_MS = 500;
 /** The least time between two ticks while a viewer watches (the stream's 20 frames a second). */
 export const WATCHED_TICK_MS = 50;
 /** While watched, the most that what came in waits for the other ranks' frames of the same send to share its tick. */
@@ -47,6 +55,8 @@ export const SHOWN_AT_ONCE: ReadonlySet<EntryType> = new Set<EntryType>(['steps'
 export interface TickIntervals {
   idleMs: number;
   watchedMs: number;
+  /** While a job is live and no viewer watches, ticks this far apart (absent: idleMs); a reader still gets one idleMs after the last. */
+  unwatchedMs?: number;
   /** While quiet and unwatched, ticks at least this far apart (absent: idleMs). */
   quietMs?: number;
 }
@@ -86,6 +96,11 @@ export class TickSchedule {
     return this.intervals.quietMs ?? this.intervals.idleMs;
   }
 
+  /** The time between two ticks when nothing asks for one sooner. */
+  private get regularMs(): number {
+    return this.watching ? this.intervals.idleMs : (this.intervals.unwatchedMs ?? this.intervals.idleMs);
+  }
+
   /** Whether a viewer is connected: what came in before the first one is shown as what comes in after it. */
   watched(watching: boolean): void {
     if (watching === this.watching) return;
@@ -101,6 +116,8 @@ export class TickSchedule {
     this.asked = true;
     if (this.holding || this.quiet()) this.lookNow();
     else if (this.watching) this.early();
+    // Unwatched, the ticks are unwatchedMs apart: the reader's comes idleMs after the last at most.
+    else if (this.lastAt + this.intervals.idleMs < this.dueAt) this.armAt(this.lastAt + this.intervals.idleMs);
   }
 
   /**
@@ -137,7 +154,7 @@ export class TickSchedule {
 
   /** The next look at the next tick due. */
   private arm(): void {
-    this.armAt(this.lastAt + this.intervals.idleMs);
+    this.armAt(this.lastAt + this.regularMs);
   }
 
   private armAt(at: number): void {
@@ -161,7 +178,7 @@ export class TickSchedule {
       this.asleep = true;
       return;
     }
-    if (now - this.lastAt < this.intervals.idleMs && !changed) {
+    if (now - this.lastAt < this.regularMs && !changed) {
       // An early look found nothing new: the next tick when due.
       this.arm();
       return;
