@@ -268,7 +268,7 @@ export class HookConnection {
   /**
    * Acks are cumulative (every seq up to `ack` is stored): the frames of one socket read, or of one
    * journal commit, settle in the same pass of the microtask queue, and one ack after it covers them
-   * all (a write to the socket each, before, was a sixth of the ingest's CPU under a burst).
+   * all (a write to the socket each had been 6% of the main thread's time under the ingest bench).
    */
   private owe(ack: number): void {
     if (this.ackOwed < 0) process.nextTick(() => this.ackOwed >= 0 && this.sendAck(this.ackOwed, false));
