@@ -69,9 +69,8 @@ const rss = [];
 const sampler = setInterval(() => rss.push({ at: Date.now(), kib: kib(status(child.pid), 'VmRSS') }), 250);
 const t0 = Date.now();
 const cpu = [];
-const cpuAt = (ms) => setTimeout(() => cpu.push({ at: Date.now(), s: cpuSeconds(child.pid) }), ms);
-cpuAt(2000);
-cpuAt(SECONDS * 1000);
+// From the third second (past the hellos) to the run's end; a run of 2 s or less has no CPU figure.
+const cpuTimers = SECONDS > 2 ? [2000, SECONDS * 1000].map((ms) => setTimeout(() => child.exitCode === null && cpu.push({ at: Date.now(), s: cpuSeconds(child.pid) }), ms)) : [];
 const ranks = Array.from({ length: RANKS }, (_, rank) => {
   const proc = spawn(PYTHON, ['-c', RANK, String(rank), String(RANKS), String(SECONDS), String(RATE), url], {
     env: { ...process.env, PYTHONPATH: path.join(root, 'python-hook') },
@@ -84,6 +83,7 @@ const ranks = Array.from({ length: RANKS }, (_, rank) => {
 const results = await Promise.all(ranks);
 const wall = (Date.now() - t0) / 1000;
 clearInterval(sampler);
+for (const timer of cpuTimers) clearTimeout(timer);
 viewer?.close();
 const peak = kib(status(child.pid), 'VmHWM');
 // Its journal is removed once it has exited: it writes its last checkpoint as it stops.

@@ -15,17 +15,22 @@ export function median(values) {
  * CPU seconds of a live process: its threads' run time in ns from /proc/PID/task/TID/schedstat, where
  * /proc/PID/stat counts 10 ms ticks (a 50 ms round would be judged to a fifth). A thread that has
  * exited is no longer counted: the sidecar's threads (its event loop, V8's and libuv's) live as long
- * as it does. From /proc/PID/stat where schedstat cannot be read.
+ * as it does. From /proc/PID/stat where schedstat reads nothing.
  */
 export function cpuSeconds(pid) {
-  try {
-    let ns = 0;
-    for (const tid of readdirSync(`/proc/${pid}/task`)) ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
-    return ns / 1e9;
-  } catch {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / 100;
+  let ns = 0;
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
+    } catch (error) {
+      // A thread that exited between the listing and the read.
+      if (error.code !== 'ENOENT' && error.code !== 'ESRCH') throw error;
+    }
   }
+  if (ns > 0) return ns / 1e9;
+  // No schedstat (a kernel without it reads 0): /proc/PID/stat's ticks.
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / 100;
 }
 
 export function writeResults(file, results) {

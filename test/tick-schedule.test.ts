@@ -269,6 +269,23 @@ describe('the engine tick schedule', () => {
       expect(ticks).toEqual([500, 1000, 1250, 1500, 2000]);
     });
 
+    it('keeps a waiting reader\'s tick 250 ms after the last when the last viewer leaves', () => {
+      const { ticking, ticks, advance, arrive } = unwatched();
+      advance(500);
+      ticking.watched(true);
+      // Steps at 510 and a read waiting for them; the viewer leaves at 520, before their tick (550).
+      advance(10);
+      arrive();
+      ticking.soon();
+      advance(10);
+      ticking.watched(false);
+      advance(229);
+      expect(ticks).toEqual([500]);
+      // 250 ms after the last tick, not 500.
+      advance(1);
+      expect(ticks).toEqual([500, 750]);
+    });
+
     it('ticks every 250 ms and on what comes in while watched, and every 500 ms again once the viewer leaves', () => {
       const { ticking, ticks, advance, arrive } = unwatched();
       advance(500);
