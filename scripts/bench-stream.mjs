@@ -24,6 +24,7 @@ import { parseArgs } from 'node:util';
 import WebSocket from 'ws';
 import { encode, decode } from '../dist/protocol/codec.js';
 import { GPU_COLUMNS, REQUIRED_COLUMNS } from '../dist/protocol/step-records.js';
+import { cpuSeconds } from './bench-results.mjs';
 import { startSidecar } from './sidecar.mjs';
 
 /** The columns every hook sends. */
@@ -56,10 +57,6 @@ const idleSeconds = Number(values['idle-seconds']);
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const quantile = (sorted, q) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
-const cpuSeconds = (pid) => {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / 100;
-};
 /** The sidecar's CPU in % of a core over `s` seconds. */
 const cpuOver = async (pid, s) => {
   const cpu0 = cpuSeconds(pid);

@@ -3,10 +3,11 @@ import { hostClockStepMs, sidecarNow } from '../model/clock.js';
 
 /**
  * When the engine ticks: every `idleMs` (250 ms), or `unwatchedMs` (500 ms) apart while no viewer
- * watches a live job (a reader of the state still gets its tick 250 ms after the last at most); while a viewer is connected, also
- * as soon as something new comes in (`entered`): once every rank that sent before the last tick has
- * sent again (`awaited`), or `GATHER_MS` after the first of them, so that frames sent together make
- * one tick (the hooks' sends while watched fall on the same beats of the clock), and at least
+ * watches a live job (a reader of the state still gets its tick 250 ms after the last at most);
+ * while a viewer is connected, also as soon as something new comes in (`entered`): once every rank
+ * that sent before the last tick has sent again (`awaited`), or `GATHER_MS` after the first of them,
+ * so that frames sent together make one tick (the hooks' sends while watched fall on the same beats
+ * of the clock), and at least
  * `watchedMs` (50 ms) after the last tick, so that a step reaches a person in a few milliseconds
  * beyond its hook's batching (issue 24, target 6: p99 ≤ 100 ms from the step's end in the training
  * process). Nothing new, no extra tick or look: a viewer of an idle sidecar costs what it did. While
@@ -35,8 +36,8 @@ export const REAL_TIMERS: Timers = {
 /**
  * While a job is live and no viewer watches, ticks this far apart: the hooks then send every 0.5 s
  * (docs/protocol.md), so a tick every 250 ms judged each frame twice, and the ticks were 45% of the
- * main thread's busy time beside 8 ranks at 100 steps/s (BENCHMARKS.md, "What a live job costs the sidecar"). A reader of
- * the state is still answered 250 ms after the last tick at most (`soon`).
+ * main thread's busy time beside 8 ranks at 100 steps/s (BENCHMARKS.md, "What a live job costs the
+ * sidecar"). A reader of the state is still answered 250 ms after the last tick at most (`soon`).
  */
 export const UNWATCHED_TICK_MS = 500;
 /** The least time between two ticks while a viewer watches (the stream's 20 frames a second). */
