@@ -5,7 +5,10 @@
 // sidecar's CPU (all its threads) is read from the run's third second to its end, in % of a core:
 // what a pod of this many ranks at this rate costs. --watched: a viewer reads ws /v1/stream the
 // whole time (the hooks then send every 0.08 s instead of every 0.5 s, and the sidecar ticks on them).
-//   node scripts/bench-burst.mjs [--ranks 8] [--seconds 300] [--rate 0] [--journal] [--watched] [--cli dist/cli.js]
+// --attach PID:PORT: a sidecar already running (a container's, as a pod runs it: its pid as this host
+// sees it, its port published on 127.0.0.1; STEPSCOPE_TOKEN in the environment where it wants one),
+// measured the same way and left running.
+//   node scripts/bench-burst.mjs [--ranks 8] [--seconds 300] [--rate 0] [--journal] [--watched] [--cli dist/cli.js] [--attach PID:PORT]
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -59,11 +62,15 @@ print(json.dumps({"ok": ok, "records": stats["records"], "acked": stats["acked"]
 const status = (pid) => readFileSync(`/proc/${pid}/status`, 'utf8');
 const kib = (text, field) => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(text)?.[1] ?? NaN);
 
-const out = JOURNAL ? mkdtempSync(path.join(os.tmpdir(), 'stepscope-burst-')) : null;
-const { child, port } = await startSidecar(CLI, ['--gpu-source', 'none', ...(out ? ['--out', out] : [])]);
+const ATTACH = arg('attach', null)?.split(':').map(Number) ?? null;
+const out = JOURNAL && !ATTACH ? mkdtempSync(path.join(os.tmpdir(), 'stepscope-burst-')) : null;
+const { child, port } = ATTACH
+  ? { child: { pid: ATTACH[0], exitCode: null }, port: ATTACH[1] }
+  : await startSidecar(CLI, ['--gpu-source', 'none', ...(out ? ['--out', out] : [])]);
+const token = process.env.STEPSCOPE_TOKEN ? { headers: { authorization: `Bearer ${process.env.STEPSCOPE_TOKEN}` } } : {};
 const url = `ws://127.0.0.1:${port}/v1/ingest`;
 let viewerFrames = 0;
-const viewer = WATCHED ? new WebSocket(`ws://127.0.0.1:${port}/v1/stream`).on('message', () => (viewerFrames += 1)) : null;
+const viewer = WATCHED ? new WebSocket(`ws://127.0.0.1:${port}/v1/stream`, token).on('message', () => (viewerFrames += 1)) : null;
 if (viewer) await new Promise((resolve, reject) => (viewer.once('open', resolve), viewer.once('error', reject)));
 const rss = [];
 const sampler = setInterval(() => rss.push({ at: Date.now(), kib: kib(status(child.pid), 'VmRSS') }), 250);
@@ -87,9 +94,11 @@ for (const timer of cpuTimers) clearTimeout(timer);
 viewer?.close();
 const peak = kib(status(child.pid), 'VmHWM');
 // Its journal is removed once it has exited: it writes its last checkpoint as it stops.
-const exited = new Promise((resolve) => child.once('exit', resolve));
-child.kill('SIGTERM');
-await exited;
+if (!ATTACH) {
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  child.kill('SIGTERM');
+  await exited;
+}
 if (out) rmSync(out, { recursive: true, force: true });
 
 const mib = (k) => Math.round(k / 1024);
@@ -106,12 +115,12 @@ const acked = results.reduce((sum, r) => sum + r.acked, 0);
 console.log(
   JSON.stringify(
     {
-      cli: path.relative(root, CLI) || CLI,
-      node: process.version,
+      cli: ATTACH ? `attached to pid ${ATTACH[0]}, port ${ATTACH[1]}` : path.relative(root, CLI) || CLI,
+      node: ATTACH ? null : process.version, // an attached sidecar's Node is its own
       ranks: RANKS,
       seconds: SECONDS,
       rate_per_rank: RATE || 'as fast as they can',
-      journal: JOURNAL,
+      journal: ATTACH ? 'as the attached sidecar runs' : JOURNAL,
       steps_per_s: Math.round(records / SECONDS),
       peak_rss_mib: mib(peak),
       rss_max_mib_by_tenth: tenths,
