@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // Precompiles the largest schemas into dist/validators, after tsc, as part of `npm run build`:
 // compiling them at run time costs Ajv 0.1 to 0.6 s each (the summary's, the run history's, the
-// stream's frames), which `report`, `gate`, `watch` and a restarting `serve` would pay at start.
+// stream's frames), which `report`, `gate`, `watch` and a restarting `serve` would pay at start, and
+// the hooks' frames, which `serve` paid on its first hello (0.12 s, its event loop held).
 // Each becomes Ajv's standalone code (a CommonJS file), listed in index.json by the schema's
 // fingerprint; src/protocol/parse.ts loads one where the fingerprint matches and compiles any other
 // schema itself, so a schema changed without a rebuild is still checked, only slower.
@@ -33,6 +34,13 @@ const SCHEMAS = [
   ['protocol/stream.js', 'UpdateFrameSchema'],
   ['protocol/stream.js', 'VerdictFrameSchema'],
   ['protocol/stream.js', 'RegressionFrameSchema'],
+  ['protocol/hook-schema.js', 'HelloFrame'], // serve: a hook's frames (the usual steps frame needs none: steps-bytes.ts)
+  ['protocol/hook-schema.js', 'EnvFrame'],
+  ['protocol/hook-schema.js', 'StepsFrame'],
+  ['protocol/hook-schema.js', 'EndFrame'],
+  ['protocol/counters.js', 'counterSchemas'],
+  ['protocol/capture.js', 'StackFrameSchema'],
+  ['protocol/profile.js', 'ProfileFrameSchema'],
 ];
 
 const { AJV_OPTIONS, PRECOMPILED_INDEX, isDateTime, schemaFingerprint } = await import(pathToFileURL(path.join(DIST, 'protocol', 'parse.js')).href);

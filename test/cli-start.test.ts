@@ -2,6 +2,8 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { encode } from 'msgpackr';
+import { readHookFrame } from '../src/protocol/messages.js';
 import { SummarySchema } from '../src/protocol/summary.js';
 import { InputError, parseInput } from '../src/protocol/parse.js';
 import { VERSION } from '../src/version.js';
@@ -56,6 +58,52 @@ describe('the CLI at start', () => {
     `);
     const summary = JSON.parse(readFileSync(SUMMARY, 'utf8')) as { job: string };
     expect(JSON.parse(out)).toEqual({ job: summary.job, compiler: false, precompiled: true });
+  });
+
+  it("reads a hook's frames with the precompiled validators: serve's first hello no longer compiles", () => {
+    // Each kind a hook sends, the steps frame with its rows before its fields (the general path's, not the byte reader's).
+    const frames = [
+      { v: 1, type: 'hello', job: 'j', rank: 0, local_rank: 0, world_size: 1, pid: 7, host: 'h', session: 's1', clock: { wall_ns: 1, mono_ns: 1 }, env: { python: '3.12' } },
+      { v: 1, type: 'env', env: { torch: '2.5' } },
+      { v: 1, type: 'steps', rows: [[1, 0, 10, 5, 1, 1, 1, null]], fields: ['seq', 'step', 'end_ns', 'dur_ns', 'data_ns', 'h2d_ns', 'compute_ns', 'samples'], dropped: 0 },
+      { v: 1, type: 'counters', source: 'process', samples: [{ at_ns: 5, cpu_main_s: 1.5, cpu_workers_s: 2, workers: 4, rss_bytes: 1e9 }] },
+      { v: 1, type: 'counters', source: 'nvml', samples: [{ at_ns: 5, util_gpu: 97.5, power_w: 698.23, pstate: 'P0', uuid: null }] },
+      { v: 1, type: 'end', reason: 'exit' },
+    ];
+    const out = node(`
+      import { createRequire } from 'node:module';
+      import { encode } from 'msgpackr';
+      const { readHookFrame } = await import('./dist/protocol/messages.js');
+      const types = ${JSON.stringify(frames)}.map((frame) => readHookFrame(encode(frame)).type);
+      const loaded = Object.keys(createRequire(import.meta.url).cache);
+      console.log(JSON.stringify({ types, compiler: loaded.some((file) => file.endsWith('/ajv/dist/core.js')), precompiled: loaded.some((file) => file.includes('/dist/validators/')) }));
+    `);
+    expect(JSON.parse(out)).toEqual({ types: ['hello', 'env', 'steps', 'counters', 'counters', 'end'], compiler: false, precompiled: true });
+  });
+
+  it("refuses a hook's bad frames with the same reasons through the precompiled validators as through Ajv at run time", () => {
+    const bad = [
+      { v: 1, type: 'hello', job: 'j', rank: -1, local_rank: 0, world_size: 1, pid: 7, host: 'h', session: 's1', clock: { wall_ns: 1, mono_ns: 1 }, env: {} },
+      { v: 1, type: 'hello', job: 'j\u0001', rank: 0, local_rank: 0, world_size: 1, pid: 7, host: 'h', session: 's1', clock: { wall_ns: 1, mono_ns: 1 }, env: {} },
+      { v: 1, type: 'steps', rows: [[1, 0, 10, 5, 1, 1, 1.5, null]], fields: ['seq', 'step', 'end_ns', 'dur_ns', 'data_ns', 'h2d_ns', 'compute_ns', 'samples'], dropped: 0 },
+      { v: 1, type: 'counters', source: 'nvml', samples: [{ at_ns: 5, util_gpu: 'busy' }] },
+      { v: 1, type: 'end', reason: 'x'.repeat(65) },
+    ];
+    const here = bad.map((frame) => {
+      try {
+        readHookFrame(encode(frame));
+        return null;
+      } catch (error) {
+        return (error as Error).message;
+      }
+    });
+    expect(here.every((message) => message !== null)).toBe(true);
+    const built = node(`
+      import { encode } from 'msgpackr';
+      const { readHookFrame } = await import('./dist/protocol/messages.js');
+      console.log(JSON.stringify(${JSON.stringify(bad)}.map((frame) => { try { readHookFrame(encode(frame)); return null; } catch (error) { return error.message; } })));
+    `);
+    expect(JSON.parse(built)).toEqual(here);
   });
 
   it('refuses a bad summary with the same reason through the precompiled validator as through Ajv at run time', () => {

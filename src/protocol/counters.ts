@@ -116,8 +116,8 @@ const sampleSchema = (figures: readonly string[], texts: readonly string[], frac
   },
 });
 
-// Compiled by the one Ajv on a hook's first counters frame, not when the sidecar starts.
-const schemas: Record<CounterBatch['source'], object> = {
+/** Each source's samples: precompiled by the build (scripts/build-validators.mjs), else compiled on a hook's first counters frame. */
+export const counterSchemas: Record<CounterBatch['source'], object> = {
   nvml: { type: 'array', minItems: 1, maxItems: 64, items: sampleSchema(NVML_FIGURES, NVML_TEXT, NVML_FRACTIONS) },
   process: { type: 'array', minItems: 1, maxItems: 64, items: sampleSchema(PROCESS_FIGURES, []) },
   memory: { type: 'array', minItems: 1, maxItems: 64, items: sampleSchema(MEMORY_FIGURES, []) },
@@ -132,7 +132,7 @@ function normalise<T>(sample: Record<string, unknown>, keys: readonly string[]):
 /** Validates a `counters` frame's samples; returns an error text instead of throwing. */
 export function parseCounterBatch(source: unknown, samples: unknown): CounterBatch | string {
   if (source !== 'nvml' && source !== 'process' && source !== 'memory') return `counters.source: unknown source ${shortly(source)}`;
-  const validate = validatorOf(schemas[source]);
+  const validate = validatorOf(counterSchemas[source]);
   if (!validate(samples)) {
     const error = validate.errors?.[0];
     const where = error?.instancePath.replace(/^\//, '').replaceAll('/', '.') ?? '';
