@@ -7,7 +7,7 @@
 // whole time (the hooks then send every 0.08 s instead of every 0.5 s, and the sidecar ticks on them).
 // --attach PID:PORT: a sidecar already running (a container's, as a pod runs it: its pid as this host
 // sees it, its port published on 127.0.0.1; STEPSCOPE_TOKEN in the environment where it wants one),
-// measured the same way and left running.
+// measured the same way (its peak from the samples, not its lifetime's VmHWM) and left running.
 //   node scripts/bench-burst.mjs [--ranks 8] [--seconds 300] [--rate 0] [--journal] [--watched] [--cli dist/cli.js] [--attach PID:PORT]
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -63,11 +63,17 @@ const status = (pid) => readFileSync(`/proc/${pid}/status`, 'utf8');
 const kib = (text, field) => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(text)?.[1] ?? NaN);
 
 const ATTACH = arg('attach', null)?.split(':').map(Number) ?? null;
+if (ATTACH && (ATTACH.length !== 2 || !ATTACH.every((n) => Number.isInteger(n) && n > 0))) {
+  console.error('--attach PID:PORT: the sidecar\'s pid and its port, e.g. --attach 4242:9701');
+  process.exit(2);
+}
+const token = process.env.STEPSCOPE_TOKEN ? { headers: { authorization: `Bearer ${process.env.STEPSCOPE_TOKEN}` } } : {};
 const out = JOURNAL && !ATTACH ? mkdtempSync(path.join(os.tmpdir(), 'stepscope-burst-')) : null;
 const { child, port } = ATTACH
   ? { child: { pid: ATTACH[0], exitCode: null }, port: ATTACH[1] }
   : await startSidecar(CLI, ['--gpu-source', 'none', ...(out ? ['--out', out] : [])]);
-const token = process.env.STEPSCOPE_TOKEN ? { headers: { authorization: `Bearer ${process.env.STEPSCOPE_TOKEN}` } } : {};
+// An attached sidecar may still be replaying its journal (503 until it is done), as startSidecar waits for.
+while (ATTACH && !(await fetch(`http://127.0.0.1:${port}/readyz`, token).then((response) => response.ok, () => false))) await new Promise((resolve) => setTimeout(resolve, 50));
 const url = `ws://127.0.0.1:${port}/v1/ingest`;
 let viewerFrames = 0;
 const viewer = WATCHED ? new WebSocket(`ws://127.0.0.1:${port}/v1/stream`, token).on('message', () => (viewerFrames += 1)) : null;
@@ -92,7 +98,8 @@ const wall = (Date.now() - t0) / 1000;
 clearInterval(sampler);
 for (const timer of cpuTimers) clearTimeout(timer);
 viewer?.close();
-const peak = kib(status(child.pid), 'VmHWM');
+// VmHWM is the whole life's peak: an attached sidecar's own, from before this run too, so the samples' there.
+const peak = ATTACH ? Math.max(...rss.map((s) => s.kib)) : kib(status(child.pid), 'VmHWM');
 // Its journal is removed once it has exited: it writes its last checkpoint as it stops.
 if (!ATTACH) {
   const exited = new Promise((resolve) => child.once('exit', resolve));

@@ -2,7 +2,7 @@
 // Precompiles the largest schemas into dist/validators, after tsc, as part of `npm run build`:
 // compiling them at run time costs Ajv 0.1 to 0.6 s each (the summary's, the run history's, the
 // stream's frames), which `report`, `gate`, `watch` and a restarting `serve` would pay at start, and
-// the hooks' frames, which `serve` paid on its first hello (0.12 s, its event loop held).
+// the hooks' frames, which `serve` paid on its first hello (0.08-0.09 s, its event loop held).
 // Each becomes Ajv's standalone code (a CommonJS file), listed in index.json by the schema's
 // fingerprint; src/protocol/parse.ts loads one where the fingerprint matches and compiles any other
 // schema itself, so a schema changed without a rebuild is still checked, only slower.

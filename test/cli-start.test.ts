@@ -23,6 +23,20 @@ const SUMMARY = path.join(ROOT, 'test/fixtures/fix-checks/demo-regimes/summary.j
 /** Runs `code` (an ES module) in a child Node at the repository root; its stdout. */
 const node = (code: string) => execFileSync(process.execPath, ['--input-type=module', '-e', code], { cwd: ROOT, encoding: 'utf8' });
 
+/** A hook's answer to a capture (as test/stall-ingest.test.ts sends one). */
+const STACK = {
+  v: 1,
+  type: 'stack',
+  id: 3,
+  at_ns: 5,
+  last_seq: 5,
+  still_ms: 4000,
+  threads: [{ name: 'MainThread', training: true, skipped: 0, frames: [['/job/train.py', 48, 'wait_for_it', 'user']] }],
+  comm: null,
+  workers: [],
+  flight: null,
+};
+
 describe('the CLI at start', () => {
   it('lists every command in --help and loads none of them to do it', () => {
     // On exit (commander exits after the help), the CommonJS modules loaded: fastify, Ajv, pino,
@@ -68,6 +82,9 @@ describe('the CLI at start', () => {
       { v: 1, type: 'steps', rows: [[1, 0, 10, 5, 1, 1, 1, null]], fields: ['seq', 'step', 'end_ns', 'dur_ns', 'data_ns', 'h2d_ns', 'compute_ns', 'samples'], dropped: 0 },
       { v: 1, type: 'counters', source: 'process', samples: [{ at_ns: 5, cpu_main_s: 1.5, cpu_workers_s: 2, workers: 4, rss_bytes: 1e9 }] },
       { v: 1, type: 'counters', source: 'nvml', samples: [{ at_ns: 5, util_gpu: 97.5, power_w: 698.23, pstate: 'P0', uuid: null }] },
+      { v: 1, type: 'counters', source: 'memory', samples: [{ at_ns: 5, device: 0, allocated_bytes: 1e9, reserved_bytes: 2e9 }] },
+      STACK,
+      { v: 1, type: 'profile', id: 1, seq: 0, last: true, error: 'no profiler here' },
       { v: 1, type: 'end', reason: 'exit' },
     ];
     const out = node(`
@@ -78,15 +95,19 @@ describe('the CLI at start', () => {
       const loaded = Object.keys(createRequire(import.meta.url).cache);
       console.log(JSON.stringify({ types, compiler: loaded.some((file) => file.endsWith('/ajv/dist/core.js')), precompiled: loaded.some((file) => file.includes('/dist/validators/')) }));
     `);
-    expect(JSON.parse(out)).toEqual({ types: ['hello', 'env', 'steps', 'counters', 'counters', 'end'], compiler: false, precompiled: true });
+    expect(JSON.parse(out)).toEqual({ types: ['hello', 'env', 'steps', 'counters', 'counters', 'counters', 'stack', 'profile', 'end'], compiler: false, precompiled: true });
   });
 
   it("refuses a hook's bad frames with the same reasons through the precompiled validators as through Ajv at run time", () => {
     const bad = [
       { v: 1, type: 'hello', job: 'j', rank: -1, local_rank: 0, world_size: 1, pid: 7, host: 'h', session: 's1', clock: { wall_ns: 1, mono_ns: 1 }, env: {} },
       { v: 1, type: 'hello', job: 'j\u0001', rank: 0, local_rank: 0, world_size: 1, pid: 7, host: 'h', session: 's1', clock: { wall_ns: 1, mono_ns: 1 }, env: {} },
-      { v: 1, type: 'steps', rows: [[1, 0, 10, 5, 1, 1, 1.5, null]], fields: ['seq', 'step', 'end_ns', 'dur_ns', 'data_ns', 'h2d_ns', 'compute_ns', 'samples'], dropped: 0 },
+      { v: 1, type: 'env', env: 'not a map' },
+      { v: 1, type: 'steps', rows: [[1, 0, 10, 5, 1, 1, 1, null]], fields: ['seq', 'step', 'end_ns', 'dur_ns', 'data_ns', 'h2d_ns', 'compute_ns', 'samples'], dropped: -1 },
       { v: 1, type: 'counters', source: 'nvml', samples: [{ at_ns: 5, util_gpu: 'busy' }] },
+      { v: 1, type: 'counters', source: 'memory', samples: [{ at_ns: 5, allocated_bytes: -1 }] },
+      { ...STACK, still_ms: 'long' },
+      { v: 1, type: 'profile', id: 1, seq: -1, last: true },
       { v: 1, type: 'end', reason: 'x'.repeat(65) },
     ];
     const here = bad.map((frame) => {
