@@ -451,7 +451,7 @@ class Sender:
         if welcome.get("resume") is not None:
             self._resume = welcome["resume"]
         self._apply_ack(welcome["ack"])
-        self._window.rewind()  # resend everything the sidecar does not hold
+        self.dropped += self._window.rewind()  # resend everything the sidecar does not hold
         self._counters.configure(welcome.get("counters"), time.monotonic())
         beat = welcome.get("heartbeat_ms")
         self._heartbeat_s = beat / 1000.0 if isinstance(beat, int) else None

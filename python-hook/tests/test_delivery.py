@@ -349,6 +349,24 @@ class ResilienceTest(DeliveryCase):
         self.assertEqual(seqs, sorted(seqs))
         self.assertTrue(all(m["dropped"] == stats["dropped"] for m in server.of_type("steps")))
 
+    def test_rows_let_go_of_after_they_were_sent_count_as_delivered_once_acknowledged(self):
+        # A sidecar that falls behind: it keeps each frame but acknowledges none for a while, so the
+        # hook's window (16 rows) lets go of rows it has sent. Those the sidecar then acknowledges
+        # were delivered, not dropped (they had been counted as dropped).
+        server = self.server(ack="none")
+        scope = self.init(url=server.url, max_unacked=16)
+        for batch in range(1, 6):
+            run_steps(scope, 10)
+            self.assertTrue(wait_until(lambda: server.store.seqs()[-1:] == [10 * batch]))
+        self.assertEqual(scope.stats()["dropped"], 0)
+        server.ack = "auto"
+        self.assertTrue(scope.close(timeout=5.0))
+        self.assertEqual(server.store.seqs(), list(range(1, 51)))
+        stats = scope.stats()
+        self.assertEqual((stats["acked"], stats["dropped"]), (50, 0))
+        result = scope.close_result
+        self.assertEqual((result.records, result.delivered, result.dropped, result.undelivered), (50, 50, 0, 0))
+
     def test_frame_too_big_halves_the_frame(self):
         port = free_port()
         scope = self.init(url=url_for(port))

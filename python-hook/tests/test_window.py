@@ -56,17 +56,41 @@ class WindowTest(unittest.TestCase):
 
     def test_past_its_limit_the_oldest_rows_go_first_then_the_waiting(self):
         window = filled(4, range(1, 6))
-        self.assertEqual(window.shed(0), (1, 0))
+        self.assertEqual(window.shed(0), (1, 0))  # not sent yet: dropped
         self.assertEqual(send_all(window, 10), ([[2, 3, 4, 5]], 0))
-        self.assertEqual(window.shed(2), (2, 0))
+        self.assertEqual(window.shed(2), (0, 0))  # sent: in doubt, not dropped
         self.assertEqual((len(window), window.unsent), (2, 0))
-        self.assertEqual(window.shed(7), (2, 3))
+        self.assertEqual(window.shed(7), (0, 3))
         self.assertEqual((len(window), window.unsent), (0, 0))
         self.assertEqual(filled(4, range(1, 4)).shed(1), (0, 0))
 
+    def test_sent_rows_let_go_of_count_as_delivered_once_acknowledged(self):
+        window = filled(3, [1, 2, 3, 5, 6])  # 4 fell off the training thread's queue
+        send_all(window, 10)
+        window.add(7, b"row7")
+        window.add(8, b"row8")
+        self.assertEqual(window.shed(0), (0, 0))  # 1, 2, 3, 5 were sent: in doubt
+        self.assertEqual(window.ack(2), 2)
+        self.assertEqual(window.ack(5), 2)  # 3 and 5 (4 was never there)
+        self.assertEqual(window.ack(7), 2)  # 6 and 7, held
+        self.assertEqual((len(window), window.unsent), (1, 1))
+
+    def test_rows_in_doubt_that_a_new_connection_does_not_hold_are_lost(self):
+        window = filled(2, range(1, 5))
+        send_all(window, 10)
+        window.add(5, b"row5")
+        self.assertEqual(window.shed(0), (0, 0))  # 1, 2, 3 in doubt
+        self.assertEqual(window.ack(1), 1)  # the new connection's welcome: it holds 1
+        self.assertEqual(window.rewind(), 2)  # 2 and 3: not held there, not here
+        self.assertEqual(window.ack(3), 0)
+        self.assertEqual(send_all(window, 10), ([[4, 5]], 1))
+
     def test_clear_lets_go_of_everything(self):
-        window = filled(10, range(1, 4))
+        window = filled(2, range(1, 4))
+        send_all(window, 10)
+        window.shed(0)
         window.clear()
+        self.assertEqual(window.ack(3), 0)
         self.assertEqual((len(window), window.unsent, window.next_frame(5)), (0, 0, []))
 
 
