@@ -237,7 +237,7 @@ class Sender:
             "ack_seq": self.ack_seq,
             "dropped": self.dropped,
             "resent": self.resent,
-            "pending": len(self._queue) + len(self._pending) + len(self._window),
+            "pending": len(self._queue) + len(self._pending) + len(self._window) + self._window.in_doubt,
             "connected": self._ws is not None,
             "connects": self.connects,
             "reconnects": max(0, self.connects - 1),

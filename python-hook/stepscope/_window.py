@@ -30,6 +30,11 @@ class Window:
     def __len__(self) -> int:
         return len(self._rows)
 
+    @property
+    def in_doubt(self) -> int:
+        """Rows sent and let go of, neither acknowledged nor lost yet."""
+        return sum(last - first + 1 for first, last in self._in_doubt)
+
     def add(self, seq: int, row: bytes) -> None:
         self._rows.append((seq, row))
         self.unsent += 1
@@ -57,7 +62,7 @@ class Window:
         """A new connection (its welcome's ack applied): nothing held is on it yet. Returns how many
         rows in doubt its ack did not cover: lost with the connection before."""
         self.unsent = len(self._rows)
-        lost = sum(last - first + 1 for first, last in self._in_doubt)
+        lost = self.in_doubt
         self._in_doubt.clear()
         return lost
 

@@ -367,6 +367,23 @@ class ResilienceTest(DeliveryCase):
         result = scope.close_result
         self.assertEqual((result.records, result.delivered, result.dropped, result.undelivered), (50, 50, 0, 0))
 
+    def test_rows_in_doubt_that_the_next_sidecar_does_not_hold_count_as_dropped(self):
+        # Sent and let go of, never acknowledged; the sidecar then restarts without its journal, so
+        # its welcome says it holds none of them: lost with the connection, and counted so.
+        server = self.server(ack="none")
+        scope = self.init(url=server.url, max_unacked=16)
+        for batch in range(1, 4):
+            run_steps(scope, 10)
+            self.assertTrue(wait_until(lambda: server.store.seqs()[-1:] == [10 * batch]))
+        self.assertEqual(scope.stats()["pending"], 30)  # 16 held, 14 in doubt
+        server.stop()
+        blank = self.server(port=server.port)
+        self.assertTrue(scope.close(timeout=5.0) is False)
+        self.assertEqual(blank.store.seqs(), list(range(15, 31)))
+        result = scope.close_result
+        self.assertEqual((result.records, result.delivered, result.dropped, result.undelivered), (30, 16, 14, 0))
+        self.assertTrue(all(m["dropped"] == 14 for m in blank.of_type("steps")))
+
     def test_frame_too_big_halves_the_frame(self):
         port = free_port()
         scope = self.init(url=url_for(port))
