@@ -2,7 +2,9 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { encode } from 'msgpackr';
+// The project's codec, not msgpackr's main entry: that one turns on msgpackr's native extractor for
+// every later test in this worker (test/codec.test.ts checks it stays off).
+import { encode } from '../src/protocol/codec.js';
 import { readHookFrame } from '../src/protocol/messages.js';
 import { SummarySchema } from '../src/protocol/summary.js';
 import { InputError, parseInput } from '../src/protocol/parse.js';
@@ -89,7 +91,7 @@ describe('the CLI at start', () => {
     ];
     const out = node(`
       import { createRequire } from 'node:module';
-      import { encode } from 'msgpackr';
+      const { encode } = await import('./dist/protocol/codec.js');
       const { readHookFrame } = await import('./dist/protocol/messages.js');
       const types = ${JSON.stringify(frames)}.map((frame) => readHookFrame(encode(frame)).type);
       const loaded = Object.keys(createRequire(import.meta.url).cache);
@@ -120,7 +122,7 @@ describe('the CLI at start', () => {
     });
     expect(here.every((message) => message !== null)).toBe(true);
     const built = node(`
-      import { encode } from 'msgpackr';
+      const { encode } = await import('./dist/protocol/codec.js');
       const { readHookFrame } = await import('./dist/protocol/messages.js');
       console.log(JSON.stringify(${JSON.stringify(bad)}.map((frame) => { try { readHookFrame(encode(frame)); return null; } catch (error) { return error.message; } })));
     `);
