@@ -16,7 +16,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 import { cpuSeconds } from './bench-results.mjs';
-import { startSidecar } from './sidecar.mjs';
+import { startSidecar, untilReady } from './sidecar.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const arg = (name, fallback) => {
@@ -72,8 +72,8 @@ const out = JOURNAL && !ATTACH ? mkdtempSync(path.join(os.tmpdir(), 'stepscope-b
 const { child, port } = ATTACH
   ? { child: { pid: ATTACH[0], exitCode: null }, port: ATTACH[1] }
   : await startSidecar(CLI, ['--gpu-source', 'none', ...(out ? ['--out', out] : [])]);
-// An attached sidecar may still be replaying its journal (503 until it is done), as startSidecar waits for.
-while (ATTACH && !(await fetch(`http://127.0.0.1:${port}/readyz`, token).then((response) => response.ok, () => false))) await new Promise((resolve) => setTimeout(resolve, 50));
+// An attached sidecar may still be replaying its journal, as startSidecar waits for.
+if (ATTACH) await untilReady(port, token);
 const url = `ws://127.0.0.1:${port}/v1/ingest`;
 let viewerFrames = 0;
 const viewer = WATCHED ? new WebSocket(`ws://127.0.0.1:${port}/v1/stream`, token).on('message', () => (viewerFrames += 1)) : null;

@@ -20,11 +20,13 @@ export async function startSidecar(cli, args, { env = process.env, detached = fa
     });
     child.once('exit', (code) => reject(new Error(`the sidecar exited ${code}`)));
   });
-  // It listens early and says 503 until its journal is replayed and its sources are up.
-  for (;;) {
-    const ready = await fetch(`http://127.0.0.1:${port}/readyz`).then((response) => response.ok, () => false);
-    if (ready) break;
+  await untilReady(port);
+  return { child, port };
+}
+
+/** Resolves once the sidecar on `port` says it is ready: it listens early and says 503 until its journal is replayed and its sources are up. `init`: fetch's, e.g. a token's header. */
+export async function untilReady(port, init = {}) {
+  while (!(await fetch(`http://127.0.0.1:${port}/readyz`, init).then((response) => response.ok, () => false))) {
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
-  return { child, port };
 }
