@@ -349,15 +349,19 @@ class ResilienceTest(DeliveryCase):
         self.assertEqual(seqs, sorted(seqs))
         self.assertTrue(all(m["dropped"] == stats["dropped"] for m in server.of_type("steps")))
 
-    def test_rows_let_go_of_after_they_were_sent_count_as_delivered_once_acknowledged(self):
-        # A sidecar that falls behind: it keeps each frame but acknowledges none for a while, so the
-        # hook's window (16 rows) lets go of rows it has sent. Those the sidecar then acknowledges
-        # were delivered, not dropped (they had been counted as dropped).
+    def unacknowledged(self, batches):
+        """A sidecar that falls behind: it keeps each frame but acknowledges none, so the hook's window
+        (16 rows) lets go of rows it has sent. `batches` of 10 steps, each kept before the next."""
         server = self.server(ack="none")
         scope = self.init(url=server.url, max_unacked=16)
-        for batch in range(1, 6):
+        for batch in range(1, batches + 1):
             run_steps(scope, 10)
             self.assertTrue(wait_until(lambda: server.store.seqs()[-1:] == [10 * batch]))
+        return server, scope
+
+    def test_rows_let_go_of_after_they_were_sent_count_as_delivered_once_acknowledged(self):
+        # Those the sidecar then acknowledges were delivered, not dropped (they had been counted as dropped).
+        server, scope = self.unacknowledged(5)
         self.assertEqual(scope.stats()["dropped"], 0)
         server.ack = "auto"
         self.assertTrue(scope.close(timeout=5.0))
@@ -370,11 +374,7 @@ class ResilienceTest(DeliveryCase):
     def test_rows_in_doubt_that_the_next_sidecar_does_not_hold_count_as_dropped(self):
         # Sent and let go of, never acknowledged; the sidecar then restarts without its journal, so
         # its welcome says it holds none of them: lost with the connection, and counted so.
-        server = self.server(ack="none")
-        scope = self.init(url=server.url, max_unacked=16)
-        for batch in range(1, 4):
-            run_steps(scope, 10)
-            self.assertTrue(wait_until(lambda: server.store.seqs()[-1:] == [10 * batch]))
+        server, scope = self.unacknowledged(3)
         self.assertEqual(scope.stats()["pending"], 30)  # 16 held, 14 in doubt
         server.stop()
         blank = self.server(port=server.port)
