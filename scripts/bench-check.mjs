@@ -109,6 +109,7 @@ function hook() {
   const report = JSON.parse(run.stdout).unreachable;
   return {
     'hook.overhead_us_per_step_cpu': report.overhead_us_per_step_cpu,
+    'hook.overhead_ratio_to_python_floor': report.overhead_ratio_to_floor,
     'hook.sender_cpu_pct_1000_steps_per_s': report.bg_cpu_pct,
   };
 }

@@ -1,11 +1,14 @@
 """The zero-code path's wrappers around stand-ins that cost nothing, for the benchmarks that time the
 hook's own code on the training thread (bench_auto.py, bench_hot.py, bench_floor.py): built by the
 hook's own ``make_*`` functions, with a scope that has no connection (nothing is encoded or sent);
-and the explicit API's loop of steps that do nothing, with a phase that does nothing beside it."""
+the explicit API's loop of steps that do nothing, with a phase that does nothing beside it; and
+that loop's floor: its shape written with the least Python can do (bench_hook.py, bench_floor.py)."""
 
 from __future__ import annotations
 
+import collections
 import threading
+import time
 from types import SimpleNamespace
 
 
@@ -19,6 +22,55 @@ class Empty:
 
     def __exit__(self, exc_type, exc, tb):
         return False
+
+
+class Timed:
+    """A `with` that reads the clock at both ends and adds the difference: a phase's least work."""
+
+    __slots__ = ("t0", "total")
+
+    def __init__(self):
+        self.t0 = self.total = 0
+
+    def __enter__(self):
+        self.t0 = time.perf_counter_ns()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.total += time.perf_counter_ns() - self.t0
+        return False
+
+
+class Appender:
+    """A step() with the least work: a clock read, a count, a tuple appended to a bounded deque."""
+
+    __slots__ = ("queue", "seq")
+
+    def __init__(self):
+        self.queue = collections.deque(maxlen=16384)
+        self.seq = 0
+
+    def step(self, samples=None):
+        now = time.perf_counter_ns()
+        self.seq += 1
+        self.queue.append((self.seq, now, 0, 0, 0, 0, samples, None, None))
+
+
+def generator(data):
+    yield from data
+
+
+def readme_floor(data, timed, appender):
+    """The README loop's shape (loader, two phases, step) with the least each piece can do: the floor
+    of the explicit API, against which bench_hook.py and bench_floor.py judge the hook's own cost."""
+    result = None
+    for batch in generator(data):
+        with timed:
+            moved = batch
+        with timed:
+            result = moved
+        appender.step(samples=8)
+    return result
 
 
 def explicit_steps(scope, n):

@@ -22,43 +22,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import stepscope  # noqa: E402
-from _stand_ins import Empty  # noqa: E402
-
-
-class Timed:
-    """A `with` that reads the clock at both ends and adds the difference: a phase's least work."""
-
-    __slots__ = ("t0", "total")
-
-    def __init__(self):
-        self.t0 = self.total = 0
-
-    def __enter__(self):
-        self.t0 = time.perf_counter_ns()
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        self.total += time.perf_counter_ns() - self.t0
-        return False
-
-
-class Appender:
-    __slots__ = ("queue", "seq")
-
-    def __init__(self):
-        import collections
-
-        self.queue = collections.deque(maxlen=16384)
-        self.seq = 0
-
-    def step(self, samples=None):
-        now = time.perf_counter_ns()
-        self.seq += 1
-        self.queue.append((self.seq, now, 0, 0, 0, 0, samples, None, None))
-
-
-def generator(data):
-    yield from data
+from _stand_ins import Appender, Empty, Timed, generator, readme_floor  # noqa: E402
 
 
 def loops(scope):
@@ -119,13 +83,7 @@ def loops(scope):
             clock()
 
     def floor_readme(data):
-        # The README loop's shape with the least each piece can do: the floor of the explicit API.
-        for _ in generator(data):
-            with timed:
-                pass
-            with timed:
-                pass
-            appender.step(samples=8)
+        readme_floor(data, timed, appender)
 
     return {
         "bare": bare,

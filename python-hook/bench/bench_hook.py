@@ -26,6 +26,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import stepscope  # noqa: E402
+from _stand_ins import Appender, Timed, readme_floor  # noqa: E402
 
 BUDGET_OVERHEAD_US = 5.0
 BUDGET_BG_CPU_PCT = 1.0
@@ -49,24 +50,33 @@ def hooked_loop(scope, data):
 
 
 def measure_overhead(scope, steps: int, runs: int) -> dict:
+    """The hooked loop's CPU and wall time per step above the plain loop's, medians over runs; and,
+    as a ratio, above the same loop's floor (readme_floor: its shape with the least Python can do).
+    The three loops run in turn in each run, so the ratio is of times the same load, clock speed
+    and interpreter build moved alike: bench:check budgets it, not the microseconds."""
     data = list(range(steps))
-    cpu, wall = [], []
+    timed, appender = Timed(), Appender()
+    loops = {
+        "plain": plain_loop,
+        "hooked": lambda data: hooked_loop(scope, data),
+        "floor": lambda data: readme_floor(data, timed, appender),
+    }
+    cpu, wall, ratio = [], [], []
     for run in range(runs):
         time.sleep(0.15)  # let the sender drain the previous run's records before timing
         timings = {}
-        order = ("plain", "hooked") if run % 2 == 0 else ("hooked", "plain")
-        for name in order:
+        names = list(loops)
+        for name in names[run % 3:] + names[: run % 3]:
             c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
-            if name == "plain":
-                plain_loop(data)
-            else:
-                hooked_loop(scope, data)
+            loops[name](data)
             timings[name] = (time.thread_time_ns() - c0, time.perf_counter_ns() - w0)
         cpu.append((timings["hooked"][0] - timings["plain"][0]) / steps / 1000)
         wall.append((timings["hooked"][1] - timings["plain"][1]) / steps / 1000)
+        ratio.append((timings["hooked"][0] - timings["plain"][0]) / max(1, timings["floor"][0] - timings["plain"][0]))
     return {
         "overhead_us_per_step_cpu": round(statistics.median(cpu), 3),
         "overhead_us_per_step_wall": round(statistics.median(wall), 3),
+        "overhead_ratio_to_floor": round(statistics.median(ratio), 3),
         "plain_loop_us_per_step": round(timings["plain"][1] / steps / 1000, 3),
     }
 
