@@ -1,14 +1,17 @@
 // The real sidecar for the benchmarks (scripts/bench.mjs, scripts/accuracy.mjs): `serve` on a free
 // port, resolved once it is ready.
 import { spawn } from 'node:child_process';
-import { SIDECAR_NODE_FLAGS } from '../dist/ingest/node-flags.js';
+import { SIDECAR_MALLOC_ENV, SIDECAR_NODE_FLAGS } from '../dist/ingest/node-flags.js';
 
 /** Node's flags for the sidecar: SIDECAR_NODE_ARGS where set (empty for none), else those every start path gives it. */
 const nodeArgs = process.env.SIDECAR_NODE_ARGS === undefined ? SIDECAR_NODE_FLAGS : process.env.SIDECAR_NODE_ARGS.split(' ').filter(Boolean);
 
-/** Starts `node <node args> <cli> serve --port 0 … args`; resolves with the child and its port once it is ready. */
+/**
+ * Starts `node <node args> <cli> serve --port 0 … args`; resolves with the child and its port once it
+ * is ready. Its environment has glibc's settings as every start path gives them, unless `env` sets them.
+ */
 export async function startSidecar(cli, args, { env = process.env, detached = false } = {}) {
-  const child = spawn(process.execPath, [...nodeArgs, cli, 'serve', '--port', '0', '--log-level', 'info', ...args], { stdio: ['ignore', 'pipe', 'inherit'], env, detached });
+  const child = spawn(process.execPath, [...nodeArgs, cli, 'serve', '--port', '0', '--log-level', 'info', ...args], { stdio: ['ignore', 'pipe', 'inherit'], env: { ...SIDECAR_MALLOC_ENV, ...env }, detached });
   const port = await new Promise((resolve, reject) => {
     let buffered = '';
     child.stdout.setEncoding('utf8').on('data', (chunk) => {

@@ -3,7 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { validate } from 'dockerfile-utils';
 import { describe, expect, it } from 'vitest';
-import { IMAGE_NODE_OPTIONS, SIDECAR_NODE_FLAGS } from '../src/ingest/node-flags.js';
+import { IMAGE_NODE_OPTIONS, SIDECAR_MALLOC_ENV, SIDECAR_NODE_FLAGS } from '../src/ingest/node-flags.js';
 import { dockerfile, envOf, type Stage } from './support/dockerfile.js';
 import { CLI, ROOT, startSidecar } from './support/sidecar.js';
 
@@ -92,8 +92,11 @@ describe('Dockerfile', () => {
 
   it("gives Node the sidecar's flags on every start path: the image, npm start, the README's own start", () => {
     const scripts = (JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts;
-    expect(scripts.start).toContain(`node ${SIDECAR_NODE_FLAGS.join(' ')} dist/cli.js serve`);
-    expect(readFileSync(path.join(ROOT, 'README.md'), 'utf8')).toContain(`NODE_OPTIONS=${SIDECAR_NODE_FLAGS.join(' ')} stepscope serve`);
+    const assignments = Object.entries(SIDECAR_MALLOC_ENV).map(([name, value]) => `${name}=${value}`).join(' ');
+    expect(scripts.start).toContain(`${assignments} node ${SIDECAR_NODE_FLAGS.join(' ')} dist/cli.js serve`);
+    expect(readFileSync(path.join(ROOT, 'README.md'), 'utf8')).toContain(`${assignments} NODE_OPTIONS=${SIDECAR_NODE_FLAGS.join(' ')} stepscope serve`);
+    const env = envOf(final);
+    for (const [name, value] of Object.entries(SIDECAR_MALLOC_ENV)) expect(env.get(name), `the image's ${name}`).toBe(value);
   });
 
   it("sizes Node's heap from the container, and makes --out the one place it writes, its user's", () => {

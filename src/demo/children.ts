@@ -1,6 +1,6 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createWriteStream } from 'node:fs';
-import { SIDECAR_NODE_FLAGS } from '../ingest/node-flags.js';
+import { SIDECAR_MALLOC_ENV, SIDECAR_NODE_FLAGS } from '../ingest/node-flags.js';
 
 /** The processes the demo runs: the sidecar (as `stepscope serve`) and the Python ranks. */
 
@@ -43,7 +43,7 @@ export interface SidecarChild {
 
 /** `node cli.js serve ...`, its JSON log kept in `logFile`; resolves once it listens. */
 export async function startSidecar(cli: string, args: string[], logFile: string): Promise<SidecarChild> {
-  const child = spawn(process.execPath, [...SIDECAR_NODE_FLAGS, cli, 'serve', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [...SIDECAR_NODE_FLAGS, cli, 'serve', ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...SIDECAR_MALLOC_ENV, ...process.env } });
   const log = createWriteStream(logFile);
   const exited = exitOf(child);
   let gpuStartedAt: number | null = null;
