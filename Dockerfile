@@ -45,8 +45,8 @@ FROM ${NODE_IMAGE}
 # steps, and 8 MiB semi-spaces held the sidecar to 132 MiB RSS where the default reached 157 at no CPU
 # cost seen (BENCHMARKS.md, "The young generation's size"). Setting NODE_OPTIONS replaces this: keep
 # both flags in it, or give --max-old-space-size that fits.
-# MALLOC_MMAP_THRESHOLD_: glibc gives every block of 128 KiB or more its own mapping, returned when
-# freed, instead of raising that bound to the largest block freed and keeping the journal's
+# MALLOC_MMAP_THRESHOLD_: glibc generally gives a block of 128 KiB or more its own mapping, returned
+# when freed, instead of raising that bound to the largest block freed and keeping the journal's
 # checkpoint lines in its heap (src/ingest/node-flags.ts; BENCHMARKS.md, "glibc's mmap threshold").
 ENV NODE_ENV=production \
     NODE_OPTIONS="--max-old-space-size-percentage=50 --max-semi-space-size=8" \

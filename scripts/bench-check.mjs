@@ -12,7 +12,8 @@
 //            (CPU time, not wall time: load slows it but hardly adds to it)
 //   ingest.* the sidecar's CPU per step record through one websocket, without the journal and with it
 //            (fdatasync before each ack), in interleaved rounds, and the ratio of the two
-//   hook.*   the Python hook's CPU per step over a bare loop's, interleaved (python-hook/bench/bench_hook.py)
+//   hook.*   the Python hook's CPU per step over a bare loop's, and that as a ratio to the same loop's
+//            Python floor, the three loops timed in turn (python-hook/bench/bench_hook.py)
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';

@@ -6,12 +6,15 @@ import { SIDECAR_MALLOC_ENV, SIDECAR_NODE_FLAGS } from '../dist/ingest/node-flag
 /** Node's flags for the sidecar: SIDECAR_NODE_ARGS where set (empty for none), else those every start path gives it. */
 const nodeArgs = process.env.SIDECAR_NODE_ARGS === undefined ? SIDECAR_NODE_FLAGS : process.env.SIDECAR_NODE_ARGS.split(' ').filter(Boolean);
 
+/** glibc's settings for the sidecar as every start path gives them; SIDECAR_MALLOC_ENV=none for glibc's defaults. */
+const mallocEnv = process.env.SIDECAR_MALLOC_ENV === 'none' ? {} : SIDECAR_MALLOC_ENV;
+
 /**
  * Starts `node <node args> <cli> serve --port 0 … args`; resolves with the child and its port once it
- * is ready. Its environment has glibc's settings as every start path gives them, unless `env` sets them.
+ * is ready. Its environment has glibc's settings above, unless `env` sets them.
  */
 export async function startSidecar(cli, args, { env = process.env, detached = false } = {}) {
-  const child = spawn(process.execPath, [...nodeArgs, cli, 'serve', '--port', '0', '--log-level', 'info', ...args], { stdio: ['ignore', 'pipe', 'inherit'], env: { ...SIDECAR_MALLOC_ENV, ...env }, detached });
+  const child = spawn(process.execPath, [...nodeArgs, cli, 'serve', '--port', '0', '--log-level', 'info', ...args], { stdio: ['ignore', 'pipe', 'inherit'], env: { ...mallocEnv, ...env }, detached });
   const port = await new Promise((resolve, reject) => {
     let buffered = '';
     child.stdout.setEncoding('utf8').on('data', (chunk) => {

@@ -60,9 +60,21 @@ def generator(data):
     yield from data
 
 
+def readme_hooked(scope, data):
+    """The README loop (loader, two phases, step) through the hook, each phase's body a move."""
+    result = None
+    for batch in scope.loader(data):
+        with scope.phase("h2d"):
+            moved = batch
+        with scope.phase("compute"):
+            result = moved
+        scope.step(samples=8)
+    return result
+
+
 def readme_floor(data, timed, appender):
-    """The README loop's shape (loader, two phases, step) with the least each piece can do: the floor
-    of the explicit API, against which bench_hook.py and bench_floor.py judge the hook's own cost."""
+    """readme_hooked's shape with the least each piece can do: the floor of the explicit API, against
+    which bench_hook.py and bench_floor.py judge the hook's own cost."""
     result = None
     for batch in generator(data):
         with timed:

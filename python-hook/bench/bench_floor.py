@@ -22,7 +22,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import stepscope  # noqa: E402
-from _stand_ins import Appender, Empty, Timed, generator, readme_floor  # noqa: E402
+from _stand_ins import Appender, Empty, Timed, generator, readme_floor, readme_hooked  # noqa: E402
 
 
 def loops(scope):
@@ -53,12 +53,7 @@ def loops(scope):
             scope.step(samples=8)
 
     def hook_readme(data):
-        for _ in scope.loader(data):
-            with scope.phase("h2d"):
-                pass
-            with scope.phase("compute"):
-                pass
-            scope.step(samples=8)
+        readme_hooked(scope, data)
 
     def floor_generator(data):
         for _ in generator(data):

@@ -15,10 +15,11 @@ export const SIDECAR_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=8']
  * start`, the demo, the benchmarks' scripts/sidecar.mjs; the README's own start). A fixed mmap
  * threshold: glibc otherwise raises it to the size of each large block freed, up to 32 MiB, so that
  * the journal's checkpoint lines (MiBs, every few seconds) and the hooks' larger frames land in its
- * main heap, which then holds their pages between live chunks. Fixed, every block of 128 KiB or more
- * is its own mapping, returned when freed: 8 hooks at 10,000 steps/s for 5 minutes, the journal on,
- * peak RSS 187 -> 168 MiB, glibc's heap 25-33 -> 20 MiB flat (BENCHMARKS.md, "glibc's mmap
- * threshold"). Read by glibc as the process starts, so it must be in its environment.
+ * main heap, which then holds their pages between live chunks. Fixed, a block of 128 KiB or more
+ * generally gets its own mapping, returned when freed: 8 hooks at 10,000 steps/s for 5 minutes, the
+ * journal on, peak RSS 187 -> 168 MiB, glibc's heap 27-33 -> 20 MiB flat (BENCHMARKS.md, "glibc's
+ * mmap threshold"). Read by glibc as the process starts, so it must be in its environment; other C
+ * libraries ignore it. A caller's own setting wins.
  */
 export const SIDECAR_MALLOC_ENV: Readonly<Record<string, string>> = { MALLOC_MMAP_THRESHOLD_: '131072' };
 
