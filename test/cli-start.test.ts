@@ -9,6 +9,7 @@ import { readHookFrame } from '../src/protocol/messages.js';
 import { SummarySchema } from '../src/protocol/summary.js';
 import { InputError, parseInput } from '../src/protocol/parse.js';
 import { VERSION } from '../src/version.js';
+import { stackFrame } from './support/hook-client.js';
 import { ROOT } from './support/sidecar.js';
 
 /**
@@ -25,19 +26,8 @@ const SUMMARY = path.join(ROOT, 'test/fixtures/fix-checks/demo-regimes/summary.j
 /** Runs `code` (an ES module) in a child Node at the repository root; its stdout. */
 const node = (code: string) => execFileSync(process.execPath, ['--input-type=module', '-e', code], { cwd: ROOT, encoding: 'utf8' });
 
-/** A hook's answer to a capture (as test/stall-ingest.test.ts sends one). */
-const STACK = {
-  v: 1,
-  type: 'stack',
-  id: 3,
-  at_ns: 5,
-  last_seq: 5,
-  still_ms: 4000,
-  threads: [{ name: 'MainThread', training: true, skipped: 0, frames: [['/job/train.py', 48, 'wait_for_it', 'user']] }],
-  comm: null,
-  workers: [],
-  flight: null,
-};
+/** A hook's answer to a capture. */
+const STACK = stackFrame(3, 5);
 
 describe('the CLI at start', () => {
   it('lists every command in --help and loads none of them to do it', () => {

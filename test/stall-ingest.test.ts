@@ -2,7 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { StallWatch } from '../src/ingest/stall-watch.js';
 import { decode, encode } from '../src/protocol/codec.js';
-import { hello, row, steps, TestHook } from './support/hook-client.js';
+import { hello, row, stackFrame, steps, TestHook } from './support/hook-client.js';
 import { inProcess, type InProcess } from './support/in-process.js';
 import { waitFor } from './support/sidecar.js';
 
@@ -14,19 +14,6 @@ import { waitFor } from './support/sidecar.js';
  */
 
 const STALL = { windowMs: 4_000, holdMs: 0, endGraceMs: 60_000, stallSteps: 1, stallFloorMs: 1_000 };
-
-const stackFrame = (id: number, atNs: number) => ({
-  v: 1,
-  type: 'stack',
-  id,
-  at_ns: atNs,
-  last_seq: 5,
-  still_ms: 4000,
-  threads: [{ name: 'MainThread', training: true, skipped: 0, frames: [['/usr/lib/python3.11/threading.py', 320, 'wait', 'lib'], ['/job/train.py', 48, 'wait_for_it', 'user']] }],
-  comm: null,
-  workers: [{ pid: 7, name: 'pt_data_worker', state: 'S', wchan: null, cpu_s: 0.5 }],
-  flight: null,
-});
 
 describe('a hook of a rank that stops, at the ingest', () => {
   let side: InProcess;

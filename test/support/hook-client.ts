@@ -100,6 +100,22 @@ export function steps(rows: (number | null)[][], dropped = 0): Record<string, un
   return { v: 1, type: 'steps', fields: [...STEP_FIELDS], rows, dropped };
 }
 
+/** A hook's answer to a capture: where its training thread stands, its loader workers beside it. */
+export function stackFrame(id: number, atNs: number): Record<string, unknown> {
+  return {
+    v: 1,
+    type: 'stack',
+    id,
+    at_ns: atNs,
+    last_seq: 5,
+    still_ms: 4000,
+    threads: [{ name: 'MainThread', training: true, skipped: 0, frames: [['/usr/lib/python3.11/threading.py', 320, 'wait', 'lib'], ['/job/train.py', 48, 'wait_for_it', 'user']] }],
+    comm: null,
+    workers: [{ pid: 7, name: 'pt_data_worker', state: 'S', wchan: null, cpu_s: 0.5 }],
+    flight: null,
+  };
+}
+
 export function range(from: number, to: number): number[] {
   return Array.from({ length: to - from + 1 }, (_, i) => from + i);
 }
