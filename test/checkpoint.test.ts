@@ -65,7 +65,7 @@ type RankHeld = Checkpoint['jobs'][number]['ranks'][number];
 const withRank = (c: Checkpoint, rank: (held: RankHeld) => Record<string, unknown>) => ({ ...c, jobs: [{ ...c.jobs[0]!, ranks: [{ ...c.jobs[0]!.ranks[0]!, ...rank(c.jobs[0]!.ranks[0]!) }] }] });
 
 /** Writes `value` as checkpoint `number` in `dir`, in the journal's own line format. */
-const writeCheckpoint = (dir: string, number: number, value: unknown) => writeFile(path.join(dir, checkpointName(number)), encodeLine(JSON.stringify(value)));
+const writeCheckpoint = (dir: string, number: number, value: unknown) => writeFile(path.join(dir, checkpointName(number)), encodeLine(value));
 
 describe('the checkpoint', () => {
   it('is of this version, and reads back as it was written: the same checkpoint, the same snapshot, and the run goes on the same', () => {

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { liveSteps, parseEntry, recordsOf, toRow, type StepsEntry } from '../src/engine/entries.js';
 import { BAD_LINE, decodeLine, encodeLine } from '../src/journal/wal-files.js';
 import { encode } from '../src/protocol/codec.js';
+import { MAX_ROWS_PER_FRAME } from '../src/protocol/hook-schema.js';
 import { parseHookMessage, readHookFrame, type StepRecord, type Steps } from '../src/protocol/messages.js';
 import { STEP_FIELDS } from './support/hook-client.js';
 
@@ -57,6 +58,16 @@ function received(rows: unknown[][], extra: Record<string, unknown> = {}): Steps
 }
 
 describe('a live steps entry whose every record was kept', () => {
+  it("is one line as JSON.stringify writes it at a hook's largest frame, whose base64 the line writes in slices", () => {
+    const message = received(Array.from({ length: MAX_ROWS_PER_FRAME }, (_, i) => row(i + 1)));
+    expect(message.bytes.length * (4 / 3)).toBeGreaterThan(128 * 1024);
+    const live = liveSteps(1_000, 's', 0, message.records, 0, null, message.bytes);
+    const line = encodeLine(live);
+    expect(line.toString('utf8', 9, line.length - 1)).toBe(JSON.stringify(live));
+    const value = decodeLine(line, 0, line.length - 1, { reason: '' });
+    expect(recordsOf(parseEntry(value) as StepsEntry)).toEqual(message.records);
+  });
+
   it('is journaled as the frame it came in, and its replay reads the same records from it', () => {
     const message = received(Array.from({ length: 64 }, (_, i) => row(i + 1)));
     const live = liveSteps(1_000, 's', 3, message.records, 0, null, message.bytes);
@@ -147,7 +158,7 @@ describe('a journal line', () => {
     for (const json of ['{"t":"tick","at":1}', JSON.stringify({ t: 'end', at: 2, session: 'ß→🙂', reason: 'été' })]) {
       const body = Buffer.from(json, 'utf8');
       const expected = Buffer.concat([Buffer.from(crc32(body).toString(16).padStart(8, '0') + ' '), body, Buffer.from('\n')]);
-      const line = encodeLine(json);
+      const line = encodeLine(JSON.parse(json));
       expect(line.equals(expected)).toBe(true);
       const value = decodeLine(line, 0, line.length - 1, { reason: '' });
       expect(value).not.toBe(BAD_LINE);

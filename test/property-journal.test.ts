@@ -61,7 +61,7 @@ const withoutNewlines = (bytes: Uint8Array): Buffer => Buffer.from(Array.from(by
 /** The bytes of a garbage line (newline excluded); `lines` are the valid lines (a flip damages a copy of one). */
 function garbageLine(g: Garbage, lines: Buffer[]): Buffer {
   if (g.kind === 'bytes') return withoutNewlines(g.bytes);
-  if (g.kind === 'not-entry') return encodeLine(JSON.stringify(g.value)).subarray(0, -1);
+  if (g.kind === 'not-entry') return encodeLine(g.value).subarray(0, -1);
   const line = Buffer.from(lines[g.of % lines.length]!.subarray(0, -1));
   const at = g.at % line.length;
   line[at] = line[at]! ^ (1 << g.bit);
@@ -114,8 +114,8 @@ describe('journal: reading never throws', () => {
     const line = fc.oneof({ weight: 2, arbitrary: jsonish.map((value) => ({ sound: true as const, value })) }, garbage.map((g) => ({ sound: false as const, g })));
     await fc.assert(
       fc.asyncProperty(fc.array(line, { maxLength: 30 }), fc.option(fc.uint8Array({ minLength: 1, maxLength: 20 })), async (lines, tail) => {
-        const sound = lines.flatMap((l) => (l.sound ? [encodeLine(JSON.stringify(l.value))] : []));
-        const bytes = lines.map((l) => (l.sound ? encodeLine(JSON.stringify(l.value)) : Buffer.concat([garbageLine(l.g, sound.length > 0 ? sound : [encodeLine('0')]), Buffer.from([NEWLINE])])));
+        const sound = lines.flatMap((l) => (l.sound ? [encodeLine(l.value)] : []));
+        const bytes = lines.map((l) => (l.sound ? encodeLine(l.value) : Buffer.concat([garbageLine(l.g, sound.length > 0 ? sound : [encodeLine(0)]), Buffer.from([NEWLINE])])));
         // A torn tail: bytes after the last newline.
         if (tail) bytes.push(withoutNewlines(tail));
         const { items, bad } = await readAll(writeJournal(bytes));
@@ -133,7 +133,7 @@ describe('journal: replay', () => {
     const insertion = fc.record({ at: fc.nat(), garbage });
     await fc.assert(
       fc.asyncProperty(script, fc.array(insertion, { minLength: 1, maxLength: 12 }), async (entries, insertions) => {
-        const valid = entries.map((entry) => encodeLine(JSON.stringify(entry)));
+        const valid = entries.map((entry) => encodeLine(entry));
         const damaged = valid.slice();
         for (const { at, garbage: g } of insertions) damaged.splice(at % (damaged.length + 1), 0, Buffer.concat([garbageLine(g, valid), Buffer.from([NEWLINE])]));
         const clean = await replayJournal(writeJournal(valid));
@@ -152,7 +152,7 @@ describe('journal: replay', () => {
   it('steps kept as frames replay to the state the same steps kept as rows give', async () => {
     await fc.assert(
       fc.asyncProperty(scriptParams, async (params) => {
-        const journal = (list: JournalEntry[]) => writeJournal(list.map((entry) => encodeLine(JSON.stringify(entry))));
+        const journal = (list: JournalEntry[]) => writeJournal(list.map((entry) => encodeLine(entry)));
         const entries = buildScript({ ...params, framed: false });
         const framed = buildScript({ ...params, framed: true });
         expect(framed.filter((entry) => entry.t === 'steps' && entry.frame !== undefined)).toHaveLength(entries.filter((entry) => entry.t === 'steps' && (entry.rows?.length ?? 0) > 0).length);
@@ -206,7 +206,7 @@ describe('journal: replay', () => {
           }
         }
         fc.pre(typeof parseEntry(JSON.parse(JSON.stringify(changed))) !== 'string');
-        const journal = entries.map((entry, k) => encodeLine(JSON.stringify(k === i ? changed : entry)));
+        const journal = entries.map((entry, k) => encodeLine(k === i ? changed : entry));
         const { engine } = await replayJournal(writeJournal(journal));
         const at = Math.max(...entries.map((entry) => entry.at)) + 250;
         for (const next of [stateOf(engine), (engine.apply({ t: 'tick', at }), stateOf(engine))]) {

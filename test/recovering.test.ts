@@ -26,7 +26,7 @@ interface Line {
 describe('serve while it recovers', () => {
   it('answers /healthz 200 and /readyz 503 from the start, refuses hooks with 503 until ready, then serves the replayed state', async () => {
     const out = tempDir();
-    writeFileSync(path.join(out, segmentName(1)), encodeLine(JSON.stringify({ ...hello('a'), hello: { ...(hello('a') as { hello: object }).hello, job: 'before-restart' }, at: T0 })));
+    writeFileSync(path.join(out, segmentName(1)), encodeLine({ ...hello('a'), hello: { ...(hello('a') as { hello: object }).hello, job: 'before-restart' }, at: T0 }));
     const held = path.join(tempDir(), 'nvidia-smi');
     writeFileSync(held, `#!/bin/sh\nwhile [ ! -e "$0.release" ]; do sleep 0.02; done\nexit 1\n`);
     chmodSync(held, 0o755);

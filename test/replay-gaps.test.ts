@@ -19,7 +19,7 @@ const config = { windowMs: 4_000, holdMs: 1_000, endGraceMs: 2_000 };
 
 function write(entries: JournalEntry[]): string {
   const dir = tempDir();
-  writeFileSync(path.join(dir, segmentName(1)), Buffer.concat(entries.map((entry) => encodeLine(JSON.stringify(entry)))));
+  writeFileSync(path.join(dir, segmentName(1)), Buffer.concat(entries.map((entry) => encodeLine(entry))));
   return dir;
 }
 

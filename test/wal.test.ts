@@ -48,7 +48,7 @@ describe('Wal round trip', () => {
     const text = readFileSync(path.join(dir, segmentName(1)));
     for (const item of items) {
       if (item.kind !== 'entry') continue;
-      expect(text.subarray(item.offset).toString('utf8').split('\n')[0]).toBe(encodeLine(JSON.stringify(item.value)).toString('utf8').trimEnd());
+      expect(text.subarray(item.offset).toString('utf8').split('\n')[0]).toBe(encodeLine(item.value).toString('utf8').trimEnd());
     }
   });
 
@@ -81,7 +81,7 @@ describe('Wal round trip', () => {
     await wal.close();
     const segments = walFiles(dir);
     expect(segments.length).toBeGreaterThan(4);
-    const line = encodeLine(JSON.stringify(values[10])).length;
+    const line = encodeLine(values[10]).length;
     for (const name of segments.slice(0, -1)) {
       const content = readFileSync(path.join(dir, name), 'utf8');
       expect(content.length).toBeGreaterThanOrEqual(300);
@@ -105,7 +105,7 @@ describe('Wal round trip', () => {
     const wal = await Wal.open({ dir, maxBytes: BIG, flushDelayMs: 0 });
     await wal.append('before');
     await wal.close();
-    const torn = encodeLine('"half written"').subarray(0, 12);
+    const torn = encodeLine('half written').subarray(0, 12);
     writeFileSync(path.join(dir, segmentName(1)), Buffer.concat([readFileSync(path.join(dir, segmentName(1))), torn]));
     const again = await Wal.open({ dir, maxBytes: BIG, flushDelayMs: 0 });
     await again.append('after');
@@ -189,10 +189,10 @@ describe('Wal round trip', () => {
 
   it('falls back to an older checkpoint when the newest is corrupt, and reports the gap', async () => {
     const dir = tempDir();
-    writeFileSync(path.join(dir, checkpointName(2)), encodeLine(JSON.stringify({ old: true })));
-    writeFileSync(path.join(dir, segmentName(2)), encodeLine('"two"'));
+    writeFileSync(path.join(dir, checkpointName(2)), encodeLine({ old: true }));
+    writeFileSync(path.join(dir, segmentName(2)), encodeLine('two'));
     writeFileSync(path.join(dir, checkpointName(5)), 'deadbeef {"torn":');
-    writeFileSync(path.join(dir, segmentName(5)), encodeLine('"five"'));
+    writeFileSync(path.join(dir, segmentName(5)), encodeLine('five'));
     const { items, bad } = await readAll(dir);
     expect(items.map((item) => item.value)).toEqual([{ old: true }, 'two', 'five']);
     expect(bad).toEqual([
@@ -203,8 +203,8 @@ describe('Wal round trip', () => {
 
   it('skips a line over the length limit and carries on', async () => {
     const dir = tempDir();
-    const long = encodeLine(JSON.stringify('y'.repeat(5000)));
-    writeFileSync(path.join(dir, segmentName(1)), Buffer.concat([encodeLine('1'), long, encodeLine('2')]));
+    const long = encodeLine('y'.repeat(5000));
+    writeFileSync(path.join(dir, segmentName(1)), Buffer.concat([encodeLine(1), long, encodeLine(2)]));
     const { items, bad } = await readAll(dir, 1000);
     expect(entries(items)).toEqual([1, 2]);
     expect(bad).toEqual([{ file: segmentName(1), offset: 11, bytes: long.length, reason: 'line longer than 1000 bytes' }]);

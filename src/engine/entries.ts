@@ -12,6 +12,7 @@ import { NodeInventorySchema, type NodeInventory } from '../protocol/state.js';
 import { SummarySchema } from '../protocol/summary.js';
 import { recordProblem, type Env, type Hello, type StepRecord } from '../protocol/messages.js';
 import { readUsualSteps } from '../protocol/steps-bytes.js';
+import { Base64Text } from '../io/json-parts.js';
 
 /**
  * What the engine is fed, one entry at a time, live or from the journal: every input that shapes its
@@ -211,10 +212,13 @@ class LiveSteps implements StepsEntry {
     this.bytes = frame && Buffer.from(frame);
   }
 
-  /** The entry as the journal writes it, its keys in the order every steps entry has had: rows lines stay byte for byte what they were. */
-  toJSON(): Omit<StepsEntry, typeof CHECKED> {
+  /**
+   * The entry as the journal writes it, its keys in the order every steps entry has had: rows lines
+   * stay byte for byte what they were. The frame's base64 is written in slices (src/io/json-parts.ts).
+   */
+  toJSON(): Omit<StepsEntry, typeof CHECKED | 'frame'> & { frame?: Base64Text } {
     const { t, at, session, dropped, duplicates, refused, bytes } = this;
-    const records = bytes ? { frame: bytes.toString('base64') } : { rows: this[CHECKED].map(toRow) };
+    const records = bytes ? { frame: new Base64Text(bytes) } : { rows: this[CHECKED].map(toRow) };
     return { t, at, session, dropped, ...records, duplicates, ...(refused ? { refused } : {}) };
   }
 }

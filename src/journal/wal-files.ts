@@ -1,4 +1,5 @@
 import { crc32 } from 'node:zlib';
+import { TextSink, writeJson } from '../io/json-parts.js';
 import type { WalFs } from './wal-fs.js';
 
 /**
@@ -68,20 +69,43 @@ export async function listWal(fs: WalFs, dir: string): Promise<Record<WalFileKin
 
 const HEX = '0123456789abcdef';
 
-/** One record line for the JSON text `json` (which JSON.stringify never gives a raw newline). */
-export function encodeLine(json: string): Buffer {
-  // The JSON is encoded straight into the line (no buffer of its own to copy from): once per record.
-  const size = Buffer.byteLength(json, 'utf8');
-  const line = Buffer.allocUnsafe(size + 10);
-  line.write(json, 9, size, 'utf8');
-  let crc = crc32(line.subarray(9, 9 + size));
-  for (let i = 7; i >= 0; i -= 1) {
+/**
+ * Writes one record line for `value` at the end of `sink` and returns its length: `<crc> <JSON>\n`,
+ * the JSON written straight into the sink in parts (src/io/json-parts.ts; JSON.stringify's text, never a
+ * raw newline), no string of the whole first. Throws a TypeError where JSON has no text for the value
+ * (undefined, a function), as JSON.stringify would for a cycle or a BigInt, leaving the sink as it was.
+ */
+export function appendLine(sink: TextSink, value: unknown): number {
+  const start = sink.length;
+  sink.reserve(9);
+  sink.length += 9;
+  try {
+    if (!writeJson(sink, value)) throw new TypeError(`${typeof value} is not representable as JSON`);
+  } catch (error) {
+    sink.length = start;
+    throw error;
+  }
+  sink.reserve(1);
+  const end = sink.length;
+  const line = sink.buffer;
+  let crc = crc32(line.subarray(start + 9, end));
+  for (let i = start + 7; i >= start; i -= 1) {
     line[i] = HEX.charCodeAt(crc & 0xf);
     crc >>>= 4;
   }
-  line[8] = 0x20;
-  line[line.length - 1] = 0x0a;
-  return line;
+  line[start + 8] = 0x20;
+  line[end] = 0x0a;
+  sink.length = end + 1;
+  return sink.length - start;
+}
+
+/** One record line for `value`, in a buffer of its own (appendLine). `sizeHint`: about how long it will be. */
+export function encodeLine(value: unknown, sizeHint = 256): Buffer {
+  const sink = new TextSink(sizeHint + 10);
+  appendLine(sink, value);
+  // A line is held until written: not with room it never used.
+  const line = sink.buffer.subarray(0, sink.length);
+  return sink.buffer.length - sink.length > Math.max(4096, sink.length) ? Buffer.from(line) : line;
 }
 
 /** What a decoder returns for a line it cannot use; JSON.parse never gives a symbol, so it cannot clash. */

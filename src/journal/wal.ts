@@ -4,12 +4,14 @@ import {
   MAX_RECORD_BYTES,
   checkpointName,
   checkpointTmpName,
+  appendLine,
   encodeLine,
   listWal,
   parseWalName,
   segmentName,
 } from './wal-files.js';
 import type { JournalHealth } from '../protocol/state.js';
+import { TextSink } from '../io/json-parts.js';
 import { errorCode, errorMessage, nodeWalFs, type WalFileHandle, type WalFs } from './wal-fs.js';
 import { sidecarNow } from '../model/clock.js';
 
@@ -75,16 +77,21 @@ const DEFAULT_SEGMENT_BYTES = 4 * 1024 * 1024;
 const DEFAULT_FLUSH_DELAY_MS = 5;
 const DEFAULT_RETRY_MS = 1000;
 const DEFAULT_STALL_MS = 5000;
+/** A new batch's sink; it grows as its batch does. */
+const SINK_BYTES = 64 * 1024;
+/** Sinks kept for later batches, and the largest kept: a burst's batches are a few MiB. */
+const SPARE_SINKS = 2;
+const SPARE_SINK_MAX_BYTES = 8 * 1024 * 1024;
 
 interface Waiter {
   resolve(): void;
   reject(error: Error): void;
 }
 
-/** Appends that go out in one write. */
+/** Appends that go out in one write: their lines, written one after another into a sink (more than one where batches were merged). */
 interface Batch {
   kind: 'batch';
-  lines: Buffer[];
+  sinks: TextSink[];
   bytes: number;
   waiters: Waiter[];
 }
@@ -145,6 +152,12 @@ export class Wal {
   private lastCheckpointAt: number | null = null;
   private lastCheckpointMs: number | null = null;
   private lastCheckpointBytes: number | null = null;
+  /**
+   * Sinks of batches already written, for the next: each batch's lines are written straight into
+   * one, not into a buffer per line joined for the write, so the records cost no buffer of their
+   * own (BENCHMARKS.md, "The journal's lines written in parts").
+   */
+  private spareSinks: TextSink[] = [];
 
   private closed = false;
   private closing: Promise<void> | null = null;
@@ -220,20 +233,23 @@ export class Wal {
   append(value: unknown): Promise<void> {
     if (this.closed) return Promise.reject(closedError());
     if (this.failure && this.now() < this.failedUntil) return Promise.reject(this.failure);
-    let line: Buffer;
+    const batch = (this.open ??= this.newBatch());
+    const sink = batch.sinks[0]!;
+    let bytes: number;
     try {
-      line = encodeLine(serialize(value));
+      bytes = appendLine(sink, value);
     } catch (error) {
+      this.dropIfEmpty(batch);
       return Promise.reject(new WalWriteError('WAL_BAD_VALUE', `journal value cannot be stored: ${errorMessage(error)}`, { cause: error }));
     }
-    if (line.length > MAX_RECORD_BYTES) {
-      return Promise.reject(new WalWriteError('WAL_TOO_LARGE', `journal record of ${line.length} bytes is over the ${MAX_RECORD_BYTES} byte limit`));
+    if (bytes > MAX_RECORD_BYTES) {
+      sink.length -= bytes;
+      this.dropIfEmpty(batch);
+      return Promise.reject(new WalWriteError('WAL_TOO_LARGE', `journal record of ${bytes} bytes is over the ${MAX_RECORD_BYTES} byte limit`));
     }
+    batch.bytes += bytes;
     this.pendingAt.push(this.now());
     return new Promise<void>((resolve, reject) => {
-      const batch = (this.open ??= newBatch());
-      batch.lines.push(line);
-      batch.bytes += line.length;
       batch.waiters.push({ resolve: () => (this.settledOne(), resolve()), reject: (error) => (this.settledOne(), reject(error)) });
       this.flushTimer ??= setTimeout(() => {
         this.flushTimer = null;
@@ -253,7 +269,7 @@ export class Wal {
     if (this.closed) return Promise.reject(closedError());
     let line: Buffer;
     try {
-      line = encodeLine(serialize(state));
+      line = encodeLine(state, this.lastCheckpointBytes ?? undefined);
     } catch (error) {
       return Promise.reject(new WalWriteError('WAL_BAD_VALUE', `journal checkpoint cannot be stored: ${errorMessage(error)}`, { cause: error }));
     }
@@ -360,7 +376,9 @@ export class Wal {
           await this.runCheckpoint(task);
           continue;
         }
-        await this.writeBatch(this.takeBatch());
+        const batch = this.takeBatch();
+        await this.writeBatch(batch);
+        this.recycle(batch);
         // Group commit: what arrived during that write has waited long enough.
         if (this.open) this.cutOpen();
       }
@@ -380,7 +398,7 @@ export class Wal {
       const next = this.tasks[0];
       if (!next || next.kind !== 'batch') return first;
       this.tasks.shift();
-      first.lines.push(...next.lines);
+      first.sinks.push(...next.sinks);
       first.waiters.push(...next.waiters);
       first.bytes += next.bytes;
     }
@@ -403,7 +421,8 @@ export class Wal {
       this.fail(batch, new WalWriteError('WAL_INTERNAL', 'journal segment is not open'), true);
       return;
     }
-    const data = batch.lines.length === 1 ? batch.lines[0]! : Buffer.concat(batch.lines, batch.bytes);
+    const filled = batch.sinks.map((sink) => sink.buffer.subarray(0, sink.length));
+    const data = filled.length === 1 ? filled[0]! : Buffer.concat(filled, batch.bytes);
     // Counted before the first byte lands, so bytes() never understates the folder.
     this.setFile(segment.name, segment.size + data.length);
     let written = 0;
@@ -469,11 +488,18 @@ export class Wal {
     }
     this.setHealth(false, error.message);
     const rejected: Waiter[] = batch ? [...batch.waiters] : [];
-    for (const task of this.tasks) if (task.kind === 'batch') rejected.push(...task.waiters);
+    for (const task of this.tasks) {
+      if (task.kind !== 'batch') continue;
+      rejected.push(...task.waiters);
+      this.recycle(task);
+    }
     this.tasks = this.tasks.filter((task) => task.kind === 'cut');
     if (this.flushTimer) clearTimeout(this.flushTimer);
     this.flushTimer = null;
-    if (this.open) rejected.push(...this.open.waiters);
+    if (this.open) {
+      rejected.push(...this.open.waiters);
+      this.recycle(this.open);
+    }
     this.open = null;
     for (const waiter of rejected) waiter.reject(error);
   }
@@ -607,6 +633,27 @@ export class Wal {
     this.files.delete(name);
   }
 
+  private newBatch(): Batch {
+    return { kind: 'batch', sinks: [this.spareSinks.pop() ?? new TextSink(SINK_BYTES)], bytes: 0, waiters: [] };
+  }
+
+  /** The open batch, where its only append was refused: gone, as if never opened. */
+  private dropIfEmpty(batch: Batch): void {
+    if (batch.waiters.length > 0 || this.open !== batch) return;
+    this.open = null;
+    this.recycle(batch);
+  }
+
+  /** A batch's sinks, once nothing reads them (written, or refused), kept for later batches: a few, none grown past SPARE_SINK_MAX_BYTES. */
+  private recycle(batch: Batch): void {
+    for (const sink of batch.sinks) {
+      if (this.spareSinks.length >= SPARE_SINKS || sink.buffer.length > SPARE_SINK_MAX_BYTES) continue;
+      sink.length = 0;
+      this.spareSinks.push(sink);
+    }
+    batch.sinks = [];
+  }
+
   private checkIdle(): void {
     if (this.pumping || this.tasks.length > 0 || this.open) return;
     const waiters = this.idleWaiters;
@@ -615,18 +662,9 @@ export class Wal {
   }
 }
 
-function newBatch(): Batch {
-  return { kind: 'batch', lines: [], bytes: 0, waiters: [] };
-}
 
 function newSegment(number: number): Segment {
   return { number, name: segmentName(number), handle: null, attempted: false, dirSynced: false, size: 0 };
-}
-
-function serialize(value: unknown): string {
-  const json = JSON.stringify(value);
-  if (json === undefined) throw new TypeError(`${typeof value} is not representable as JSON`);
-  return json;
 }
 
 function closedError(): WalWriteError {
