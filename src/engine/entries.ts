@@ -186,7 +186,7 @@ export function liveSteps(
 
 /**
  * A live steps entry. What the journal writes of it, the frame's base64 or the rows, is made as it
- * serializes the entry (JSON.stringify calls toJSON), not held while the write is in flight. A
+ * serializes the entry (the journal's writer calls toJSON), not held while the write is in flight. A
  * method on the class, not a getter on each entry: a `rows` getter in the entry's literal cost the
  * ingest 0.4 µs a record even where nothing read it (BENCHMARKS.md, "The journal keeps the frame").
  * A frame's bytes are copied: they are a view of the socket's whole read, which holding them until

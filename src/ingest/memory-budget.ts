@@ -174,9 +174,13 @@ function setHeapGrowth(): void {
   const exposed = (globalThis as { gc?: () => void }).gc;
   if (exposed) return exposed();
   setFlagsFromString('--expose-gc');
-  const collect = runInNewContext('gc') as () => void;
-  setFlagsFromString('--no-expose-gc');
-  collect();
+  try {
+    (runInNewContext('gc') as () => void)();
+  } catch {
+    // A Node whose new contexts have no `gc`: the factor then applies from the first full collection, as before.
+  } finally {
+    setFlagsFromString('--no-expose-gc');
+  }
 }
 
 /** The limits to run with: those asked for, the rest sized to the memory there is; logged, or refused. */

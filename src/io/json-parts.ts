@@ -3,10 +3,12 @@
  * one string first. A string of more than 128 KiB is a large object in V8's old space, freed only by
  * a full collection: the journal's checkpoint (MiBs, every few seconds under a burst) made one each
  * time, and the old space grew by it between collections (BENCHMARKS.md, "The journal's lines
- * written in parts"). Here objects and arrays are opened down to PART_DEPTH and each part below
- * is stringified alone: small strings, young, dead once written. The text is JSON.stringify's, byte
- * for byte (toJSON, keys skipped for undefined, functions and symbols, null for them in arrays),
- * test/json-parts.test.ts compares the two.
+ * written in parts"). Here objects and arrays are opened some levels down and each part below is
+ * stringified alone: small strings, young, dead once written. The text is JSON.stringify's, byte
+ * for byte (toJSON, keys skipped for undefined, functions and symbols, null for them in arrays);
+ * test/json-parts.test.ts compares the two. Where a toJSON returns something with a toJSON of its
+ * own (a Date, a Base64Text), JSON.stringify does not call that second one and this may: no value
+ * the journal writes has such a toJSON.
  */
 
 /**
@@ -23,9 +25,6 @@ export class Base64Text {
 }
 
 const BASE64_SLICE = 3 * 16 * 1024;
-
-/** Levels opened: a checkpoint's jobs, a job, its ranks, a rank, its rings, a ring; their items whole. */
-const PART_DEPTH = 6;
 
 /** A buffer that grows as bytes are written into it: `length` of them so far. */
 export class TextSink {
@@ -51,11 +50,14 @@ export class TextSink {
   }
 }
 
-/** Writes JSON.stringify(value)'s text into `sink`; false, writing nothing, where that is undefined. */
-export function writeJson(sink: TextSink, value: unknown): boolean {
+/**
+ * Writes JSON.stringify(value)'s text into `sink`, objects and arrays opened `levels` deep (their
+ * items below that stringified whole); false, writing nothing, where that text is undefined.
+ */
+export function writeJson(sink: TextSink, value: unknown, levels: number): boolean {
   const json = itemOf(value, '');
   if (json === undefined) return false;
-  write(sink, '', json, 0);
+  write(sink, '', json, levels);
   return true;
 }
 
@@ -68,22 +70,24 @@ function itemOf(value: unknown, key: string): unknown {
   return value === undefined || typeof value === 'function' || typeof value === 'symbol' ? undefined : value;
 }
 
-/** Plain objects and arrays are opened; anything else (boxed primitives, class instances) JSON.stringify writes whole. */
+const isRawJSON = (JSON as { isRawJSON?: (value: unknown) => boolean }).isRawJSON ?? (() => false);
+
+/** Plain objects and arrays are opened; anything else (boxed primitives, class instances, JSON.rawJSON's) JSON.stringify writes whole. */
 function opened(value: object): boolean {
   if (Array.isArray(value)) return true;
   const proto: unknown = Object.getPrototypeOf(value);
-  return proto === Object.prototype || proto === null;
+  return (proto === Object.prototype || proto === null) && !isRawJSON(value);
 }
 
 /** `prefix` (a comma, a key), then the value's text: written together, one write per part. */
-function write(sink: TextSink, prefix: string, value: unknown, depth: number): void {
+function write(sink: TextSink, prefix: string, value: unknown, levels: number): void {
   if (value instanceof Base64Text) {
     sink.text(prefix + '"');
     for (let at = 0; at < value.bytes.length; at += BASE64_SLICE) sink.text(value.bytes.toString('base64', at, at + BASE64_SLICE));
     sink.text('"');
     return;
   }
-  if (typeof value !== 'object' || value === null || depth >= PART_DEPTH || !opened(value)) {
+  if (typeof value !== 'object' || value === null || levels <= 0 || !opened(value)) {
     sink.text(prefix + JSON.stringify(value));
     return;
   }
@@ -92,7 +96,7 @@ function write(sink: TextSink, prefix: string, value: unknown, depth: number): v
     for (let i = 0; i < value.length; i++) {
       const item = itemOf(value[i], String(i));
       if (item === undefined) sink.text(i > 0 ? ',null' : 'null');
-      else write(sink, i > 0 ? ',' : '', item, depth + 1);
+      else write(sink, i > 0 ? ',' : '', item, levels - 1);
     }
     sink.text(']');
     return;
@@ -102,7 +106,7 @@ function write(sink: TextSink, prefix: string, value: unknown, depth: number): v
   for (const key of Object.keys(value)) {
     const item = itemOf((value as Record<string, unknown>)[key], key);
     if (item === undefined) continue;
-    write(sink, `${first ? '' : ','}${JSON.stringify(key)}:`, item, depth + 1);
+    write(sink, `${first ? '' : ','}${JSON.stringify(key)}:`, item, levels - 1);
     first = false;
   }
   sink.text('}');

@@ -69,18 +69,23 @@ export async function listWal(fs: WalFs, dir: string): Promise<Record<WalFileKin
 
 const HEX = '0123456789abcdef';
 
+/** Levels of a journal entry's JSON written part by part: its fields (a steps frame's base64 in slices), each whole. */
+export const RECORD_LEVELS = 1;
+/** Levels of a checkpoint's: its jobs, a job, its ranks, a rank, its rings, a ring; their items whole. */
+export const CHECKPOINT_LEVELS = 6;
+
 /**
  * Writes one record line for `value` at the end of `sink` and returns its length: `<crc> <JSON>\n`,
  * the JSON written straight into the sink in parts (src/io/json-parts.ts; JSON.stringify's text, never a
  * raw newline), no string of the whole first. Throws a TypeError where JSON has no text for the value
  * (undefined, a function), as JSON.stringify would for a cycle or a BigInt, leaving the sink as it was.
  */
-export function appendLine(sink: TextSink, value: unknown): number {
+export function appendLine(sink: TextSink, value: unknown, levels = RECORD_LEVELS): number {
   const start = sink.length;
   sink.reserve(9);
   sink.length += 9;
   try {
-    if (!writeJson(sink, value)) throw new TypeError(`${typeof value} is not representable as JSON`);
+    if (!writeJson(sink, value, levels)) throw new TypeError(`${typeof value} is not representable as JSON`);
   } catch (error) {
     sink.length = start;
     throw error;
@@ -100,9 +105,9 @@ export function appendLine(sink: TextSink, value: unknown): number {
 }
 
 /** One record line for `value`, in a buffer of its own (appendLine). `sizeHint`: about how long it will be. */
-export function encodeLine(value: unknown, sizeHint = 256): Buffer {
+export function encodeLine(value: unknown, sizeHint = 256, levels = RECORD_LEVELS): Buffer {
   const sink = new TextSink(sizeHint + 10);
-  appendLine(sink, value);
+  appendLine(sink, value, levels);
   // A line is held until written: not with room it never used.
   const line = sink.buffer.subarray(0, sink.length);
   return sink.buffer.length - sink.length > Math.max(4096, sink.length) ? Buffer.from(line) : line;

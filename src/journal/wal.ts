@@ -5,6 +5,7 @@ import {
   checkpointName,
   checkpointTmpName,
   appendLine,
+  CHECKPOINT_LEVELS,
   encodeLine,
   listWal,
   parseWalName,
@@ -79,9 +80,9 @@ const DEFAULT_RETRY_MS = 1000;
 const DEFAULT_STALL_MS = 5000;
 /** A new batch's sink; it grows as its batch does. */
 const SINK_BYTES = 64 * 1024;
-/** Sinks kept for later batches, and the largest kept: a burst's batches are a few MiB. */
+/** Sinks kept for later batches, and the largest kept: held while idle, so not a burst's batches of MiBs. */
 const SPARE_SINKS = 2;
-const SPARE_SINK_MAX_BYTES = 8 * 1024 * 1024;
+const SPARE_SINK_MAX_BYTES = 1024 * 1024;
 
 interface Waiter {
   resolve(): void;
@@ -233,6 +234,7 @@ export class Wal {
   append(value: unknown): Promise<void> {
     if (this.closed) return Promise.reject(closedError());
     if (this.failure && this.now() < this.failedUntil) return Promise.reject(this.failure);
+    // The value's toJSON runs while its line is half written in the open batch: it must not append.
     const batch = (this.open ??= this.newBatch());
     const sink = batch.sinks[0]!;
     let bytes: number;
@@ -269,7 +271,8 @@ export class Wal {
     if (this.closed) return Promise.reject(closedError());
     let line: Buffer;
     try {
-      line = encodeLine(state, this.lastCheckpointBytes ?? undefined);
+      // About the last one's size: a line grown by doubling is held at up to twice its bytes until written.
+      line = encodeLine(state, Math.round((this.lastCheckpointBytes ?? 0) * 1.25), CHECKPOINT_LEVELS);
     } catch (error) {
       return Promise.reject(new WalWriteError('WAL_BAD_VALUE', `journal checkpoint cannot be stored: ${errorMessage(error)}`, { cause: error }));
     }
