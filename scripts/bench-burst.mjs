@@ -99,7 +99,9 @@ clearInterval(sampler);
 for (const timer of cpuTimers) clearTimeout(timer);
 viewer?.close();
 // VmHWM is the whole life's peak: an attached sidecar's own, from before this run too, so the samples' there.
-const peak = ATTACH ? Math.max(...rss.map((s) => s.kib)) : kib(status(child.pid), 'VmHWM');
+// Linux updates it lazily (a 250 ms sample has read 1 MiB above it), so never below the samples.
+const sampled = Math.max(...rss.map((s) => s.kib));
+const peak = ATTACH ? sampled : Math.max(sampled, kib(status(child.pid), 'VmHWM'));
 // Its journal is removed once it has exited: it writes its last checkpoint as it stops.
 if (!ATTACH) {
   const exited = new Promise((resolve) => child.once('exit', resolve));
