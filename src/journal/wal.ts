@@ -665,7 +665,6 @@ export class Wal {
   }
 }
 
-
 function newSegment(number: number): Segment {
   return { number, name: segmentName(number), handle: null, attempted: false, dirSynced: false, size: 0 };
 }
