@@ -164,7 +164,7 @@ const HEAP_GROWING_PERCENT = 50;
  * had set with V8's default factor: a sidecar fed from its first second (no idle collection in
  * between) then grew its old space to that limit before the new factor ever applied (8 hooks at
  * 10,000 steps/s, the journal on: old space 24 -> 48 MiB in 60 s with no full collection, RSS
- * 121 -> 160 MiB; with this one collection, 10-20 ms once, about 136 MiB flat: BENCHMARKS.md,
+ * 121 -> 160 MiB; with this one collection, 5-12 ms once, 133-139 MiB flat: BENCHMARKS.md,
  * "The heap's growth applied from the start"). `gc` from a new context: --expose-gc set here gives
  * it to contexts made after, and is unset again so no other code gets it (a process started with
  * --expose-gc has its own).
